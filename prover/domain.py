@@ -1,0 +1,165 @@
+"""The two interpretations of every kernel primitive.
+
+Each primitive in the kernel is written once against the small `Domain`
+interface below. `NUMPY` evaluates it concretely on int64 arrays (vectorised);
+`Z3` builds a signed bit-vector term of a fixed width (64 bits by default, wide
+enough for every int32 x int32 product the kernel forms).
+
+Integers are mathematical integers in both interpretations: the kernel keeps
+every intermediate inside int64 (documented per primitive), so no silent
+wrap-around happens in either domain. Wrap-around is only ever explicit
+(`wrap_to`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import z3
+
+
+class KernelError(ValueError):
+    """Bad input to a kernel primitive (a shift out of range, a table of the wrong size...)."""
+
+
+class Domain:
+    """Integer operations shared by the concrete and the symbolic interpretation."""
+
+    name = "abstract"
+
+    def const(self, v: int) -> Any:
+        raise NotImplementedError
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def tdiv_pow2(self, a: Any, e: int) -> Any:
+        """Division by 2**e truncating toward zero."""
+        raise NotImplementedError
+
+    def shr(self, a: Any, e: int) -> Any:
+        """Arithmetic shift right by a constant (floor division by 2**e)."""
+        raise NotImplementedError
+
+    def band(self, a: Any, mask: int) -> Any:
+        """Bitwise and with a non-negative constant mask (two's complement semantics)."""
+        raise NotImplementedError
+
+    def lut(self, table: Sequence[int], index: Any) -> Any:
+        """`table[index]` for an index in range(len(table))."""
+        raise NotImplementedError
+
+    def step_count(self, x: Any, thresholds: Sequence[int]) -> Any:
+        """Number of thresholds t (sorted ascending) with x >= t."""
+        raise NotImplementedError
+
+    def land(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    # min/max/clamp are written once on top of `where`.
+    def min(self, a: Any, b: Any) -> Any:
+        return self.where(a <= b, a, b)
+
+    def max(self, a: Any, b: Any) -> Any:
+        return self.where(a >= b, a, b)
+
+    def clamp(self, x: Any, lo: int, hi: int) -> Any:
+        return self.min(self.max(x, self.const(lo)), self.const(hi))
+
+
+class NumpyDomain(Domain):
+    """Concrete interpretation: numpy int64 arrays (or scalars)."""
+
+    name = "numpy"
+
+    def const(self, v: int) -> np.int64:
+        return np.int64(v)
+
+    def where(self, cond, a, b):
+        return np.where(cond, a, b).astype(np.int64)
+
+    def tdiv_pow2(self, a, e):
+        a = np.asarray(a, dtype=np.int64)
+        d = np.int64(1) << np.int64(e)
+        q = np.abs(a) // d
+        return np.where(a < 0, -q, q).astype(np.int64)
+
+    def shr(self, a, e):
+        return np.right_shift(np.asarray(a, dtype=np.int64), np.int64(e))
+
+    def band(self, a, mask):
+        return np.bitwise_and(np.asarray(a, dtype=np.int64), np.int64(mask))
+
+    def lut(self, table, index):
+        t = np.asarray(table, dtype=np.int64)
+        return t[np.asarray(index, dtype=np.int64)]
+
+    def step_count(self, x, thresholds):
+        t = np.asarray(thresholds, dtype=np.int64)
+        return np.searchsorted(t, np.asarray(x, dtype=np.int64), side="right").astype(np.int64)
+
+    def land(self, a, b):
+        return np.logical_and(a, b)
+
+
+class Z3Domain(Domain):
+    """Symbolic interpretation: Z3 signed bit-vector terms of width `width`."""
+
+    name = "z3"
+
+    def __init__(self, width: int = 64) -> None:
+        self.width = width
+
+    def var(self, name: str) -> z3.BitVecRef:
+        return z3.BitVec(name, self.width)
+
+    def const(self, v: int) -> z3.BitVecRef:
+        return z3.BitVecVal(int(v), self.width)
+
+    def lift(self, v: Any) -> z3.BitVecRef:
+        if isinstance(v, z3.BitVecRef):
+            if v.size() != self.width:
+                raise KernelError(f"bit-vector of width {v.size()} in a {self.width}-bit domain")
+            return v
+        return self.const(int(v))
+
+    def where(self, cond, a, b):
+        return z3.If(cond, self.lift(a), self.lift(b))
+
+    def tdiv_pow2(self, a, e):
+        # bvsdiv truncates toward zero, exactly the C semantics.
+        return self.lift(a) / self.const(1 << e)
+
+    def shr(self, a, e):
+        return self.lift(a) >> e
+
+    def band(self, a, mask):
+        return self.lift(a) & self.const(mask)
+
+    def lut(self, table, index):
+        index = self.lift(index)
+        n = len(table)
+        # Balanced selection on the index keeps the term shallow for the solvers.
+        def pick(lo: int, hi: int) -> z3.BitVecRef:
+            if hi - lo == 1:
+                return self.const(int(table[lo]))
+            mid = (lo + hi) // 2
+            return z3.If(index < mid, pick(lo, mid), pick(mid, hi))
+
+        return pick(0, n)
+
+    def step_count(self, x, thresholds):
+        x = self.lift(x)
+        terms = [z3.If(x >= int(t), self.const(1), self.const(0)) for t in thresholds]
+        if not terms:
+            return self.const(0)
+        return z3.Sum(terms) if len(terms) > 1 else terms[0]
+
+    def land(self, a, b):
+        return z3.And(a, b)
+
+
+NUMPY = NumpyDomain()
+Z3 = Z3Domain()

@@ -1,0 +1,173 @@
+"""Lookup tables: application (symbolic and concrete) and construction from a float function.
+
+Compilers build LUTs differently; every difference that changes a table entry
+is a parameter of `LutSpec`, never an assumption:
+
+- `rounding`: `half_even` (ONNX Runtime), `half_away` (std::round), `toward_zero`
+  (the known "folded by truncation" defect);
+- `zp_placement`: zero point added `after_rounding` (ONNX QuantizeLinear) or
+  `before_rounding` (round(y/s + zp));
+- `precision`: evaluate the function in `float32` or `float64`;
+- `index_order`: `offset` (index = x - type_min, i.e. x+128 for int8) or
+  `twos_complement` (index = x & 0xFF, i.e. x<0 ? 256+x : x).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .domain import Domain, KernelError
+from .inttypes import IntType, int_type
+
+INDEX_ORDERS = ("offset", "twos_complement")
+ROUNDINGS = ("half_even", "half_away", "toward_zero")
+ZP_PLACEMENTS = ("after_rounding", "before_rounding")
+PRECISIONS = ("float32", "float64")
+
+
+def lut_index(d: Domain, x: Any, in_type: IntType, index_order: str) -> Any:
+    """Physical table index of the integer `x` of type `in_type`."""
+    if index_order == "offset":
+        return x - in_type.min
+    if index_order == "twos_complement":
+        return d.band(x, in_type.size - 1)
+    raise KernelError(f"unknown LUT index order {index_order!r}; known: {INDEX_ORDERS}")
+
+
+def apply_lut(d: Domain, table: Sequence[int], x: Any, in_type: IntType, index_order: str) -> Any:
+    """`table[index(x)]`: the table must have exactly one entry per value of `in_type`."""
+    if len(table) != in_type.size:
+        raise KernelError(
+            f"LUT has {len(table)} entries; a {in_type.name} input needs exactly {in_type.size}"
+        )
+    return d.lut(table, lut_index(d, x, in_type, index_order))
+
+
+def reorder_table(table: Sequence[int], in_type: IntType, src: str, dst: str) -> np.ndarray:
+    """The same logical table stored in another index order."""
+    from .domain import NUMPY
+
+    xs = np.arange(in_type.min, in_type.max + 1, dtype=np.int64)
+    logical = np.asarray(table, dtype=np.int64)[lut_index(NUMPY, xs, in_type, src)]
+    out = np.empty(in_type.size, dtype=np.int64)
+    out[lut_index(NUMPY, xs, in_type, dst)] = logical
+    return out
+
+
+# --- float functions --------------------------------------------------------------------
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64))
+
+
+def _sigmoid(x, ft):
+    one = ft(1)
+    return one / (one + np.exp(-x))
+
+
+def _gelu(x, ft):
+    return (ft(0.5) * x * (ft(1) + _erf(x / ft(math.sqrt(2.0))).astype(ft))).astype(ft)
+
+
+def _gelu_tanh(x, ft):
+    c = ft(math.sqrt(2.0 / math.pi))
+    return ft(0.5) * x * (ft(1) + np.tanh(c * (x + ft(0.044715) * x * x * x)))
+
+
+FUNCTIONS: dict[str, Callable[[np.ndarray, type], np.ndarray]] = {
+    "sigmoid": _sigmoid,
+    "tanh": lambda x, ft: np.tanh(x),
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
+    "silu": lambda x, ft: x * _sigmoid(x, ft),
+    "hardsigmoid": lambda x, ft: np.clip(x / ft(6) + ft(0.5), ft(0), ft(1)),
+    "hardswish": lambda x, ft: x * np.clip(x / ft(6) + ft(0.5), ft(0), ft(1)),
+    "exp": lambda x, ft: np.exp(x),
+    "relu": lambda x, ft: np.maximum(x, ft(0)),
+    "identity": lambda x, ft: x,
+}
+
+
+@dataclass(frozen=True)
+class LutSpec:
+    """Everything that determines a quantized activation table."""
+
+    function: str
+    in_scale: float
+    in_zp: int
+    in_type: str
+    out_scale: float
+    out_zp: int
+    out_type: str
+    rounding: str = "half_even"
+    zp_placement: str = "after_rounding"
+    precision: str = "float32"
+    index_order: str = "offset"
+
+    def validate(self) -> None:
+        if self.function not in FUNCTIONS:
+            raise KernelError(f"unknown LUT function {self.function!r}; known: {sorted(FUNCTIONS)}")
+        for val, allowed, what in (
+            (self.rounding, ROUNDINGS, "rounding"),
+            (self.zp_placement, ZP_PLACEMENTS, "zero-point placement"),
+            (self.precision, PRECISIONS, "precision"),
+            (self.index_order, INDEX_ORDERS, "index order"),
+        ):
+            if val not in allowed:
+                raise KernelError(f"unknown {what} {val!r}; known: {allowed}")
+        for s in (self.in_scale, self.out_scale):
+            if not (math.isfinite(s) and s > 0):
+                raise KernelError(f"LUT scale {s} must be finite and positive")
+        it, ot = int_type(self.in_type), int_type(self.out_type)
+        if it.bits > 8:
+            raise KernelError(f"LUT input type {it.name} has more than 256 values")
+        if not it.contains(self.in_zp) or not ot.contains(self.out_zp):
+            raise KernelError("LUT zero point outside its type's range")
+
+
+def round_with(y: np.ndarray, rounding: str) -> np.ndarray:
+    """Round to an integer-valued float with the named rounding mode."""
+    if rounding == "half_even":
+        return np.rint(y)
+    if rounding == "half_away":
+        return np.sign(y) * np.floor(np.abs(y) + y.dtype.type(0.5))
+    if rounding == "toward_zero":
+        return np.trunc(y)
+    raise KernelError(f"unknown rounding {rounding!r}; known: {ROUNDINGS}")
+
+
+def build_lut(spec: LutSpec) -> np.ndarray:
+    """The table of `spec` in its physical index order (int64 entries)."""
+    spec.validate()
+    it, ot = int_type(spec.in_type), int_type(spec.out_type)
+    ft = np.float32 if spec.precision == "float32" else np.float64
+    xs = np.arange(it.min, it.max + 1, dtype=np.int64)
+    real = (xs - spec.in_zp).astype(ft) * ft(spec.in_scale)
+    with np.errstate(over="ignore"):
+        y = np.asarray(FUNCTIONS[spec.function](real, ft), dtype=ft)
+        q = y / ft(spec.out_scale)
+    if spec.zp_placement == "after_rounding":
+        r = round_with(q, spec.rounding).astype(np.float64) + spec.out_zp
+    else:
+        r = round_with(q + ft(spec.out_zp), spec.rounding).astype(np.float64)
+    logical = np.clip(r, ot.min, ot.max).astype(np.int64)
+    out = np.empty(it.size, dtype=np.int64)
+    from .domain import NUMPY
+
+    out[lut_index(NUMPY, xs, it, spec.index_order)] = logical
+    return out
+
+
+def check_table(table: Sequence[int], in_type: IntType, out_type: IntType) -> None:
+    """Raise unless `table` has one entry per input value, each inside `out_type`."""
+    t = np.asarray(table)
+    if t.ndim != 1 or t.shape[0] != in_type.size:
+        raise KernelError(f"LUT must have {in_type.size} entries, got shape {t.shape}")
+    if t.min() < out_type.min or t.max() > out_type.max:
+        raise KernelError(f"LUT entries outside the range of {out_type.name}")

@@ -1,0 +1,89 @@
+"""The registry of kernel primitives that terms (and so obligations) are built from.
+
+Each entry names one kernel function and, where C semantics leave a case
+undefined, the precondition under which the function has a meaning.
+Parameters are plain JSON values (ints, floats, strings, tuples of ints) so a
+term has a canonical, hashable form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import lut as _lut
+from . import matmul as _mm
+from . import requant as _rq
+from .domain import Domain, KernelError
+from .inttypes import int_type, saturate, wrap
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """A kernel function usable in terms: `fn(d, *args, **params)`."""
+
+    name: str
+    fn: Callable[..., Any]
+    precondition: Callable[..., Any] | None = None
+    doc: str = ""
+
+
+def _requant_double(d: Domain, acc, *, multiplier, shift, zp, out):
+    return _rq.requant_double(d, acc, multiplier, shift, zp, int_type(out))
+
+
+def _requant_double_pre(d: Domain, acc, *, multiplier, shift, zp, out):
+    return _rq.mbqm_precondition(d, acc, shift)
+
+
+def _requant_single(d: Domain, acc, *, multiplier, shift, zp, out):
+    return _rq.requant_single(d, acc, multiplier, shift, zp, int_type(out))
+
+
+def _requant_single_pre(d: Domain, acc, *, multiplier, shift, zp, out):
+    return _rq.single_round_precondition(d, acc, multiplier, shift)
+
+
+def _requant_float(d: Domain, acc, *, scale, zp, out):
+    return _rq.requant_float(d, acc, scale, zp, int_type(out))
+
+
+def _lut_apply(d: Domain, x, *, table, in_type, index_order):
+    return _lut.apply_lut(d, table, x, int_type(in_type), index_order)
+
+
+def _clip(d: Domain, x, *, lo, hi):
+    if lo > hi:
+        raise KernelError(f"clip with min {lo} > max {hi}")
+    return d.clamp(x, lo, hi)
+
+
+def _dot(d: Domain, *xs, weights, x_zp, w_zp, bias=0):
+    return _mm.dot(d, xs, weights, x_zp, w_zp, bias)
+
+
+PRIMITIVES: dict[str, Primitive] = {
+    p.name: p
+    for p in (
+        Primitive("add", lambda d, a, b: a + b, doc="a + b"),
+        Primitive("sub", lambda d, a, b: a - b, doc="a - b"),
+        Primitive("add_const", lambda d, a, *, c: a + int(c), doc="a + c"),
+        Primitive("mul_const", lambda d, a, *, c: a * int(c), doc="a * c"),
+        Primitive("clip", _clip, doc="min(max(x, lo), hi)"),
+        Primitive("saturate", lambda d, x, *, type: saturate(d, x, int_type(type))),
+        Primitive("wrap", lambda d, x, *, type: wrap(d, x, int_type(type))),
+        Primitive("requant_double", _requant_double, _requant_double_pre),
+        Primitive("requant_single", _requant_single, _requant_single_pre),
+        Primitive("requant_float", _requant_float),
+        Primitive("lut", _lut_apply),
+        Primitive("dot", _dot),
+    )
+}
+
+
+def primitive(name: str) -> Primitive:
+    try:
+        return PRIMITIVES[name]
+    except KeyError:
+        raise KernelError(f"unknown primitive {name!r}; known: {sorted(PRIMITIVES)}") from None

@@ -1,0 +1,139 @@
+"""Terms: compositions of kernel primitives over named free integer variables.
+
+A term is immutable and has a canonical JSON form, so equal terms hash equal
+across runs and machines. `evaluate` interprets a term in any `Domain`
+(concretely with numpy, symbolically with Z3) and collects the preconditions
+its primitives impose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .domain import Domain, KernelError
+from .primitives import primitive
+
+
+@dataclass(frozen=True)
+class Var:
+    """A free integer variable, e.g. the accumulator `acc` or an input element."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int
+
+
+@dataclass(frozen=True)
+class Op:
+    """`prim(*args, **params)` with params held as a sorted tuple of (key, value)."""
+
+    prim: str
+    args: tuple[Term, ...]
+    params: tuple[tuple[str, Any], ...] = field(default=())
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+Term = Var | Const | Op
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return tuple(int(x) for x in v.tolist()) if v.dtype.kind in "iu" else tuple(v.tolist())
+    if isinstance(v, list | tuple):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    return v
+
+
+def op(prim: str, *args: Term, **params: Any) -> Op:
+    """Build an `Op`, validating the primitive name and freezing parameter values."""
+    primitive(prim)
+    return Op(prim, tuple(args), tuple(sorted((k, _freeze(v)) for k, v in params.items())))
+
+
+def to_json(t: Term) -> Any:
+    """Canonical JSON-able form of a term."""
+    if isinstance(t, Var):
+        return {"var": t.name}
+    if isinstance(t, Const):
+        return {"const": int(t.value)}
+    return {
+        "op": t.prim,
+        "args": [to_json(a) for a in t.args],
+        "params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in t.params},
+    }
+
+
+def from_json(j: Any) -> Term:
+    """Inverse of `to_json`."""
+    if "var" in j:
+        return Var(j["var"])
+    if "const" in j:
+        return Const(int(j["const"]))
+    return op(j["op"], *(from_json(a) for a in j["args"]), **j["params"])
+
+
+def canonical(obj: Any) -> str:
+    """Canonical JSON text (sorted keys, no spaces, floats as repr)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def term_hash(t: Term) -> str:
+    return hashlib.sha256(canonical(to_json(t)).encode()).hexdigest()
+
+
+def free_vars(t: Term) -> set[str]:
+    if isinstance(t, Var):
+        return {t.name}
+    if isinstance(t, Const):
+        return set()
+    out: set[str] = set()
+    for a in t.args:
+        out |= free_vars(a)
+    return out
+
+
+def evaluate(t: Term, d: Domain, env: Mapping[str, Any], preconds: list | None = None) -> Any:
+    """Interpret `t` in domain `d` with variables bound by `env`.
+
+    Preconditions of the primitives met on the way are appended to `preconds`
+    (when given) as domain booleans.
+    """
+    memo: dict[int, Any] = {}
+
+    def go(u: Term) -> Any:
+        key = id(u)
+        if key in memo:
+            return memo[key]
+        if isinstance(u, Var):
+            if u.name not in env:
+                raise KernelError(f"variable {u.name!r} is not bound")
+            val = env[u.name]
+        elif isinstance(u, Const):
+            val = d.const(u.value)
+        else:
+            p = primitive(u.prim)
+            args = [go(a) for a in u.args]
+            kw = u.kwargs
+            if preconds is not None and p.precondition is not None:
+                preconds.append(p.precondition(d, *args, **kw))
+            val = p.fn(d, *args, **kw)
+        memo[key] = val
+        return val
+
+    return go(t)
