@@ -47,6 +47,10 @@ class Domain:
         """Bitwise and with a non-negative constant mask (two's complement semantics)."""
         raise NotImplementedError
 
+    def floordiv(self, a: Any, c: int) -> Any:
+        """Floor division by a positive constant."""
+        raise NotImplementedError
+
     def lut(self, table: Sequence[int], index: Any) -> Any:
         """`table[index]` for an index in range(len(table))."""
         raise NotImplementedError
@@ -91,6 +95,9 @@ class NumpyDomain(Domain):
 
     def band(self, a, mask):
         return np.bitwise_and(np.asarray(a, dtype=np.int64), np.int64(mask))
+
+    def floordiv(self, a, c):
+        return np.floor_divide(np.asarray(a, dtype=np.int64), np.int64(c))
 
     def lut(self, table, index):
         t = np.asarray(table, dtype=np.int64)
@@ -138,9 +145,15 @@ class Z3Domain(Domain):
     def band(self, a, mask):
         return self.lift(a) & self.const(mask)
 
+    def floordiv(self, a, c):
+        a = self.lift(a)
+        q = a / self.const(c)  # truncates toward zero
+        return z3.If(z3.And(a < 0, q * c != a), q - 1, q)
+
     def lut(self, table, index):
         index = self.lift(index)
         n = len(table)
+
         # Balanced selection on the index keeps the term shallow for the solvers.
         def pick(lo: int, hi: int) -> z3.BitVecRef:
             if hi - lo == 1:

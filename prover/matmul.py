@@ -18,7 +18,9 @@ from .domain import Domain, KernelError
 from .inttypes import INT32, IntType
 
 
-def dot(d: Domain, xs: Sequence[Any], ws: Sequence[int], x_zp: int, w_zp: int, bias: int = 0) -> Any:
+def dot(
+    d: Domain, xs: Sequence[Any], ws: Sequence[int], x_zp: int, w_zp: int, bias: int = 0
+) -> Any:
     """One accumulator: sum_k (x_k - x_zp) * (w_k - w_zp) + bias (written once, any domain)."""
     if len(xs) != len(ws):
         raise KernelError(f"dot product of lengths {len(xs)} and {len(ws)}")
@@ -30,7 +32,9 @@ def dot(d: Domain, xs: Sequence[Any], ws: Sequence[int], x_zp: int, w_zp: int, b
     return acc
 
 
-def matmul_acc(a: np.ndarray, w: np.ndarray, a_zp: Any = 0, w_zp: Any = 0, bias: Any = None) -> np.ndarray:
+def matmul_acc(
+    a: np.ndarray, w: np.ndarray, a_zp: Any = 0, w_zp: Any = 0, bias: Any = None
+) -> np.ndarray:
     """Vectorised concrete accumulation: (a - a_zp) @ (w - w_zp) + bias in int64.
 
     `a` is [..., M, K], `w` is [..., K, N]; `a_zp` may be per-row ([M] or scalar),

@@ -59,6 +59,21 @@ def _clip(d: Domain, x, *, lo, hi):
     return d.clamp(x, lo, hi)
 
 
+def _floordiv_const(d: Domain, x, *, c):
+    c = int(c)
+    if c <= 0 or c & (c - 1):
+        # Only powers of two have a shared exact form in both domains; general
+        # divisors go through the symbolic-friendly identity below.
+        if c <= 0:
+            raise KernelError(f"division by non-positive constant {c}")
+        return d.floordiv(x, c)
+    return d.shr(x, c.bit_length() - 1)
+
+
+def _mod_const(d: Domain, x, *, c):
+    return x - _floordiv_const(d, x, c=c) * int(c)
+
+
 def _dot(d: Domain, *xs, weights, x_zp, w_zp, bias=0):
     return _mm.dot(d, xs, weights, x_zp, w_zp, bias)
 
@@ -78,6 +93,8 @@ PRIMITIVES: dict[str, Primitive] = {
         Primitive("requant_float", _requant_float),
         Primitive("lut", _lut_apply),
         Primitive("dot", _dot),
+        Primitive("floordiv_const", _floordiv_const, doc="floor(x / c), c > 0"),
+        Primitive("mod_const", _mod_const, doc="x - c * floor(x / c), c > 0"),
     )
 }
 
