@@ -1,0 +1,251 @@
+"""The codegen input: a lowered model of NPU steps and host steps (plain dataclasses).
+
+The compiler's final pass produces a `LoweredModel`; `npu_backend.codegen.generate`
+turns it into a `Program`. Tensors are named by strings; constants (weights,
+biases) live in `LoweredModel.constants`. Steps are in execution order and each
+step's inputs are graph inputs, constants or outputs of earlier steps.
+
+NPU steps:
+- `NpuMatMul`: integer MatMul with an optional epilogue (`post`). `post=None`
+  means the output is the raw int32 accumulator. A `PostProcess` without a LUT
+  is a requantize-only epilogue (the unfused form); with a LUT it is fused.
+  Per-channel epilogues are a tuple of `PostProcess`, one per output column.
+- `NpuLut`: standalone activation (table lookup).
+- `NpuRequant`, `NpuClip`: standalone elementwise integer ops.
+
+Host steps:
+- `HostKernel`: an elementwise integer op run on the host with the kernel's
+  concrete semantics; `term` is a `prover.terms` term whose variables are the
+  input tensor names (numpy broadcasting between inputs).
+- `HostOnnx`: a serialized ONNX subgraph run by ONNX Runtime (graph optimisations
+  off) on the host; its graph input/output names are the tensor names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prover.terms import Term
+
+from .postprocess import LutParams, Post, PostProcess, RequantParams
+
+STRUCTURES = ("plain", "grouped", "tiled")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A named tensor: numpy dtype name (e.g. "int8", "float32") and static shape."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class NpuMatMul:
+    """out = epilogue((a - a_zp) @ (w - w_zp) + bias), a: [..., M, K], w: [K, N] constant.
+
+    - `w`, `bias`: names of constants in `LoweredModel.constants` (bias int32 [N] or None);
+    - `a_zp`: scalar; `w_zp`: scalar or per-column tuple of length N;
+    - `a_type`, `w_type`: integer type names ("int8", "uint8", ...);
+    - `post`: None (raw int32 accumulator), a `PostProcess`, or a tuple of N of them;
+    - `structure`: scheduling structure "plain" | "grouped" | "tiled";
+    - `onnx_nodes`: the ONNX node names this step implements (for reports and ledger).
+    """
+
+    name: str
+    a: str
+    w: str
+    out: str
+    a_zp: int
+    w_zp: int | tuple[int, ...]
+    bias: str | None
+    a_type: str
+    w_type: str
+    post: Post | None = None
+    structure: str = "plain"
+    onnx_nodes: tuple[str, ...] = ()
+
+    @property
+    def fused(self) -> bool:
+        """True when any column's epilogue carries a LUT or an activation function."""
+        if self.post is None:
+            return False
+        posts = self.post if isinstance(self.post, tuple) else (self.post,)
+        return any(p.lut is not None or p.function is not None for p in posts)
+
+
+@dataclass(frozen=True)
+class NpuLut:
+    """Standalone activation: out = table[index(x)] for x of `in_type`."""
+
+    name: str
+    x: str
+    out: str
+    table: tuple[int, ...]
+    in_type: str
+    out_type: str
+    index_order: str = "offset"
+    function: str | None = None
+    onnx_nodes: tuple[str, ...] = ()
+
+    @staticmethod
+    def from_params(
+        name: str, x: str, out: str, lut: LutParams, function: str | None, onnx_nodes=()
+    ) -> NpuLut:
+        return NpuLut(
+            name,
+            x,
+            out,
+            tuple(lut.table),
+            lut.in_type,
+            lut.out_type,
+            lut.index_order,
+            function,
+            tuple(onnx_nodes),
+        )
+
+    @property
+    def lut(self) -> LutParams:
+        return LutParams(self.table, self.in_type, self.out_type, self.index_order)
+
+
+@dataclass(frozen=True)
+class NpuRequant:
+    """Standalone requantization of an integer tensor (per-tensor, or a tuple per last-axis column)."""
+
+    name: str
+    x: str
+    out: str
+    requant: RequantParams | tuple[RequantParams, ...]
+    onnx_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NpuClip:
+    """Standalone integer clamp: out = min(max(x, lo), hi), stored as `dtype`."""
+
+    name: str
+    x: str
+    out: str
+    lo: int
+    hi: int
+    dtype: str
+    onnx_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostKernel:
+    """Elementwise integer op on the host: out = term(inputs...), stored as `out_dtype`.
+
+    The variables of `term` are the names in `inputs`.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    out: str
+    term: Term
+    out_dtype: str
+    onnx_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostOnnx:
+    """An ONNX subgraph (serialized ModelProto bytes) run by ONNX Runtime on the host.
+
+    `inputs`/`outputs` are the subgraph's graph input/output names (= tensor names).
+    `output_specs` (optional) gives static shapes and dtypes of the outputs; needed
+    when an NPU step consumes one of them.
+    """
+
+    name: str
+    model: bytes
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    output_specs: tuple[TensorSpec, ...] = ()
+    onnx_nodes: tuple[str, ...] = ()
+
+
+NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip
+HostStep = HostKernel | HostOnnx
+Step = NpuStep | HostStep
+
+
+@dataclass
+class LoweredModel:
+    """Inputs (graph inputs), outputs (tensor names), constants and steps in order."""
+
+    inputs: list[TensorSpec]
+    outputs: list[str]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+
+
+def unfuse(step: NpuMatMul) -> list[Step]:
+    """Split a fused MatMul into MatMul(requantize[+clip]) followed by a standalone NpuLut.
+
+    The intermediate tensor is named `<out>.pre_act`. Steps without a LUT come back unchanged.
+    A per-column epilogue must share one LUT across columns to be split.
+    """
+    if not step.fused:
+        return [step]
+    posts = step.post if isinstance(step.post, tuple) else (step.post,)
+    luts = {(p.lut, p.function) for p in posts}
+    if len(luts) != 1:
+        raise ValueError(f"{step.name}: per-column LUTs differ; cannot split into one activation")
+    lut, function = next(iter(luts))
+    if lut is None:
+        raise ValueError(f"{step.name}: activation {function!r} without a LUT cannot be split")
+    inner: Post = (
+        tuple(p.without_lut() for p in posts)
+        if isinstance(step.post, tuple)
+        else step.post.without_lut()
+    )
+    mid = f"{step.out}.pre_act"
+    mm = NpuMatMul(
+        step.name,
+        step.a,
+        step.w,
+        mid,
+        step.a_zp,
+        step.w_zp,
+        step.bias,
+        step.a_type,
+        step.w_type,
+        inner,
+        step.structure,
+        step.onnx_nodes,
+    )
+    act = NpuLut.from_params(f"{step.name}.act", mid, step.out, lut, function, step.onnx_nodes)
+    return [mm, act]
+
+
+def unfuse_model(model: LoweredModel) -> LoweredModel:
+    """The same model with every fused MatMul split by `unfuse`."""
+    steps: list[Step] = []
+    for s in model.steps:
+        steps.extend(unfuse(s) if isinstance(s, NpuMatMul) else [s])
+    return LoweredModel(list(model.inputs), list(model.outputs), dict(model.constants), steps)
+
+
+__all__ = [
+    "STRUCTURES",
+    "TensorSpec",
+    "NpuMatMul",
+    "NpuLut",
+    "NpuRequant",
+    "NpuClip",
+    "HostKernel",
+    "HostOnnx",
+    "NpuStep",
+    "HostStep",
+    "Step",
+    "LoweredModel",
+    "PostProcess",
+    "RequantParams",
+    "LutParams",
+    "unfuse",
+    "unfuse_model",
+]

@@ -1,0 +1,249 @@
+"""The fused MatMul epilogue: requantize, optional clip, optional LUT, output encoding.
+
+A `PostProcess` is data; its one meaning is `epilogue_term(acc)`, a term over
+kernel primitives (`prover.terms.op`). The prover checks that term; the
+simulator evaluates the very same term with `prover.domain.NUMPY` (`apply`).
+
+Order of the stages (what the hardware postprocessor does per element):
+
+    acc (int32) -> requantize to the intermediate type -> clip -> LUT -> output
+
+Per-channel parameters: a `PostProcess` holds scalar parameters only. A
+per-channel epilogue is a tuple of `PostProcess`, one per output column (the
+last axis of the MatMul output); `apply_columns` evaluates such a tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from prover.domain import NUMPY
+from prover.lut import LutSpec
+from prover.terms import Term, Var, evaluate, op
+
+REQUANT_SCHEMES = ("float32", "fixed_double", "fixed_single")
+
+
+@dataclass(frozen=True)
+class RequantParams:
+    """Requantization of an int32 accumulator to `out_type` (the intermediate storage type).
+
+    scheme "float32": `scale` (a float32 value) is used, as ONNX Runtime does;
+    scheme "fixed_double" / "fixed_single": `multiplier` (int32) and `shift` are used
+    (gemmlowp double rounding / TFLite single rounding). `zp` is added after scaling.
+    """
+
+    scheme: str
+    zp: int
+    out_type: str
+    scale: float | None = None
+    multiplier: int | None = None
+    shift: int | None = None
+
+    def term(self, x: Term) -> Term:
+        """The requantization as a kernel term over `x`."""
+        if self.scheme == "float32":
+            return op(
+                "requant_float", x, scale=float(self.scale), zp=int(self.zp), out=self.out_type
+            )
+        prim = {"fixed_double": "requant_double", "fixed_single": "requant_single"}[self.scheme]
+        return op(
+            prim,
+            x,
+            multiplier=int(self.multiplier),
+            shift=int(self.shift),
+            zp=int(self.zp),
+            out=self.out_type,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scheme": self.scheme,
+            "zp": int(self.zp),
+            "out_type": self.out_type,
+            "scale": None if self.scale is None else float(self.scale),
+            "multiplier": None if self.multiplier is None else int(self.multiplier),
+            "shift": None if self.shift is None else int(self.shift),
+        }
+
+    @staticmethod
+    def from_json(j: dict[str, Any]) -> RequantParams:
+        return RequantParams(**j)
+
+
+@dataclass(frozen=True)
+class LutParams:
+    """A 256-entry (one per `in_type` value) table in physical `index_order`.
+
+    `table` entries are already in `out_type` (the LUT builder folded the output
+    scale and zero point in). `spec` optionally records how the table was built.
+    Fields are Optional only so validation can report an incomplete LUT.
+    """
+
+    table: tuple[int, ...] | None
+    in_type: str | None
+    out_type: str | None
+    index_order: str | None = "offset"
+    spec: LutSpec | None = None
+
+    def term(self, x: Term) -> Term:
+        return op("lut", x, table=self.table, in_type=self.in_type, index_order=self.index_order)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": None if self.table is None else [int(v) for v in self.table],
+            "in_type": self.in_type,
+            "out_type": self.out_type,
+            "index_order": self.index_order,
+            "spec": None if self.spec is None else dict(self.spec.__dict__),
+        }
+
+    @staticmethod
+    def from_json(j: dict[str, Any]) -> LutParams:
+        return LutParams(
+            table=None if j["table"] is None else tuple(int(v) for v in j["table"]),
+            in_type=j["in_type"],
+            out_type=j["out_type"],
+            index_order=j["index_order"],
+            spec=None if j.get("spec") is None else LutSpec(**j["spec"]),
+        )
+
+
+@dataclass(frozen=True)
+class PostProcess:
+    """Descriptor of a MatMul's fused postprocessing (scalar parameters; see module doc).
+
+    - `requant`: requantization to the intermediate type (`requant.out_type`);
+    - `clip`: optional (lo, hi) clamp applied to the intermediate integers;
+    - `function` + `lut`: the fused activation kind (e.g. "sigmoid") and its table;
+      both present or both absent (validation reports the other states);
+    - `out_type`, `out_zp`: the final output encoding (the table's output type and the
+      output tensor's zero point; without a LUT they equal the requantization's).
+    """
+
+    requant: RequantParams
+    clip: tuple[int, int] | None = None
+    function: str | None = None
+    lut: LutParams | None = None
+    out_type: str | None = None
+    out_zp: int | None = None
+
+    @property
+    def intermediate_type(self) -> str:
+        return self.requant.out_type
+
+    @property
+    def output_type(self) -> str:
+        """The final output type (explicit, else the LUT's, else the intermediate type)."""
+        if self.out_type is not None:
+            return self.out_type
+        if self.lut is not None and self.lut.out_type is not None:
+            return self.lut.out_type
+        return self.requant.out_type
+
+    @property
+    def output_zp(self) -> int:
+        return int(self.out_zp) if self.out_zp is not None else int(self.requant.zp)
+
+    @property
+    def has_lut(self) -> bool:
+        return self.lut is not None
+
+    def epilogue_term(self, acc: Term) -> Term:
+        """The fused semantics over the accumulator term `acc` (what the prover checks)."""
+        t = self.requant.term(acc)
+        if self.clip is not None:
+            t = op("clip", t, lo=int(self.clip[0]), hi=int(self.clip[1]))
+        if self.lut is not None:
+            t = self.lut.term(t)
+        return t
+
+    def apply(self, acc: Any) -> np.ndarray:
+        """Evaluate `epilogue_term` concretely (NUMPY domain) on int accumulators."""
+        term = self.epilogue_term(Var("acc"))
+        return np.asarray(evaluate(term, NUMPY, {"acc": np.asarray(acc, dtype=np.int64)}))
+
+    def without_lut(self) -> PostProcess:
+        """The requantize (+clip) part alone: the unfused MatMul's epilogue."""
+        return PostProcess(requant=self.requant, clip=self.clip)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requant": self.requant.to_json(),
+            "clip": None if self.clip is None else [int(self.clip[0]), int(self.clip[1])],
+            "function": self.function,
+            "lut": None if self.lut is None else self.lut.to_json(),
+            "out_type": self.out_type,
+            "out_zp": None if self.out_zp is None else int(self.out_zp),
+        }
+
+    @staticmethod
+    def from_json(j: dict[str, Any]) -> PostProcess:
+        return PostProcess(
+            requant=RequantParams.from_json(j["requant"]),
+            clip=None if j["clip"] is None else (int(j["clip"][0]), int(j["clip"][1])),
+            function=j["function"],
+            lut=None if j["lut"] is None else LutParams.from_json(j["lut"]),
+            out_type=j["out_type"],
+            out_zp=j["out_zp"],
+        )
+
+
+Post = PostProcess | tuple[PostProcess, ...]
+"""A MatMul's epilogue: one `PostProcess` (per-tensor) or one per output column."""
+
+
+def posts_of(post: Post | None) -> tuple[PostProcess, ...]:
+    """The distinct-or-not list of PostProcess objects of an epilogue (empty for None)."""
+    if post is None:
+        return ()
+    return post if isinstance(post, tuple) else (post,)
+
+
+def apply_columns(post: Post, acc: np.ndarray) -> np.ndarray:
+    """Apply a per-tensor or per-column epilogue to `acc` [..., N].
+
+    Columns sharing an identical `PostProcess` are evaluated together.
+    """
+    acc = np.asarray(acc, dtype=np.int64)
+    if isinstance(post, PostProcess):
+        return post.apply(acc)
+    n = acc.shape[-1]
+    if len(post) != n:
+        raise ValueError(f"per-column epilogue has {len(post)} entries for {n} output columns")
+    out = np.empty(acc.shape, dtype=np.int64)
+    groups: dict[PostProcess, list[int]] = {}
+    for j, p in enumerate(post):
+        groups.setdefault(p, []).append(j)
+    for p, cols in groups.items():
+        out[..., cols] = p.apply(acc[..., cols])
+    return out
+
+
+def post_to_json(post: Post | None) -> Any:
+    if post is None:
+        return None
+    if isinstance(post, PostProcess):
+        return post.to_json()
+    return [p.to_json() for p in post]
+
+
+def post_from_json(j: Any) -> Post | None:
+    if j is None:
+        return None
+    if isinstance(j, list):
+        return tuple(PostProcess.from_json(p) for p in j)
+    return PostProcess.from_json(j)
+
+
+def requant_for_columns(rq: RequantParams | Sequence[RequantParams], n: int) -> tuple:
+    """A per-tensor or per-column requantization as a tuple of length `n`."""
+    if isinstance(rq, RequantParams):
+        return (rq,) * n
+    if len(rq) != n:
+        raise ValueError(f"per-column requantization has {len(rq)} entries for {n} columns")
+    return tuple(rq)
