@@ -1,0 +1,310 @@
+"""Target descriptions: TOML files loaded into frozen dataclasses, validated with clear errors.
+
+A target says, per compute op (MatMul, Conv), which postprocessing its hardware
+can apply (requantization scheme, LUT function kinds, intermediate storage types,
+LUT sizes, clip) and which scheduling structures can carry fused postprocessing;
+plus memory sizes, the table memory's slots and how its toolchain builds tables.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prover.inttypes import TYPES
+from prover.lut import FUNCTIONS, INDEX_ORDERS, PRECISIONS, ROUNDINGS, ZP_PLACEMENTS, LutSpec
+from prover.requant import onnx_requant_scale, quantize_multiplier
+
+from .lowered import STRUCTURES
+from .postprocess import REQUANT_SCHEMES, RequantParams
+
+TARGETS_DIR = Path(__file__).parent / "targets"
+DEFAULT_TARGET = TARGETS_DIR / "npu_float.toml"
+MEMORIES = ("dram", "sram", "wmem", "pmem")
+
+
+class TargetError(ValueError):
+    """A target description that is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class ComputeCaps:
+    """What one compute op's postprocessor supports on a target."""
+
+    op: str
+    requant_scheme: str
+    functions: frozenset[str]
+    intermediate_types: frozenset[str]
+    lut_sizes: frozenset[int]
+    clip: bool
+    structures: frozenset[str]
+    fused_structures: frozenset[str]
+
+
+@dataclass(frozen=True)
+class StandaloneCaps:
+    """The standalone activation / elementwise unit."""
+
+    functions: frozenset[str]
+    requant_scheme: str
+    clip: bool
+
+
+@dataclass(frozen=True)
+class LutBuilder:
+    """How the target's toolchain builds activation tables (see `prover.lut.LutSpec`)."""
+
+    rounding: str
+    zp_placement: str
+    precision: str
+    index_order: str
+
+
+@dataclass(frozen=True)
+class TableMemory:
+    slots: int
+    entries: int
+    entry_bytes: int
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.entries * self.entry_bytes
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    path: str
+    memories: tuple[tuple[str, int], ...]
+    tables: TableMemory
+    lut_builder: LutBuilder
+    computes: tuple[ComputeCaps, ...]
+    standalone: StandaloneCaps
+
+    def compute(self, op: str) -> ComputeCaps | None:
+        """Capabilities of compute op `op` ("MatMul", "Conv"), or None if the target lacks it."""
+        for c in self.computes:
+            if c.op == op:
+                return c
+        return None
+
+    def memory_size(self, mem: str) -> int:
+        return dict(self.memories)[mem]
+
+    def lut_spec(
+        self,
+        function: str,
+        in_scale: float,
+        in_zp: int,
+        in_type: str,
+        out_scale: float,
+        out_zp: int,
+        out_type: str,
+    ) -> LutSpec:
+        """A `LutSpec` with this target's builder settings (rounding, zp placement, ...)."""
+        b = self.lut_builder
+        return LutSpec(
+            function,
+            float(in_scale),
+            int(in_zp),
+            in_type,
+            float(out_scale),
+            int(out_zp),
+            out_type,
+            b.rounding,
+            b.zp_placement,
+            b.precision,
+            b.index_order,
+        )
+
+    def requant_params(
+        self, scale: float, zp: int, out_type: str, op: str = "MatMul"
+    ) -> RequantParams:
+        """The target's requantization for a real (float) scale; see `requant_from_scale`."""
+        caps = self.compute(op)
+        if caps is None:
+            raise TargetError(f"target {self.name!r} has no compute op {op!r}")
+        return requant_from_scale(scale, zp, out_type, caps.requant_scheme)
+
+
+def requant_from_scale(scale: float, zp: int, out_type: str, scheme: str) -> RequantParams:
+    """Convert a real requantization scale to parameters of `scheme`.
+
+    "float32" keeps `float32(scale)`; "fixed_double"/"fixed_single" use
+    `prover.requant.quantize_multiplier(float(scale))` (TFLite's quantiser).
+    """
+    if scheme == "float32":
+        return RequantParams("float32", int(zp), out_type, scale=float(np.float32(scale)))
+    if scheme in ("fixed_double", "fixed_single"):
+        m, s = quantize_multiplier(float(scale))
+        return RequantParams(scheme, int(zp), out_type, multiplier=m, shift=s)
+    raise TargetError(f"unknown requantization scheme {scheme!r}; known: {REQUANT_SCHEMES}")
+
+
+def onnx_requant_params(
+    a_scale: float, b_scale: float, y_scale: float, zp: int, out_type: str, scheme: str
+) -> RequantParams:
+    """Requant parameters for an ONNX QLinearMatMul's scales on a `scheme` postprocessor.
+
+    The real scale is ONNX Runtime's float32 `(a_scale*b_scale)/y_scale`.
+    """
+    return requant_from_scale(
+        float(onnx_requant_scale(a_scale, b_scale, y_scale)), zp, out_type, scheme
+    )
+
+
+# --- loading and validation -------------------------------------------------------------
+
+
+class _Section:
+    """Typed access to one TOML table; every key must be consumed (unknown keys are errors)."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, dict):
+            raise TargetError(f"[{where}] must be a table")
+        self.data, self.where, self.used = data, where, set()
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if default is ...:
+                raise TargetError(f"[{self.where}] is missing required key {key!r}")
+            return default
+        v = self.data[key]
+        if isinstance(v, bool) and kind is int or not isinstance(v, kind):
+            raise TargetError(f"[{self.where}] {key} = {v!r}: expected {_kind_name(kind)}")
+        return v
+
+    def choice(self, key: str, allowed: tuple[str, ...]) -> str:
+        v = self.get(key, str)
+        if v not in allowed:
+            raise TargetError(f"[{self.where}] {key} = {v!r}: must be one of {list(allowed)}")
+        return v
+
+    def choices(self, key: str, allowed, kind: type = str) -> frozenset:
+        vals = self.get(key, list)
+        for v in vals:
+            if not isinstance(v, kind) or isinstance(v, bool) or v not in allowed:
+                raise TargetError(
+                    f"[{self.where}] {key}: {v!r} is not one of {sorted(allowed, key=str)}"
+                )
+        return frozenset(vals)
+
+    def positive(self, key: str) -> int:
+        v = self.get(key, int)
+        if v <= 0:
+            raise TargetError(f"[{self.where}] {key} = {v}: must be a positive integer")
+        return v
+
+    def done(self) -> None:
+        extra = set(self.data) - self.used
+        if extra:
+            raise TargetError(f"[{self.where}] has unknown key(s) {sorted(extra)}")
+
+
+def _kind_name(kind: Any) -> str:
+    names = {str: "a string", int: "an integer", bool: "a boolean", list: "a list", dict: "a table"}
+    if isinstance(kind, tuple):
+        return " or ".join(names.get(k, k.__name__) for k in kind)
+    return names.get(kind, kind.__name__)
+
+
+def _compute(op: str, data: Any) -> ComputeCaps:
+    s = _Section(data, f"compute.{op}")
+    caps = ComputeCaps(
+        op=op,
+        requant_scheme=s.choice("requant_scheme", REQUANT_SCHEMES),
+        functions=s.choices("functions", FUNCTIONS),
+        intermediate_types=s.choices("intermediate_types", TYPES),
+        lut_sizes=s.choices("lut_sizes", {16, 256, 65536}, int),
+        clip=s.get("clip", bool),
+        structures=s.choices("structures", STRUCTURES),
+        fused_structures=s.choices("fused_structures", STRUCTURES),
+    )
+    s.done()
+    if "plain" not in caps.structures:
+        raise TargetError(f"[compute.{op}] structures must include 'plain'")
+    if not caps.fused_structures <= caps.structures:
+        raise TargetError(f"[compute.{op}] fused_structures must be a subset of structures")
+    return caps
+
+
+def parse_target(data: dict[str, Any], path: str = "<memory>") -> Target:
+    """Build a `Target` from parsed TOML, raising `TargetError` on any problem."""
+    top = _Section(data, "top level")
+    meta = _Section(top.get("target", dict), "target")
+    name = meta.get("name", str)
+    description = meta.get("description", str, "")
+    meta.done()
+
+    mems = _Section(top.get("memories", dict), "memories")
+    memories = []
+    for m in MEMORIES:
+        ms = _Section(mems.get(m, dict), f"memories.{m}")
+        memories.append((m, ms.positive("size")))
+        ms.done()
+    mems.done()
+
+    ts = _Section(top.get("tables", dict), "tables")
+    tables = TableMemory(ts.positive("slots"), ts.positive("entries"), ts.positive("entry_bytes"))
+    ts.done()
+    if tables.entries != 256:
+        raise TargetError(f"[tables] entries = {tables.entries}: table slots hold 256 entries")
+
+    lb = _Section(top.get("lut_builder", dict), "lut_builder")
+    builder = LutBuilder(
+        lb.choice("rounding", ROUNDINGS),
+        lb.choice("zp_placement", ZP_PLACEMENTS),
+        lb.choice("precision", PRECISIONS),
+        lb.choice("index_order", INDEX_ORDERS),
+    )
+    lb.done()
+
+    comp = _Section(top.get("compute", dict), "compute")
+    computes = []
+    for op in sorted(comp.data):
+        if op not in ("MatMul", "Conv"):
+            raise TargetError(f"[compute.{op}]: unknown compute op; known: MatMul, Conv")
+        computes.append(_compute(op, comp.get(op, dict)))
+    comp.done()
+    if not computes:
+        raise TargetError("[compute] must describe at least one compute op")
+
+    st = _Section(top.get("standalone", dict), "standalone")
+    standalone = StandaloneCaps(
+        st.choices("functions", FUNCTIONS),
+        st.choice("requant_scheme", REQUANT_SCHEMES),
+        st.get("clip", bool),
+    )
+    st.done()
+    top.done()
+    return Target(
+        name, description, path, tuple(memories), tables, builder, tuple(computes), standalone
+    )
+
+
+def load_target(path: str | Path | None = None) -> Target:
+    """Load and validate a target TOML file; None loads the default shipped target."""
+    p = Path(path) if path is not None else DEFAULT_TARGET
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise TargetError(f"cannot read target file {str(p)!r}: {e.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TargetError(f"target file {str(p)!r} is not valid TOML: {e}") from None
+    try:
+        return parse_target(data, str(p))
+    except TargetError as e:
+        raise TargetError(f"target file {str(p)!r}: {e}") from None
+
+
+def shipped_targets() -> dict[str, Path]:
+    """Name -> path of every target shipped in npu_backend/targets/."""
+    return {p.stem: p for p in sorted(TARGETS_DIR.glob("*.toml"))}
