@@ -101,7 +101,13 @@ class NumpyDomain(Domain):
 
     def lut(self, table, index):
         t = np.asarray(table, dtype=np.int64)
-        return t[np.asarray(index, dtype=np.int64)]
+        i = np.asarray(index, dtype=np.int64)
+        # numpy would silently wrap a negative index; the symbolic form cannot.
+        if i.size and (i.min() < 0 or i.max() >= len(t)):
+            raise KernelError(
+                f"LUT index out of range [0, {len(t) - 1}]: {int(i.min())}..{int(i.max())}"
+            )
+        return t[i]
 
     def step_count(self, x, thresholds):
         t = np.asarray(thresholds, dtype=np.int64)

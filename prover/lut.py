@@ -10,6 +10,16 @@ is a parameter of `LutSpec`, never an assumption:
 - `precision`: evaluate the function in `float32` or `float64`;
 - `index_order`: `offset` (index = x - type_min, i.e. x+128 for int8) or
   `twos_complement` (index = x & 0xFF, i.e. x<0 ? 256+x : x).
+
+ONNX Runtime's QLinearSigmoid table (contrib QLinearLookup) is exactly
+`LutSpec(function="sigmoid_mlas", precision="float32", rounding="half_even",
+zp_placement="after_rounding")`: dequantize in float32 (`x_scale * float(x - x_zp)`),
+MLAS's logistic (`prover.mlas`, the FMA form on x86-64 AVX2/ARM64;
+`sigmoid_mlas_nofma` is the portable SSE2 form), then ONNX Runtime's quantize
+(`x / y_scale` in float32, round half to even, + zero point, saturate). ONNX
+Runtime stores that table in `twos_complement` order (indexed by the raw byte);
+the logical map from input to output does not depend on the order.
+`build_ort_sigmoid_table` builds it.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import numpy as np
 
 from .domain import Domain, KernelError
 from .inttypes import IntType, int_type
+from .mlas import mlas_logistic
 
 INDEX_ORDERS = ("offset", "twos_complement")
 ROUNDINGS = ("half_even", "half_away", "toward_zero")
@@ -82,6 +93,9 @@ def _gelu_tanh(x, ft):
 
 FUNCTIONS: dict[str, Callable[[np.ndarray, type], np.ndarray]] = {
     "sigmoid": _sigmoid,
+    # ONNX Runtime's logistic (always float32, whatever `precision` says).
+    "sigmoid_mlas": lambda x, ft: mlas_logistic(x, fused=True),
+    "sigmoid_mlas_nofma": lambda x, ft: mlas_logistic(x, fused=False),
     "tanh": lambda x, ft: np.tanh(x),
     "gelu": _gelu,
     "gelu_tanh": _gelu_tanh,
@@ -122,13 +136,20 @@ class LutSpec:
             if val not in allowed:
                 raise KernelError(f"unknown {what} {val!r}; known: {allowed}")
         for s in (self.in_scale, self.out_scale):
-            if not (math.isfinite(s) and s > 0):
-                raise KernelError(f"LUT scale {s} must be finite and positive")
+            try:
+                with np.errstate(over="ignore"):
+                    s32 = float(np.float32(s))
+            except (TypeError, ValueError):
+                s32 = math.nan
+            if not (math.isfinite(s32) and s32 > 0):
+                raise KernelError(f"LUT scale {s} must be finite and positive in float32")
         it, ot = int_type(self.in_type), int_type(self.out_type)
         if it.bits > 8:
             raise KernelError(f"LUT input type {it.name} has more than 256 values")
-        if not it.contains(self.in_zp) or not ot.contains(self.out_zp):
-            raise KernelError("LUT zero point outside its type's range")
+        if not it.contains(self.in_zp):
+            raise KernelError(f"LUT input zero point {self.in_zp} outside the range of {it.name}")
+        if not ot.contains(self.out_zp):
+            raise KernelError(f"LUT output zero point {self.out_zp} outside the range of {ot.name}")
 
 
 def round_with(y: np.ndarray, rounding: str) -> np.ndarray:
@@ -136,7 +157,11 @@ def round_with(y: np.ndarray, rounding: str) -> np.ndarray:
     if rounding == "half_even":
         return np.rint(y)
     if rounding == "half_away":
-        return np.sign(y) * np.floor(np.abs(y) + y.dtype.type(0.5))
+        # Not floor(|y| + 0.5): that addition itself rounds (0.49999997f + 0.5f == 1.0f,
+        # and above 2^23 it can land on the next integer). The fraction is exact.
+        a = np.abs(y)
+        fl = np.floor(a)
+        return np.sign(y) * np.where(a - fl >= 0.5, fl + 1, fl)
     if rounding == "toward_zero":
         return np.trunc(y)
     raise KernelError(f"unknown rounding {rounding!r}; known: {ROUNDINGS}")
@@ -152,6 +177,8 @@ def build_lut(spec: LutSpec) -> np.ndarray:
     with np.errstate(over="ignore"):
         y = np.asarray(FUNCTIONS[spec.function](real, ft), dtype=ft)
         q = y / ft(spec.out_scale)
+    if np.any(np.isnan(q)):
+        raise KernelError(f"LUT function {spec.function} gives NaN on the input range of {spec}")
     if spec.zp_placement == "after_rounding":
         r = round_with(q, spec.rounding).astype(np.float64) + spec.out_zp
     else:
@@ -162,6 +189,39 @@ def build_lut(spec: LutSpec) -> np.ndarray:
 
     out[lut_index(NUMPY, xs, it, spec.index_order)] = logical
     return out
+
+
+def build_ort_sigmoid_table(
+    in_scale: float,
+    in_zp: int,
+    in_type: str,
+    out_scale: float,
+    out_zp: int,
+    out_type: str,
+    *,
+    index_order: str = "offset",
+    fused: bool = True,
+) -> np.ndarray:
+    """ONNX Runtime's QLinearSigmoid table (see the module docstring), in `index_order`.
+
+    `fused=True` reproduces the FMA kernel ONNX Runtime runs on x86-64 with AVX2
+    and on ARM64; `fused=False` the portable SSE2 kernel.
+    """
+    return build_lut(
+        LutSpec(
+            function="sigmoid_mlas" if fused else "sigmoid_mlas_nofma",
+            in_scale=float(in_scale),
+            in_zp=int(in_zp),
+            in_type=in_type,
+            out_scale=float(out_scale),
+            out_zp=int(out_zp),
+            out_type=out_type,
+            rounding="half_even",
+            zp_placement="after_rounding",
+            precision="float32",
+            index_order=index_order,
+        )
+    )
 
 
 def check_table(table: Sequence[int], in_type: IntType, out_type: IntType) -> None:

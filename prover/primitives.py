@@ -53,6 +53,11 @@ def _lut_apply(d: Domain, x, *, table, in_type, index_order):
     return _lut.apply_lut(d, table, x, int_type(in_type), index_order)
 
 
+def _lut_pre(d: Domain, x, *, table, in_type, index_order):
+    t = int_type(in_type)
+    return d.land(x >= t.min, x <= t.max)
+
+
 def _clip(d: Domain, x, *, lo, hi):
     if lo > hi:
         raise KernelError(f"clip with min {lo} > max {hi}")
@@ -91,7 +96,7 @@ PRIMITIVES: dict[str, Primitive] = {
         Primitive("requant_double", _requant_double, _requant_double_pre),
         Primitive("requant_single", _requant_single, _requant_single_pre),
         Primitive("requant_float", _requant_float),
-        Primitive("lut", _lut_apply),
+        Primitive("lut", _lut_apply, _lut_pre, doc="table[index(x)], x in in_type"),
         Primitive("dot", _dot),
         Primitive("floordiv_const", _floordiv_const, doc="floor(x / c), c > 0"),
         Primitive("mod_const", _mod_const, doc="x - c * floor(x / c), c > 0"),

@@ -1,0 +1,96 @@
+"""Bit-exact numpy emulation of the ONNX Runtime (MLAS) float kernels the kernel depends on.
+
+ONNX Runtime builds a QLinearSigmoid table by dequantizing all 256 inputs,
+running MLAS's logistic kernel on them and quantizing the results. MLAS does not
+compute `1 / (1 + exp(-x))`: it evaluates Eigen's rational approximation
+`x * P(x^2) / Q(x^2) + 1/2` in float32 on an input clamped to [-18, 18]. Which
+machine code runs depends on the CPU:
+
+- x86-64 with AVX2+FMA3 (`MlasComputeLogisticF32KernelFma3`) and ARM64 NEON: the
+  Horner steps are fused multiply-adds (one rounding each); the result is only
+  clamped below at 0;
+- the portable/SSE2 kernel (`MlasLogisticKernel`): each Horner step is a float32
+  multiply then a float32 add (two roundings); the result is clamped to [0, 1].
+
+Both are emulated here exactly in float32 (a fused multiply-add is emulated with
+float64 and round-to-odd, which makes the final rounding to float32 correct).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+# Eigen's logistic coefficients as MLAS stores them (float32 literals).
+LOWER_RANGE = F32(-18.0)
+UPPER_RANGE = F32(18.0)
+ALPHA = tuple(
+    F32(v)
+    for v in (
+        4.37031012579801e-11,  # alpha_9
+        1.15627324459942e-07,  # alpha_7
+        6.08574864600143e-05,  # alpha_5
+        8.51377133304701e-03,  # alpha_3
+        2.48287947061529e-01,  # alpha_1
+    )
+)
+BETA = tuple(
+    F32(v)
+    for v in (
+        6.10247389755681e-13,  # beta_10
+        5.76102136993427e-09,  # beta_8
+        6.29106785017040e-06,  # beta_6
+        1.70198817374094e-03,  # beta_4
+        1.16817656904453e-01,  # beta_2
+        9.93151921023180e-01,  # beta_0
+    )
+)
+
+
+def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 fused multiply-add `a*b + c` with a single rounding (round half to even).
+
+    The float32 product is exact in float64; the float64 sum is turned into its
+    round-to-odd value (exact when the sum is), and 53 >= 24 + 2 bits make the
+    final conversion to float32 a correctly rounded result.
+    """
+    a64 = np.asarray(a, dtype=F32).astype(np.float64)
+    b64 = np.asarray(b, dtype=F32).astype(np.float64)
+    c64 = np.asarray(c, dtype=F32).astype(np.float64)
+    p = a64 * b64
+    s = p + c64
+    # TwoSum: the exact rounding error of s = p + c.
+    bv = s - p
+    err = (p - (s - bv)) + (c64 - bv)
+    even = (s.view(np.int64) & 1) == 0
+    toward = np.nextafter(s, np.where(err > 0, np.inf, -np.inf))
+    odd = np.where((err != 0) & even, toward, s)
+    return odd.astype(F32)
+
+
+def _mul_add(a, b, c, fused: bool) -> np.ndarray:
+    if fused:
+        return fma32(a, b, c)
+    return (a * b + c).astype(F32)
+
+
+def mlas_logistic(x: np.ndarray, fused: bool = True) -> np.ndarray:
+    """MLAS's float32 logistic function (see the module docstring for `fused`)."""
+    v = np.asarray(x, dtype=F32)
+    v = np.minimum(np.maximum(v, LOWER_RANGE), UPPER_RANGE)
+    v2 = v * v
+    a9, a7, a5, a3, a1 = ALPHA
+    b10, b8, b6, b4, b2, b0 = BETA
+    p = _mul_add(v2, np.full_like(v2, a9), np.full_like(v2, a7), fused)
+    for coef in (a5, a3, a1):
+        p = _mul_add(v2, p, np.full_like(v2, coef), fused)
+    p = v * p
+    q = _mul_add(v2, np.full_like(v2, b10), np.full_like(v2, b8), fused)
+    for coef in (b6, b4, b2, b0):
+        q = _mul_add(v2, q, np.full_like(v2, coef), fused)
+    r = p / q + F32(0.5)
+    r = np.maximum(r, F32(0.0))
+    if not fused:
+        r = np.minimum(r, F32(1.0))
+    return r.astype(F32)
