@@ -1,0 +1,94 @@
+"""The SMT encoding of an obligation (QF_BV) and its SMT-LIB2 export.
+
+The obligation holds iff `ranges /\\ preconditions /\\ violation` is unsat, where
+`violation` says some output pair differs by more than the policy's bound.
+Terms are interpreted with the kernel's `Z3` domain (64-bit signed bit-vectors,
+wide enough for every intermediate the kernel forms), so the SMT meaning is
+the kernel's meaning; the text is then handed unchanged to every backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import z3
+
+from . import terms as T
+from .domain import Z3Domain
+from .obligation import Obligation
+
+WIDTH = 64
+
+
+def _bool(b: object) -> z3.BoolRef:
+    return b if isinstance(b, z3.BoolRef) else z3.BoolVal(bool(b))
+
+
+def absdiff(a: z3.BitVecRef, b: z3.BitVecRef) -> z3.BitVecRef:
+    return z3.If(a >= b, a - b, b - a)
+
+
+def rank(v: z3.BitVecRef) -> z3.BitVecRef:
+    """Simplicity rank 0, 1, -1, 2, -2, ... -> 0, 1, 2, 3, 4, ... (see counterexample.rank)."""
+    return z3.If(v > 0, 2 * v - 1, -2 * v)
+
+
+@dataclass
+class Encoding:
+    """Z3 terms of one obligation: variables, domain constraints and output differences."""
+
+    ob: Obligation
+
+    @cached_property
+    def _built(self):
+        d = Z3Domain(WIDTH)
+        xs = {name: d.var(name) for name in self.ob.variables}
+        dom = []
+        for name, (lo, hi) in self.ob.ranges.items():
+            dom += [xs[name] >= lo, xs[name] <= hi]
+        pre: list = []
+        bs = [T.evaluate(t, d, xs, pre) for t in self.ob.outputs_before]
+        as_ = [T.evaluate(t, d, xs, pre) for t in self.ob.outputs_after]
+        dom += [_bool(p) for p in pre]
+        diffs = [absdiff(d.lift(b), d.lift(a)) for b, a in zip(bs, as_, strict=True)]
+        return xs, dom, diffs
+
+    @property
+    def vars(self) -> dict[str, z3.BitVecRef]:
+        return self._built[0]
+
+    @property
+    def domain(self) -> list[z3.BoolRef]:
+        """Ranges and primitive preconditions."""
+        return self._built[1]
+
+    @property
+    def diffs(self) -> list[z3.BitVecRef]:
+        return self._built[2]
+
+    def violation(self, at_least: int | None = None) -> z3.BoolRef:
+        """Some output differs by more than the bound (or by at least `at_least`)."""
+        if at_least is None:
+            parts = [dd > self.ob.policy.bound for dd in self.diffs]
+        else:
+            parts = [dd >= at_least for dd in self.diffs]
+        # A one-argument `or` is not SMT-LIB (Bitwuzla rejects it).
+        return parts[0] if len(parts) == 1 else z3.Or(parts)
+
+    def rank_at_most(self, name: str, r: int) -> z3.BoolRef:
+        return z3.ULE(rank(self.vars[name]), r)
+
+    def script(self, *constraints: z3.BoolRef, check_sat: bool = False) -> str:
+        """SMT-LIB2 text asserting the domain and `constraints`."""
+        s = z3.Solver()
+        s.add(*self.domain, *constraints)
+        text = "(set-logic QF_BV)\n" + s.sexpr()
+        return text + ("(check-sat)\n" if check_sat else "")
+
+
+def to_smtlib(ob: Obligation) -> str:
+    """The obligation's violation query as a self-contained SMT-LIB2 script (sat = refuted)."""
+    enc = Encoding(ob)
+    head = f"; obligation {ob.hash} policy {ob.policy}: sat means refuted\n"
+    return head + enc.script(enc.violation(), check_sat=True)

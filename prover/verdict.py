@@ -1,0 +1,121 @@
+"""Verdicts and counterexamples: the prover's answers, JSON-serialisable."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .policy import Policy
+
+STATUSES = ("proven", "refuted", "unknown")
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """An input on which `before` and `after` differ beyond the policy (replayed).
+
+    `before`/`after` are ints (tuples of ints for several outputs). `lifted_input`
+    is a whole input row of the compute op producing `assignment[lift.var]`,
+    or None when the obligation has no LiftSpec (or no row reaches that value,
+    explained in `lift_note`).
+    """
+
+    assignment: Mapping[str, int]
+    before: Any
+    after: Any
+    diff: int
+    lifted_input: tuple[int, ...] | None = None
+    lift_note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "assignment": dict(self.assignment),
+            "before": _jsonable(self.before),
+            "after": _jsonable(self.after),
+            "diff": self.diff,
+            "lifted_input": None if self.lifted_input is None else list(self.lifted_input),
+            "lift_note": self.lift_note,
+        }
+
+    @classmethod
+    def from_dict(cls, j: Mapping[str, Any]) -> Counterexample:
+        li = j.get("lifted_input")
+        return cls(
+            {k: int(v) for k, v in j["assignment"].items()},
+            _unjson(j["before"]),
+            _unjson(j["after"]),
+            int(j["diff"]),
+            None if li is None else tuple(int(v) for v in li),
+            j.get("lift_note", ""),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer to one obligation. `unknown` is never a pass."""
+
+    status: str
+    policy: Policy
+    obligation_hash: str
+    solver: str
+    time_ms: float
+    max_diff: int | None = None
+    counterexample: Counterexample | None = None
+    reason: str = ""
+    cached: bool = False
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"bad verdict status {self.status!r}; known: {STATUSES}")
+        if (self.status == "refuted") != (self.counterexample is not None):
+            raise ValueError("a refuted verdict needs a counterexample, and only it has one")
+
+    @property
+    def proven(self) -> bool:
+        return self.status == "proven"
+
+    @property
+    def refuted(self) -> bool:
+        return self.status == "refuted"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "policy": str(self.policy),
+            "obligation_hash": self.obligation_hash,
+            "solver": self.solver,
+            "time_ms": round(float(self.time_ms), 3),
+            "max_diff": self.max_diff,
+            "counterexample": None
+            if self.counterexample is None
+            else self.counterexample.to_dict(),
+            "reason": self.reason,
+            "cached": self.cached,
+            "details": dict(self.details),
+        }
+
+    @classmethod
+    def from_dict(cls, j: Mapping[str, Any]) -> Verdict:
+        cex = j.get("counterexample")
+        return cls(
+            status=j["status"],
+            policy=Policy.parse(j["policy"]),
+            obligation_hash=j["obligation_hash"],
+            solver=j["solver"],
+            time_ms=float(j["time_ms"]),
+            max_diff=j.get("max_diff"),
+            counterexample=None if cex is None else Counterexample.from_dict(cex),
+            reason=j.get("reason", ""),
+            cached=bool(j.get("cached", False)),
+            details=dict(j.get("details", {})),
+        )
+
+
+def _jsonable(v: Any) -> Any:
+    return [int(x) for x in v] if isinstance(v, tuple | list) else int(v)
+
+
+def _unjson(v: Any) -> Any:
+    return tuple(int(x) for x in v) if isinstance(v, list) else int(v)
