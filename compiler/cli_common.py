@@ -1,0 +1,194 @@
+"""What the command-line tools share: one-line errors, exit codes, model and target loading.
+
+Every expected failure (bad file, unsupported op, bad option value, proof-store
+problem) becomes `UsageError` with a one-line message and exit code 2; anything
+else is a bug in the tool and exits 4 with a pointer to `--debug`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, NoReturn
+
+from compiler.report_model import ExitCode
+
+DIST_NAME = "npu-fusion-prover"
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: reported as one line, exit code 2."""
+
+
+def tool_version() -> str:
+    """The installed package version ("0+unknown" when not installed)."""
+    try:
+        return metadata.version(DIST_NAME)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a single-line error message (and exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _optional(module: str, name: str) -> type[BaseException] | None:
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+# (module, class) of every error that means "bad input", never "tool bug".
+_EXPECTED = (
+    ("compiler.errors", "FrontendError"),
+    ("npu_backend.target", "TargetError"),
+    ("npu_backend.errors", "BackendError"),
+    ("npu_backend.program", "ProgramError"),
+    ("npu_backend.validate", "ValidationError"),
+    ("prover.domain", "KernelError"),
+    ("prover.errors", "StoreMiss"),
+    ("prover.errors", "StoreCorrupt"),
+    ("prover.errors", "VacuousObligation"),
+    ("prover.store", "StoreError"),
+    ("onnx.checker", "ValidationError"),
+    ("onnx.shape_inference", "InferenceError"),
+    ("google.protobuf.message", "DecodeError"),
+)
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes that mean bad input (those importable right now)."""
+    found = [_optional(m, n) for m, n in _EXPECTED]
+    return (UsageError, OSError, *[c for c in found if c is not None])
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line (its message, first line, without the class noise)."""
+    text = str(e).strip() or type(e).__name__
+    first = text.splitlines()[0].strip()
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        first = f"{e.strerror}: {e.filename}"
+    return first
+
+
+def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run `body(args)`, turning expected errors into exit 2 and bugs into exit 4."""
+    debug = bool(getattr(args, "debug", False))
+    try:
+        return int(body(args))
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except expected_errors() as e:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except Exception as e:  # noqa: BLE001 - the top level decides what a bug is
+        if debug:
+            traceback.print_exc()
+        print(
+            f"{prog}: internal error ({type(e).__name__}: {one_line(e)}); "
+            "rerun with --debug for the traceback and report it",
+            file=sys.stderr,
+        )
+        return ExitCode.INTERNAL
+
+
+def check_model_file(path: str) -> Any:
+    """Load and validate an ONNX file, raising `UsageError` naming what is wrong."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"model file not found: {path}")
+    if p.is_dir():
+        raise UsageError(f"model path is a directory, not an ONNX file: {path}")
+    data = p.read_bytes()
+    if not data:
+        raise UsageError(f"model file is empty: {path}")
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise UsageError(
+            f"not a valid ONNX model (truncated or not ONNX): {path}: {one_line(e)}"
+        ) from None
+    if not model.HasField("graph") or len(model.graph.node) == 0:
+        raise UsageError(f"not a valid ONNX model (no graph or no nodes; truncated?): {path}")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise UsageError(f"invalid ONNX model {path}: {one_line(e)}") from None
+    return model
+
+
+def resolve_target(spec: str | None) -> Any:
+    """Load a target: None = the default, a TOML path, or a shipped target's name."""
+    from npu_backend.target import load_target, shipped_targets
+
+    if spec is None:
+        return load_target(None)
+    p = Path(spec)
+    if not p.exists() and spec in shipped_targets():
+        p = shipped_targets()[spec]
+    if not p.exists():
+        names = ", ".join(sorted(shipped_targets()))
+        raise UsageError(f"target file not found: {spec} (shipped targets: {names})")
+    return load_target(p)
+
+
+def parse_policy(text: str) -> Any:
+    """argparse type: a `prover.policy.Policy` from "bitwise" or "bounded:N"."""
+    from prover.policy import Policy
+
+    try:
+        return Policy.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a float > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
+    return v
+
+
+def write_output(text: str, output: str | None) -> None:
+    """Write a report to a file (parents created) or to stdout."""
+    if output is None or output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    p = Path(output)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+
+
+def argv_or_default(argv: Sequence[str] | None) -> list[str]:
+    return list(sys.argv[1:] if argv is None else argv)

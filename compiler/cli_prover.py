@@ -1,0 +1,124 @@
+"""`prover check MODEL ...`: prove or refute every candidate fusion site of an ONNX model.
+
+Exit codes: 0 every candidate decided and nothing refuted; 1 at least one refuted;
+3 at least one unknown and none refuted; 2 bad usage or bad input; 4 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from compiler import report_json, report_junit, report_sarif, report_text
+from compiler.cli_common import (
+    Parser,
+    argv_or_default,
+    parse_policy,
+    positive_float,
+    positive_int,
+    run_main,
+    tool_version,
+    write_output,
+)
+from compiler.report_model import Report
+
+PROG = "prover"
+RENDERERS = {
+    "text": report_text.render,
+    "json": report_json.render,
+    "sarif": report_sarif.render,
+    "junit": report_junit.render,
+}
+EXIT_HELP = """exit codes:
+  0  every candidate site decided and none refuted
+  1  at least one site refuted (a counterexample was found and replayed)
+  2  bad usage or bad input (one-line error on stderr; nothing written to the proof store)
+  3  at least one site unknown (budget ran out) and none refuted
+  4  internal error (rerun with --debug for the traceback)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `prover` argument parser (subcommand `check`)."""
+    p = Parser(
+        prog=PROG,
+        description="Formal legality checker for operator fusion in an NPU compiler.",
+        epilog=EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {tool_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    c = sub.add_parser(
+        "check",
+        help="check every candidate fusion site of an ONNX model",
+        description="Prove or refute every candidate fusion site of an ONNX model.",
+        epilog=EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument("model", metavar="MODEL", help="ONNX model file")
+    c.add_argument(
+        "--policy",
+        type=parse_policy,
+        default=None,
+        metavar="bitwise|bounded:N",
+        help="equivalence policy (default: bitwise)",
+    )
+    c.add_argument(
+        "--target", metavar="FILE", help="target description TOML (or a shipped target name)"
+    )
+    c.add_argument("--format", choices=sorted(RENDERERS), default="text", help="report format")
+    c.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
+    c.add_argument(
+        "--emit-tests",
+        metavar="DIR",
+        help="write a replayable pytest module and .npz data per refuted site",
+    )
+    c.add_argument("--proofs", metavar="DIR", default="proofs", help="proof store (default proofs/)")
+    c.add_argument(
+        "--proofs-mode",
+        choices=("rw", "ro", "off"),
+        default="rw",
+        help="rw: read and record; ro: every obligation must be in the store (CI); off",
+    )
+    c.add_argument(
+        "--timeout", type=positive_float, default=10.0, metavar="SECONDS", help="per obligation"
+    )
+    c.add_argument("--solver", default="auto", metavar="NAME", help="auto, z3, bitwuzla, cvc5, enum")
+    c.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="parallel obligations")
+    c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    c.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    return p
+
+
+def _check(args: argparse.Namespace) -> int:
+    from compiler.check_run import CheckOptions, run_check
+
+    opts = CheckOptions(
+        policy=args.policy,
+        target=args.target,
+        proofs=args.proofs,
+        proofs_mode=args.proofs_mode,
+        timeout_s=args.timeout,
+        solver=args.solver,
+        jobs=args.jobs,
+        progress=not args.no_progress,
+    )
+    report: Report = run_check(args.model, opts)
+    if args.emit_tests:
+        from compiler.emit_tests import emit_tests
+
+        emit_tests(report, args.model, args.emit_tests, opts)
+    write_output(RENDERERS[args.format](report), args.output)
+    return report.exit_code()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `prover` command; returns the exit code."""
+    args = build_parser().parse_args(argv_or_default(argv))
+    return run_main(PROG, _check, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
