@@ -1,0 +1,20 @@
+"""Compiler exceptions. Every message is one line and names the node it is about."""
+
+from __future__ import annotations
+
+
+class CompilerError(Exception):
+    """Base class of the compiler's errors."""
+
+
+class FrontendError(CompilerError):
+    """The ONNX model cannot be loaded into the integer IR (unsupported op, bad dtype...)."""
+
+
+class InternalError(CompilerError):
+    """A bug in the tool, e.g. a counterexample that does not reproduce on replay."""
+
+
+def node_label(name: str, op_type: str) -> str:
+    """How messages refer to an ONNX node."""
+    return f"node '{name}' ({op_type})"

@@ -1,0 +1,572 @@
+"""ONNX frontend: load, validate, and lower a quantized ONNX model to the integer IR.
+
+Accepted forms:
+- QOperator: QLinearMatMul, MatMulInteger, QuantizeLinear, DequantizeLinear,
+  com.microsoft QLinearSigmoid / QLinearLeakyRelu;
+- QDQ: DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear becomes one table;
+  DequantizeLinear(x), DequantizeLinear(W) -> MatMul|Gemm -> QuantizeLinear becomes one
+  host float MatMul (run by ONNX Runtime: its float32 summation order is not an integer op);
+- integer Clip, Reshape, Transpose, Identity;
+- the project domain `ai.npufusion`: `Requantize(x)` with attributes `multiplier`,
+  `shift`, `zero_point`, `rounding` ("double" | "single" | "float", the last with `scale`)
+  and `output_type` ("int8", "uint8", "int16", ...).
+
+Anything else raises `FrontendError` with a one-line message naming the node.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from prover.domain import KernelError
+from prover.inttypes import TYPES, int_type
+from prover.matmul import accumulator_range
+from prover.requant import check_multiplier, onnx_requant_scale
+
+from .errors import FrontendError, node_label
+from .ir import Graph, Node, Value
+from .ort_tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, ort_table
+
+PROJECT_DOMAIN = "ai.npufusion"
+MS_DOMAIN = "com.microsoft"
+
+DTYPES = {
+    TensorProto.INT8: "int8",
+    TensorProto.UINT8: "uint8",
+    TensorProto.INT16: "int16",
+    TensorProto.UINT16: "uint16",
+    TensorProto.INT32: "int32",
+    TensorProto.INT64: "int64",
+    TensorProto.FLOAT: "float32",
+}
+HOST_FLOAT_OPS = ("MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Add", "Sub", "Mul", "Clip")
+EIGHT_BIT = ("int8", "uint8")
+
+
+def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
+    """Load and validate (checker, strict shape inference) an ONNX model."""
+    if isinstance(model, onnx.ModelProto):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+    else:
+        try:
+            m = onnx.load(str(model))
+        except Exception as e:  # noqa: BLE001 - any load failure is bad input
+            raise FrontendError(f"cannot load ONNX model {model}: {_one_line(e)}") from None
+    try:
+        onnx.checker.check_model(m, full_check=True)
+        m = onnx.shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)
+    except Exception as e:  # noqa: BLE001
+        raise FrontendError(f"model fails ONNX validation: {_one_line(e)}") from None
+    return m
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [s.strip() for s in str(e).splitlines() if s.strip()]
+    return " ".join(lines)[:400] if lines else type(e).__name__
+
+
+class _Builder:
+    """Converts ONNX nodes one at a time, tracking value types and shapes."""
+
+    def __init__(self, m: onnx.ModelProto) -> None:
+        self.m = m
+        g = m.graph
+        self.consts: dict[str, np.ndarray] = {
+            i.name: numpy_helper.to_array(i) for i in g.initializer
+        }
+        self.values: dict[str, Value] = {}
+        self.nodes: list[Node] = []
+        self.opsets = {o.domain: o.version for o in m.opset_import}
+        self.inferred = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
+        self.onnx_users: dict[str, list[onnx.NodeProto]] = {}
+        for n in g.node:
+            for i in n.input:
+                self.onnx_users.setdefault(i, []).append(n)
+        self.graph_outputs = [o.name for o in g.output]
+        self.names: set[str] = set()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def label(self, n: onnx.NodeProto) -> str:
+        return node_label(n.name or n.output[0], n.op_type)
+
+    def fail(self, n: onnx.NodeProto, msg: str) -> FrontendError:
+        return FrontendError(f"{self.label(n)}: {msg}")
+
+    def const(
+        self, n: onnx.NodeProto, idx: int, what: str, optional: bool = False
+    ) -> np.ndarray | None:
+        if idx >= len(n.input) or n.input[idx] == "":
+            if optional:
+                return None
+            raise self.fail(n, f"missing input {what}")
+        name = n.input[idx]
+        if name not in self.consts:
+            raise self.fail(n, f"{what} '{name}' must be a constant initializer")
+        return self.consts[name]
+
+    def scalar(self, n: onnx.NodeProto, idx: int, what: str, default: Any = None) -> Any:
+        v = self.const(n, idx, what, optional=default is not None)
+        if v is None:
+            return default
+        if v.size != 1:
+            raise self.fail(n, f"{what} must be a scalar (per-tensor), got shape {list(v.shape)}")
+        return v.reshape(()).item()
+
+    def value(self, n: onnx.NodeProto, name: str) -> Value:
+        if name in self.consts:
+            raise self.fail(n, f"input '{name}' is a constant; only constant weights are supported")
+        if name not in self.values:
+            raise self.fail(n, f"input '{name}' is not produced by any supported node")
+        return self.values[name]
+
+    def dtype_of(self, n: onnx.NodeProto, name: str) -> str:
+        return self.value(n, name).dtype
+
+    def expect_dtype(self, n: onnx.NodeProto, name: str, allowed: tuple[str, ...]) -> str:
+        t = self.dtype_of(n, name)
+        if t not in allowed:
+            raise self.fail(n, f"input '{name}' has type {t}; supported: {', '.join(allowed)}")
+        return t
+
+    def new_name(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        return name
+
+    def emit(
+        self, op: str, origin: list[onnx.NodeProto], inputs: list[str], out: Value, **attrs: Any
+    ) -> Node:
+        base = origin[-1].name or origin[-1].output[0]
+        node = Node(
+            self.new_name(base), op, list(inputs), [out.name], attrs, tuple(o.name for o in origin)
+        )
+        self.values[out.name] = out
+        self.nodes.append(node)
+        return node
+
+    # -- graph inputs --------------------------------------------------------------------
+
+    def add_inputs(self) -> None:
+        init = set(self.consts)
+        for vi in self.m.graph.input:
+            if vi.name in init:
+                continue
+            tt = vi.type.tensor_type
+            users = self.onnx_users.get(vi.name, [])
+            where = f" (consumed by {self.label(users[0])})" if users else ""
+            if tt.elem_type not in DTYPES:
+                raise FrontendError(
+                    f"graph input '{vi.name}'{where}: unsupported element type "
+                    f"{TensorProto.DataType.Name(tt.elem_type)}"
+                )
+            dims = []
+            for d in tt.shape.dim:
+                if not d.HasField("dim_value") or d.dim_value <= 0:
+                    raise FrontendError(
+                        f"graph input '{vi.name}'{where}: dynamic dimension "
+                        f"'{d.dim_param or '?'}' is not supported; give the model static shapes"
+                    )
+                dims.append(int(d.dim_value))
+            if not tt.HasField("shape"):
+                raise FrontendError(f"graph input '{vi.name}'{where}: shape unknown (dynamic rank)")
+            self.values[vi.name] = Value(vi.name, DTYPES[tt.elem_type], tuple(dims))
+            self.names.add(vi.name)
+
+    # -- QDQ grouping --------------------------------------------------------------------
+
+    def producer_map(self) -> dict[str, onnx.NodeProto]:
+        return {o: n for n in self.m.graph.node for o in n.output}
+
+    def single_use(self, name: str) -> bool:
+        return len(self.onnx_users.get(name, [])) == 1 and name not in self.graph_outputs
+
+    def qdq_groups(self) -> dict[str, tuple[str, list[onnx.NodeProto]]]:
+        """Map the name of each group's final QuantizeLinear to (kind, nodes of the group)."""
+        prod = self.producer_map()
+        groups: dict[str, tuple[str, list[onnx.NodeProto]]] = {}
+        for q in self.m.graph.node:
+            if q.op_type != "QuantizeLinear" or q.domain not in ("", "ai.onnx"):
+                continue
+            mid = prod.get(q.input[0])
+            if mid is None or not self.single_use(q.input[0]):
+                continue
+            if mid.op_type in QDQ_FUNCTIONS and mid.domain in ("", "ai.onnx"):
+                dq = prod.get(mid.input[0])
+                if (
+                    dq is not None
+                    and dq.op_type == "DequantizeLinear"
+                    and dq.input[0] not in self.consts
+                ):
+                    if self.single_use(mid.input[0]):
+                        groups[q.name or q.output[0]] = ("act", [dq, mid, q])
+            elif mid.op_type in ("MatMul", "Gemm") and mid.domain in ("", "ai.onnx"):
+                members = [mid, q]
+                ok = True
+                for i in mid.input:
+                    p = prod.get(i)
+                    if p is not None and p.op_type == "DequantizeLinear" and self.single_use(i):
+                        members.insert(0, p)
+                    elif i not in self.consts:
+                        ok = False
+                if ok and any(p.op_type == "DequantizeLinear" for p in members):
+                    groups[q.name or q.output[0]] = ("matmul", members)
+        return groups
+
+    # -- conversion ----------------------------------------------------------------------
+
+    def run(self) -> Graph:
+        self.add_inputs()
+        groups = self.qdq_groups()
+        skip = {id(n) for _, ns in groups.values() for n in ns[:-1]}
+        for n in self.m.graph.node:
+            if id(n) in skip:
+                continue
+            key = n.name or n.output[0]
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                self.consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+                continue
+            if key in groups:
+                kind, members = groups[key]
+                if kind == "act":
+                    self.qdq_activation(members)
+                else:
+                    self.host(members, compute=members[-2].op_type)
+                continue
+            self.convert(n)
+        outs = []
+        for o in self.graph_outputs:
+            if o not in self.values:
+                raise FrontendError(f"graph output '{o}' is not computed by a supported node")
+            outs.append(o)
+        ins = [vi.name for vi in self.m.graph.input if vi.name not in self.consts]
+        g = Graph(self.values, self.nodes, ins, outs, dict(self.opsets))
+        g.prune_values()
+        return g
+
+    def convert(self, n: onnx.NodeProto) -> None:
+        dom = n.domain or ""
+        if dom in ("", "ai.onnx"):
+            handler = {
+                "QLinearMatMul": self.qlinear_matmul,
+                "MatMulInteger": self.matmul_integer,
+                "Reshape": self.reshape,
+                "Transpose": self.transpose,
+                "Identity": self.identity,
+                "Clip": self.clip,
+                "QuantizeLinear": lambda n: self.host([n]),
+                "DequantizeLinear": lambda n: self.host([n]),
+            }.get(n.op_type)
+            if handler is None and n.op_type in HOST_FLOAT_OPS:
+                handler = self.float_op
+        elif dom == MS_DOMAIN:
+            handler = self.qlinear_activation if n.op_type in QLINEAR_FUNCTIONS else None
+        elif dom == PROJECT_DOMAIN:
+            handler = self.requantize if n.op_type == "Requantize" else None
+        else:
+            handler = None
+        if handler is None:
+            raise self.fail(n, f"unsupported operator (domain '{dom or 'ai.onnx'}')")
+        handler(n)
+
+    def weights(self, n: onnx.NodeProto, idx: int) -> np.ndarray:
+        w = self.const(n, idx, "weights")
+        if w.dtype.name not in EIGHT_BIT:
+            raise self.fail(n, f"weights have type {w.dtype.name}; supported: int8, uint8")
+        if w.ndim != 2:
+            raise self.fail(n, f"weights must be 2-D [K, N], got shape {list(w.shape)}")
+        return w.astype(np.int64)
+
+    def column_param(self, n: onnx.NodeProto, idx: int, what: str, N: int, default: Any = None):
+        v = self.const(n, idx, what, optional=default is not None)
+        if v is None:
+            return default
+        if v.size == 1:
+            return v.reshape(()).item()
+        if v.shape != (N,):
+            raise self.fail(n, f"{what} must be a scalar or have shape [{N}], got {list(v.shape)}")
+        return tuple(v.tolist())
+
+    def matmul_out(self, n: onnx.NodeProto, a: Value, w: np.ndarray, dtype: str) -> Value:
+        if len(a.shape) < 2 or a.shape[-1] != w.shape[0]:
+            raise self.fail(
+                n, f"input shape {list(a.shape)} does not match weights {list(w.shape)}"
+            )
+        return Value(n.output[0], dtype, a.shape[:-1] + (w.shape[1],))
+
+    def check_acc(self, n, w, w_zp, a_type, a_zp) -> None:
+        r = accumulator_range(w, np.asarray(w_zp, dtype=np.int64), int_type(a_type), int(a_zp))
+        if not r.fits():
+            raise self.fail(
+                n, f"accumulator range {list(r.overall)} may leave int32 (ONNX Runtime would wrap)"
+            )
+
+    def qlinear_matmul(self, n: onnx.NodeProto) -> None:
+        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
+        a = self.value(n, n.input[0])
+        w = self.weights(n, 3)
+        N = w.shape[1]
+        a_scale = self.scalar(n, 1, "a_scale")
+        a_zp = int(self.scalar(n, 2, "a_zero_point"))
+        b_scale = self.column_param(n, 4, "b_scale", N)
+        w_zp = self.column_param(n, 5, "b_zero_point", N)
+        y_scale = self.scalar(n, 6, "y_scale")
+        y_zp_arr = self.const(n, 7, "y_zero_point")
+        y_zp = int(y_zp_arr.reshape(()).item()) if y_zp_arr.size == 1 else None
+        if y_zp is None:
+            raise self.fail(n, "y_zero_point must be a scalar")
+        out_t = y_zp_arr.dtype.name
+        bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
+        scales = tuple(float(onnx_requant_scale(a_scale, s, y_scale)) for s in bs)
+        if any(not (s > 0 and np.isfinite(s)) for s in scales):
+            raise self.fail(n, "requantization scale must be finite and positive")
+        self.check_acc(n, w, w_zp, at, a_zp)
+        out = self.matmul_out(n, a, w, out_t)
+        requant = {"scheme": "float", "scale": scales, "zp": y_zp, "out": out_t}
+        self.emit(
+            "matmul",
+            [n],
+            [a.name],
+            out,
+            kind="MatMul",
+            w=w,
+            a_zp=a_zp,
+            w_zp=w_zp,
+            a_type=at,
+            bias=None,
+            requant=requant,
+        )
+
+    def matmul_integer(self, n: onnx.NodeProto) -> None:
+        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
+        a = self.value(n, n.input[0])
+        w = self.weights(n, 1)
+        N = w.shape[1]
+        a_zp = int(self.scalar(n, 2, "a_zero_point", default=0))
+        w_zp = self.column_param(n, 3, "b_zero_point", N, default=0)
+        self.check_acc(n, w, w_zp, at, a_zp)
+        out = self.matmul_out(n, a, w, "int32")
+        self.emit(
+            "matmul",
+            [n],
+            [a.name],
+            out,
+            kind="MatMul",
+            w=w,
+            a_zp=a_zp,
+            w_zp=w_zp,
+            a_type=at,
+            bias=None,
+            requant=None,
+        )
+
+    def qlinear_activation(self, n: onnx.NodeProto) -> None:
+        it = self.expect_dtype(n, n.input[0], EIGHT_BIT)
+        x = self.value(n, n.input[0])
+        xs = float(self.scalar(n, 1, "X_scale"))
+        xz = int(self.scalar(n, 2, "X_zero_point", default=0))
+        ys = float(self.scalar(n, 3, "Y_scale"))
+        yz = int(self.scalar(n, 4, "Y_zero_point", default=0))
+        alpha = next((a.f for a in n.attribute if a.name == "alpha"), None)
+        if n.op_type == "QLinearLeakyRelu" and alpha is None:
+            alpha = 0.01
+        ot = it  # com.microsoft QLinear activations keep the input type
+        self.lut(n, [n], x, QLINEAR_FUNCTIONS[n.op_type], "qlinear", xs, xz, it, ys, yz, ot, alpha)
+
+    def qdq_activation(self, members: list[onnx.NodeProto]) -> None:
+        dq, act, q = members
+        it = self.expect_dtype(dq, dq.input[0], EIGHT_BIT)
+        x = self.value(dq, dq.input[0])
+        xs = float(self.scalar(dq, 1, "x_scale"))
+        xz = int(self.scalar(dq, 2, "x_zero_point", default=0))
+        ys = float(self.scalar(q, 1, "y_scale"))
+        yz_arr = self.const(q, 2, "y_zero_point", optional=True)
+        yz = 0 if yz_arr is None else int(yz_arr.reshape(()).item())
+        ot = "uint8" if yz_arr is None else yz_arr.dtype.name
+        if ot not in EIGHT_BIT:
+            raise self.fail(q, f"output type {ot} not supported; supported: int8, uint8")
+        self.lut(
+            q,
+            members,
+            x,
+            QDQ_FUNCTIONS[act.op_type],
+            "qdq",
+            xs,
+            xz,
+            it,
+            ys,
+            yz,
+            ot,
+            None,
+            op_type=act.op_type,
+        )
+
+    def lut(
+        self, n, origin, x, function, form, xs, xz, it, ys, yz, ot, alpha, op_type=None
+    ) -> None:
+        if not (xs > 0 and ys > 0):
+            raise self.fail(n, "scales must be positive")
+        table = ort_table(form, op_type or n.op_type, xs, xz, it, ys, yz, ot, alpha)
+        out = Value(n.output[0], ot, x.shape)
+        self.emit(
+            "lut",
+            origin,
+            [x.name],
+            out,
+            table=table,
+            in_type=it,
+            out_type=ot,
+            function=function,
+            in_scale=xs,
+            in_zp=xz,
+            out_scale=ys,
+            out_zp=yz,
+            source=form,
+        )
+
+    def requantize(self, n: onnx.NodeProto) -> None:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        x = self.value(n, n.input[0])
+        if x.dtype not in TYPES or x.dtype == "int64":
+            raise self.fail(n, f"input has type {x.dtype}; Requantize takes int8/uint8/int16/int32")
+        out_t = attrs.get("output_type", b"int8")
+        out_t = out_t.decode() if isinstance(out_t, bytes) else str(out_t)
+        rounding = attrs.get("rounding", b"double")
+        rounding = rounding.decode() if isinstance(rounding, bytes) else str(rounding)
+        if out_t not in TYPES or int_type(out_t).bits > 16:
+            raise self.fail(
+                n, f"output_type {out_t!r} not supported; use int8, uint8, int16 or uint16"
+            )
+        zp = int(attrs.get("zero_point", 0))
+        if not int_type(out_t).contains(zp):
+            raise self.fail(n, f"zero_point {zp} outside {out_t}")
+        if rounding in ("double", "single"):
+            for req in ("multiplier", "shift"):
+                if req not in attrs:
+                    raise self.fail(n, f"missing attribute '{req}'")
+            m, s = int(attrs["multiplier"]), int(attrs["shift"])
+            try:
+                check_multiplier(m, s, single_rounding=rounding == "single")
+            except KernelError as e:
+                raise self.fail(n, str(e)) from None
+            params = {"scheme": rounding, "multiplier": m, "shift": s}
+        elif rounding == "float":
+            if "scale" not in attrs or not float(attrs["scale"]) > 0:
+                raise self.fail(n, "rounding 'float' needs a positive attribute 'scale'")
+            params = {"scheme": "float", "scale": float(np.float32(attrs["scale"]))}
+        else:
+            raise self.fail(n, f"rounding {rounding!r} unknown; use double, single or float")
+        out = Value(n.output[0], out_t, x.shape)
+        self.emit("requantize", [n], [x.name], out, zp=zp, out=out_t, **params)
+
+    def clip(self, n: onnx.NodeProto) -> None:
+        x = self.value(n, n.input[0])
+        if x.dtype == "float32":
+            return self.float_op(n)
+        t = int_type(x.dtype)
+        lo = self.scalar(n, 1, "min", default=t.min)
+        hi = self.scalar(n, 2, "max", default=t.max)
+        if int(lo) > int(hi):
+            raise self.fail(n, f"min {lo} > max {hi}")
+        self.emit(
+            "clip", [n], [x.name], Value(n.output[0], x.dtype, x.shape), lo=int(lo), hi=int(hi)
+        )
+
+    def reshape(self, n: onnx.NodeProto) -> None:
+        x = self.value(n, n.input[0])
+        spec = [int(v) for v in self.const(n, 1, "shape").reshape(-1)]
+        allowzero = any(a.name == "allowzero" and a.i for a in n.attribute)
+        dims = [x.shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(spec)]
+        total = int(np.prod(x.shape))
+        if dims.count(-1) == 1:
+            rest = int(np.prod([d for d in dims if d != -1]))
+            dims[dims.index(-1)] = total // rest if rest else 0
+        if int(np.prod(dims)) != total or any(d < 0 for d in dims):
+            raise self.fail(n, f"cannot reshape {list(x.shape)} to {spec}")
+        self.emit(
+            "reshape", [n], [x.name], Value(n.output[0], x.dtype, tuple(dims)), shape=tuple(dims)
+        )
+
+    def transpose(self, n: onnx.NodeProto) -> None:
+        x = self.value(n, n.input[0])
+        perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
+        if perm is None:
+            perm = list(range(len(x.shape)))[::-1]
+        shape = tuple(x.shape[p] for p in perm)
+        self.emit("transpose", [n], [x.name], Value(n.output[0], x.dtype, shape), perm=tuple(perm))
+
+    def identity(self, n: onnx.NodeProto) -> None:
+        x = self.value(n, n.input[0])
+        self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
+
+    def float_op(self, n: onnx.NodeProto) -> None:
+        for i in n.input:
+            if i and i not in self.consts and self.dtype_of(n, i) != "float32":
+                raise self.fail(
+                    n,
+                    f"input '{i}' has type {self.dtype_of(n, i)}; this op is supported on float32 only",
+                )
+        self.host([n])
+
+    def host(self, members: list[onnx.NodeProto], compute: str | None = None) -> None:
+        """Nodes run by ONNX Runtime on the host; shapes from ONNX shape inference."""
+        produced = {o for m in members for o in m.output}
+        ext, consts = [], {}
+        for m in members:
+            for i in m.input:
+                if not i or i in produced:
+                    continue
+                if i in self.consts:
+                    consts[i] = self.consts[i]
+                elif i not in ext:
+                    self.value(m, i)
+                    ext.append(i)
+        last = members[-1]
+        outs = [Value(o, *self.host_out_type(last, o, ext, consts, members)) for o in last.output]
+        onnx_op = compute and f"QDQ {compute}" or last.op_type
+        node = Node(
+            self.new_name(last.name or last.output[0]),
+            "host_onnx",
+            ext,
+            [o.name for o in outs],
+            {
+                "onnx_op": onnx_op,
+                "nodes": [m.SerializeToString() for m in members],
+                "consts": consts,
+                "compute": compute,
+            },
+            tuple(m.name for m in members),
+        )
+        for o in outs:
+            self.values[o.name] = o
+        self.nodes.append(node)
+
+    def host_out_type(self, n, name, ext, consts, members) -> tuple[str, tuple[int, ...]]:
+        from .host import infer_host_outputs
+
+        try:
+            info = infer_host_outputs(
+                members, {i: self.values[i] for i in ext}, consts, self.opsets
+            )
+        except Exception as e:  # noqa: BLE001
+            raise self.fail(n, f"shape inference failed: {_one_line(e)}") from None
+        if name not in info:
+            raise self.fail(n, f"cannot infer the type and shape of '{name}'")
+        return info[name]
+
+
+def to_ir(model: str | Path | onnx.ModelProto) -> tuple[Graph, onnx.ModelProto]:
+    """Load, validate and lower an ONNX model. Returns (IR graph, validated ModelProto)."""
+    m = load_model(model)
+    for o in m.opset_import:
+        if o.domain not in ("", "ai.onnx", MS_DOMAIN, PROJECT_DOMAIN):
+            raise FrontendError(f"opset domain '{o.domain}' is not supported")
+    return _Builder(m).run(), m

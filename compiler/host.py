@@ -1,0 +1,94 @@
+"""Host steps: ONNX nodes run by ONNX Runtime itself, exactly as in the original model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+from .ir import Node, Value
+from .ort_tables import session
+
+ONNX_OF = {
+    "int8": TensorProto.INT8,
+    "uint8": TensorProto.UINT8,
+    "int16": TensorProto.INT16,
+    "uint16": TensorProto.UINT16,
+    "int32": TensorProto.INT32,
+    "int64": TensorProto.INT64,
+    "float32": TensorProto.FLOAT,
+}
+NAME_OF = {v: k for k, v in ONNX_OF.items()}
+
+
+def submodel(
+    nodes: list[onnx.NodeProto],
+    inputs: Mapping[str, Value],
+    consts: Mapping[str, np.ndarray],
+    outputs: Mapping[str, Value] | None,
+    opsets: Mapping[str, int],
+) -> onnx.ModelProto:
+    """A standalone model of `nodes` with the given external inputs and constants."""
+    ins = [
+        oh.make_tensor_value_info(v.name, ONNX_OF[v.dtype], list(v.shape)) for v in inputs.values()
+    ]
+    if outputs is None:
+        outs = [oh.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in nodes[-1].output]
+    else:
+        outs = [
+            oh.make_tensor_value_info(v.name, ONNX_OF[v.dtype], list(v.shape))
+            for v in outputs.values()
+        ]
+    inits = [numpy_helper.from_array(np.asarray(a), k) for k, a in consts.items()]
+    g = oh.make_graph(list(nodes), "host", ins, outs, inits)
+    ops = [oh.make_opsetid(d, v) for d, v in opsets.items()]
+    return oh.make_model(g, opset_imports=ops)
+
+
+def infer_host_outputs(nodes, inputs, consts, opsets) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Element type and static shape of every value `nodes` produce (ONNX shape inference)."""
+    m = submodel(nodes, inputs, consts, None, opsets)
+    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    out = {}
+    for vi in list(m.graph.value_info) + list(m.graph.output):
+        tt = vi.type.tensor_type
+        if tt.elem_type in NAME_OF and all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[vi.name] = (NAME_OF[tt.elem_type], tuple(int(d.dim_value) for d in tt.shape.dim))
+    return out
+
+
+@lru_cache(maxsize=256)
+def _session(blob: bytes):
+    return session(onnx.load_from_string(blob))
+
+
+def host_model(
+    node: Node, values: Mapping[str, Value], opsets: Mapping[str, int]
+) -> onnx.ModelProto:
+    """The ONNX model a `host_onnx` IR node stands for."""
+    protos = [onnx.NodeProto.FromString(b) for b in node.attrs["nodes"]]
+    return submodel(
+        protos,
+        {i: values[i] for i in node.inputs},
+        node.attrs["consts"],
+        {o: values[o] for o in node.outputs},
+        opsets,
+    )
+
+
+def run_host(
+    node: Node, values: Mapping[str, Value], opsets, env: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
+    """Run a `host_onnx` node with ONNX Runtime on concrete inputs."""
+    m = host_model(node, values, opsets)
+    sess = _session(m.SerializeToString())
+    feeds = {i: np.asarray(env[i]).astype(np.dtype(_np_name(values[i].dtype))) for i in node.inputs}
+    return list(sess.run(None, feeds))
+
+
+def _np_name(dtype: str) -> str:
+    return "float32" if dtype == "float32" else dtype

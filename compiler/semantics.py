@@ -1,0 +1,132 @@
+"""The meaning of each IR op as a kernel term (prover.terms), and its concrete evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from prover.domain import NUMPY
+from prover.matmul import matmul_acc
+from prover.terms import Term, Var, evaluate, op
+
+from .errors import CompilerError
+from .ir import Graph, Node
+
+ELEMENTWISE = ("requantize", "clip", "lut", "identity", "reshape", "transpose")
+
+
+def requant_term(x: Term, rq: Mapping[str, Any], column: int = 0) -> Term:
+    """A requantization dict (`scheme`, params, `zp`, `out`) as a kernel term."""
+    scheme = rq["scheme"]
+    if scheme == "float":
+        scale = rq["scale"]
+        s = scale[column] if isinstance(scale, tuple | list) else scale
+        return op("requant_float", x, scale=float(s), zp=int(rq["zp"]), out=rq["out"])
+    prim = {"double": "requant_double", "single": "requant_single"}[scheme]
+    return op(
+        prim,
+        x,
+        multiplier=int(rq["multiplier"]),
+        shift=int(rq["shift"]),
+        zp=int(rq["zp"]),
+        out=rq["out"],
+    )
+
+
+def node_term(node: Node, x: Term) -> Term:
+    """The per-element meaning of an elementwise IR node applied to `x`."""
+    a = node.attrs
+    if node.op == "requantize":
+        return requant_term(x, a)
+    if node.op == "clip":
+        return op("clip", x, lo=int(a["lo"]), hi=int(a["hi"]))
+    if node.op == "lut":
+        return op("lut", x, table=tuple(a["table"]), in_type=a["in_type"], index_order="offset")
+    if node.op in ("identity", "reshape", "transpose"):
+        return x
+    raise CompilerError(f"node '{node.name}' ({node.op}) is not elementwise")
+
+
+def chain_term(x: Term, chain: list[Node]) -> Term:
+    for n in chain:
+        x = node_term(n, x)
+    return x
+
+
+def matmul_acc_of(node: Node, a: np.ndarray) -> np.ndarray:
+    """The exact int64 accumulator of a `matmul`/`fused` node on input `a`."""
+    at = node.attrs
+    w_zp = np.asarray(at["w_zp"], dtype=np.int64)
+    acc = matmul_acc(np.asarray(a, dtype=np.int64), at["w"], np.int64(at["a_zp"]), w_zp, at["bias"])
+    return acc
+
+
+def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
+    """Columns grouped by identical requantization parameters (per-channel scales)."""
+    scale = rq.get("scale")
+    if not isinstance(scale, tuple | list):
+        return [tuple(range(n_cols))]
+    groups: dict[float, list[int]] = {}
+    for j in range(n_cols):
+        groups.setdefault(float(scale[j]), []).append(j)
+    return [tuple(v) for v in groups.values()]
+
+
+def eval_term_columns(acc: np.ndarray, groups) -> np.ndarray:
+    """Evaluate per-column terms: `groups` is a list of (columns, term over Var('acc'))."""
+    out = np.empty_like(acc)
+    for cols, term in groups:
+        idx = np.asarray(cols, dtype=np.int64)
+        out[..., idx] = evaluate(term, NUMPY, {"acc": acc[..., idx]})
+    return out
+
+
+def eval_node(node: Node, graph: Graph, env: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Concrete evaluation of one IR node (kernel semantics; host nodes via ONNX Runtime)."""
+    a = node.attrs
+    if node.op == "host_onnx":
+        from .host import run_host
+
+        return run_host(node, graph.values, graph.opsets, env)
+    x = np.asarray(env[node.inputs[0]])
+    if node.op == "matmul":
+        acc = matmul_acc_of(node, x)
+        rq = a["requant"]
+        if rq is None:
+            return [acc]
+        groups = requant_groups(rq, acc.shape[-1])
+        return [
+            eval_term_columns(
+                acc, [(cols, requant_term(Var("acc"), rq, cols[0])) for cols in groups]
+            )
+        ]
+    if node.op == "fused":
+        acc = matmul_acc_of(node, x)
+        return [eval_term_columns(acc, a["groups"])]
+    if node.op == "reshape":
+        return [np.reshape(x, a["shape"])]
+    if node.op == "transpose":
+        return [np.transpose(x, a["perm"])]
+    if node.op in ELEMENTWISE:
+        return [np.asarray(evaluate(node_term(node, Var("x")), NUMPY, {"x": x.astype(np.int64)}))]
+    raise CompilerError(f"node '{node.name}': no concrete semantics for op {node.op}")
+
+
+def run_graph(
+    graph: Graph, inputs: Mapping[str, np.ndarray], keep_all: bool = False
+) -> dict[str, np.ndarray]:
+    """Evaluate the IR on concrete inputs; returns graph outputs (or every value)."""
+    env: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        if name not in inputs:
+            raise CompilerError(f"missing input '{name}'")
+        env[name] = np.asarray(inputs[name])
+    for n in graph.nodes:
+        for o, v in zip(n.outputs, eval_node(n, graph, env), strict=True):
+            dt = graph.values[o].dtype
+            env[o] = np.asarray(v).astype(np.dtype(dt))
+    if keep_all:
+        return env
+    return {o: env[o] for o in graph.outputs}
