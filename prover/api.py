@@ -1,0 +1,202 @@
+"""The prover's library API: `check(obligation) -> Verdict`.
+
+Procedures, in the portfolio's order (fastest first; each either decides,
+declines as not applicable, or answers unknown within the budget):
+
+1. `segments`  exact, one variable over monotone staircases (milliseconds);
+2. `enumerate` exact, every assignment with numpy (small domains);
+3. `bitwuzla`, `z3`, `cvc5` on the same SMT-LIB2 encoding.
+
+`solver="auto"` runs the portfolio; naming one runs only that one.
+`cross_check=True` also runs the next decisive procedure and raises
+`SolverDisagreement` if the two differ (verdict, largest difference, or
+minimal counterexample). A witness becomes a refutation only after concrete
+replay (and lifting to an input row when the obligation has a LiftSpec);
+one that does not reproduce raises `ReplayMismatch`. `unknown` is never a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from . import enumerate as _enum
+from . import segments as _seg
+from . import smtdecide as _smt
+from .counterexample import replay
+from .decision import HOLDS, UNKNOWN, VIOLATED, Decision
+from .errors import (
+    NotApplicable,
+    ProverError,
+    ReplayMismatch,
+    SolverDisagreement,
+    StoreCorrupt,
+    StoreMiss,
+    VacuousObligation,
+)
+from .obligation import LiftSpec, Obligation
+from .policy import Policy
+from .proofstore import ProofStore
+from .solvers import Budget
+from .verdict import Counterexample, Verdict
+
+__all__ = [
+    "check",
+    "decide",
+    "Verdict",
+    "Counterexample",
+    "Obligation",
+    "LiftSpec",
+    "Policy",
+    "ProofStore",
+    "ProverError",
+    "VacuousObligation",
+    "SolverDisagreement",
+    "ReplayMismatch",
+    "StoreMiss",
+    "StoreCorrupt",
+    "PROCEDURES",
+]
+
+Procedure = Callable[[Obligation, Budget, float], Decision]
+
+PROCEDURES: dict[str, Procedure] = {
+    "segments": lambda ob, b, dl: _seg.decide(ob, deadline=dl),
+    "enumerate": lambda ob, b, dl: _enum.decide(ob, deadline=dl),
+    "bitwuzla": lambda ob, b, dl: _smt.decide(ob, "bitwuzla", b, deadline=dl),
+    "z3": lambda ob, b, dl: _smt.decide(ob, "z3", b, deadline=dl),
+    "cvc5": lambda ob, b, dl: _smt.decide(ob, "cvc5", b, deadline=dl),
+}
+PORTFOLIO = ("segments", "enumerate", "bitwuzla", "z3", "cvc5")
+
+
+def _try(name: str, ob: Obligation, budget: Budget, deadline: float) -> Decision | None:
+    try:
+        return PROCEDURES[name](ob, budget, deadline)
+    except NotApplicable:
+        return None
+
+
+def _agree(a: Decision, b: Decision) -> str | None:
+    if a.status != b.status:
+        return f"{a.procedure} says {a.status}, {b.procedure} says {b.status}"
+    if a.max_diff is not None and b.max_diff is not None and a.max_diff != b.max_diff:
+        return f"largest difference {a.max_diff} ({a.procedure}) vs {b.max_diff} ({b.procedure})"
+    if a.status == VIOLATED and a.minimal and b.minimal and a.witness != b.witness:
+        return f"minimal counterexample {a.witness} ({a.procedure}) vs {b.witness} ({b.procedure})"
+    return None
+
+
+def decide(
+    ob: Obligation, solver: str = "auto", budget: Budget | None = None, cross_check: bool = False
+) -> list[Decision]:
+    """Run the procedure(s); returns the decisions made (first = the answer)."""
+    budget = budget or Budget()
+    deadline = time.perf_counter() + budget.timeout_s
+    if solver == "auto":
+        order = PORTFOLIO
+    elif solver in PROCEDURES:
+        order = (solver,) + tuple(p for p in PORTFOLIO if p != solver) if cross_check else (solver,)
+    else:
+        raise ValueError(f"unknown solver {solver!r}; known: auto, {', '.join(PROCEDURES)}")
+    made: list[Decision] = []
+    for name in order:
+        d = _try(name, ob, budget, deadline)
+        if d is None:
+            continue
+        made.append(d)
+        decisive = [m for m in made if m.decisive]
+        if len(decisive) >= (2 if cross_check else 1):
+            break
+    decisive = [m for m in made if m.decisive]
+    if cross_check and len(decisive) >= 2:
+        why = _agree(decisive[0], decisive[1])
+        if why:
+            raise SolverDisagreement(f"obligation {ob.hash[:12]}: {why}")
+    if not made:
+        raise ProverError(f"no decision procedure applies to obligation {ob.hash[:12]}")
+    return decisive + [m for m in made if not m.decisive]
+
+
+def _resolve_store(store: ProofStore | str | os.PathLike | None) -> ProofStore | None:
+    if store is None or isinstance(store, ProofStore):
+        return store
+    return ProofStore(store)
+
+
+def check(
+    obligation: Obligation,
+    timeout_s: float = 10.0,
+    solver: str = "auto",
+    store: ProofStore | str | os.PathLike | None = None,
+    cross_check: bool = False,
+    rlimit: int | None = None,
+) -> Verdict:
+    """Decide `obligation` under its policy; see the module docstring."""
+    t0 = time.perf_counter()
+    ob = obligation
+    ps = _resolve_store(store)
+    if ps is not None:
+        cached = ps.get(ob)
+        if cached is not None:
+            if cached.counterexample is not None:
+                replay(ob, cached.counterexample.assignment)  # a stored refutation still reproduces
+            ms = (time.perf_counter() - t0) * 1000
+            return Verdict(
+                cached.status,
+                ob.policy,
+                ob.hash,
+                cached.solver,
+                ms,
+                cached.max_diff,
+                cached.counterexample,
+                cached.reason,
+                True,
+                {**cached.details, "original_time_ms": cached.time_ms},
+            )
+    budget = Budget(timeout_s, rlimit if rlimit is not None else Budget().rlimit)
+    made = decide(ob, solver, budget, cross_check)
+    first = made[0]
+    details = {
+        "budget": budget.to_dict(),
+        "solver_version": first.version,
+        "procedures": [
+            {"name": m.procedure, "status": m.status, "time_ms": round(m.time_ms, 3), **m.stats}
+            for m in made
+        ],
+    }
+    ms = (time.perf_counter() - t0) * 1000
+    if first.status == UNKNOWN:
+        reasons = "; ".join(f"{m.procedure}: {m.reason}" for m in made)
+        return Verdict(
+            UNKNOWN, ob.policy, ob.hash, first.procedure, ms, reason=reasons, details=details
+        )
+    if first.status == HOLDS:
+        v = Verdict(
+            "proven", ob.policy, ob.hash, first.procedure, ms, first.max_diff, details=details
+        )
+    else:
+        cex = replay(ob, first.witness)
+        details["minimal"] = first.minimal
+        reason = (
+            f"{_fmt(cex.assignment)}: before={cex.before} after={cex.after} (|diff|={cex.diff})"
+        )
+        v = Verdict(
+            "refuted",
+            ob.policy,
+            ob.hash,
+            first.procedure,
+            (time.perf_counter() - t0) * 1000,
+            first.max_diff,
+            cex,
+            reason,
+            details=details,
+        )
+    if ps is not None:
+        ps.put(ob, v)
+    return v
+
+
+def _fmt(a: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in a.items())

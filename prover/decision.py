@@ -1,0 +1,31 @@
+"""The raw answer of one decision procedure, before replay and lifting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HOLDS, VIOLATED, UNKNOWN = "holds", "violated", "unknown"
+
+
+@dataclass
+class Decision:
+    """`holds` (proof), `violated` (with a witness assignment) or `unknown`.
+
+    `minimal` says the witness is the canonical simplest violating assignment
+    (see `counterexample.rank_key`); `max_diff` is the exact largest output
+    difference over the domain when the procedure computed it, else None.
+    """
+
+    status: str
+    procedure: str
+    version: str = ""
+    witness: dict[str, int] | None = None
+    minimal: bool = False
+    max_diff: int | None = None
+    reason: str = ""
+    time_ms: float = 0.0
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def decisive(self) -> bool:
+        return self.status in (HOLDS, VIOLATED)
