@@ -1,11 +1,266 @@
-"""The NPU instruction set (instructions as data, semantics via the kernel primitives).
+"""The NPU instruction set: instructions as data, each with its semantics in kernel primitives.
 
-`PostProcess` (the fused MatMul epilogue descriptor) is defined in
-`npu_backend.postprocess` and re-exported here.
+Memories: `dram` (host-visible: graph inputs/outputs, constants, host steps),
+`sram` (activations), `wmem` (weights and biases), `pmem` (parameter records),
+`tmem` (table memory: a fixed number of 256-entry slots).
+
+Every instruction's value semantics is a kernel function or term:
+- `MatMul`: `prover.matmul.matmul_acc`, then the descriptor's `PostProcess`
+  epilogue (`PostProcess.epilogue_term`, evaluated with the NUMPY domain);
+- `Activation`: the kernel's `lut` primitive;
+- `Requant`: `RequantParams.term` (the kernel's requant primitives);
+- `Clip`: the kernel's `clip` primitive, then storage in `dtype`;
+- `HostCall`: a host step (`HostKernel` term with NUMPY, or ONNX Runtime).
+`PostProcess` (the fused epilogue descriptor) is defined in `npu_backend.postprocess`.
 """
 
 from __future__ import annotations
 
-from .postprocess import LutParams, Post, PostProcess, RequantParams, apply_columns
+from dataclasses import dataclass, replace
 
-__all__ = ["LutParams", "Post", "PostProcess", "RequantParams", "apply_columns"]
+import numpy as np
+
+from prover.domain import NUMPY
+from prover.matmul import matmul_acc
+from prover.terms import Term, Var, evaluate, op
+
+from .lowered import HostKernel, HostOnnx
+from .postprocess import (
+    LutParams,
+    Post,
+    PostProcess,
+    RequantParams,
+    apply_columns,
+    posts_of,
+    requant_for_columns,
+)
+
+X = Var("x")
+MEMORY_NAMES = ("dram", "sram", "wmem", "pmem", "tmem")
+
+
+@dataclass(frozen=True)
+class DmaIn:
+    """Copy tensor `tensor` from dram to `dst` ("sram" or "wmem") at `addr`."""
+
+    tensor: str
+    dst: str
+    addr: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class DmaOut:
+    """Copy tensor `tensor` from sram (at `addr`) back to dram."""
+
+    tensor: str
+    addr: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class TableLoad:
+    """Load constant table `table` (from dram) into table-memory slot `slot` (byte `addr`)."""
+
+    table: str
+    slot: int
+    addr: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class ParamLoad:
+    """Load a postprocessing parameter record (header) into pmem at `addr`.
+
+    `record` holds the epilogue parameters without table contents (the table is
+    in table memory); one record per MatMul with postprocessing enabled.
+    """
+
+    record: str
+    addr: int
+    nbytes: int
+    post: Post
+
+
+@dataclass(frozen=True)
+class MatMul:
+    """out = epilogue(matmul_acc(a, w, a_zp, w_zp, bias)); a in sram, w/bias in wmem.
+
+    Descriptor fields: `post_enable` (postprocessing on), `post` (the epilogue, per
+    tensor or per column), `param_addr` (its parameter record in pmem), `function`
+    (LUT function selection or None), `table_slot`/`table_addr` (the table in tmem),
+    `intermediate_type` (requantized storage type), `out_type`/`out_zp` (final
+    output encoding), `structure` (scheduling). With `post_enable` False the output
+    is the raw int32 accumulator and every postprocessing field is None.
+    """
+
+    name: str
+    a: str
+    w: str
+    bias: str | None
+    out: str
+    a_zp: int
+    w_zp: int | tuple[int, ...]
+    a_type: str
+    w_type: str
+    a_addr: int
+    out_addr: int
+    post_enable: bool
+    post: Post | None
+    param_addr: int | None
+    function: str | None
+    table_slot: int | None
+    table_addr: int | None
+    intermediate_type: str | None
+    out_type: str
+    out_zp: int
+    structure: str = "plain"
+
+    def accumulate(self, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        """The exact int32 accumulator (the kernel's `matmul_acc`)."""
+        w_zp = np.asarray(self.w_zp, dtype=np.int64)
+        return matmul_acc(a, w, self.a_zp, w_zp, bias)
+
+    def epilogue(self, acc: np.ndarray, table: tuple[int, ...] | None) -> np.ndarray:
+        """The postprocessing, with the LUT taken from table memory (`table`)."""
+        if not self.post_enable:
+            return acc
+        return apply_columns(with_table(self.post, table), acc)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """Standalone activation: out = table[index(x)] with table `table` in slot `table_slot`."""
+
+    name: str
+    x: str
+    out: str
+    x_addr: int
+    out_addr: int
+    table: str
+    table_slot: int
+    table_addr: int
+    in_type: str
+    out_type: str
+    index_order: str
+    function: str | None
+
+    def term(self, table: tuple[int, ...], x: Term = X) -> Term:
+        return LutParams(table, self.in_type, self.out_type, self.index_order).term(x)
+
+
+@dataclass(frozen=True)
+class Requant:
+    """Standalone requantization (per tensor, or a tuple per last-axis column)."""
+
+    name: str
+    x: str
+    out: str
+    x_addr: int
+    out_addr: int
+    param_addr: int
+    requant: RequantParams | tuple[RequantParams, ...]
+
+    @property
+    def out_type(self) -> str:
+        rq = self.requant if isinstance(self.requant, RequantParams) else self.requant[0]
+        return rq.out_type
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.int64)
+        if isinstance(self.requant, RequantParams):
+            return np.asarray(evaluate(self.requant.term(Var("x")), NUMPY, {"x": x}))
+        cols = requant_for_columns(self.requant, x.shape[-1])
+        return apply_columns(tuple(PostProcess(rq) for rq in cols), x)
+
+
+@dataclass(frozen=True)
+class Clip:
+    """Standalone clamp: out = clip(x, lo, hi), stored as `dtype`."""
+
+    name: str
+    x: str
+    out: str
+    x_addr: int
+    out_addr: int
+    lo: int
+    hi: int
+    dtype: str
+
+    def term(self, x: Term = X) -> Term:
+        return op("clip", x, lo=int(self.lo), hi=int(self.hi))
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """Run a host step (integer kernel term, or an ONNX subgraph in ONNX Runtime) on dram tensors."""
+
+    name: str
+    step: HostKernel | HostOnnx
+
+
+Instruction = (
+    DmaIn | DmaOut | TableLoad | ParamLoad | MatMul | Activation | Requant | Clip | HostCall
+)
+OPCODES: dict[str, type] = {
+    c.__name__: c
+    for c in (DmaIn, DmaOut, TableLoad, ParamLoad, MatMul, Activation, Requant, Clip, HostCall)
+}
+
+
+def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
+    """The epilogue with every LUT's contents replaced by `table` (what tmem holds)."""
+
+    def one(p: PostProcess) -> PostProcess:
+        if p.lut is None:
+            return p
+        return replace(p, lut=replace(p.lut, table=table))
+
+    if isinstance(post, PostProcess):
+        return one(post)
+    return tuple(one(p) for p in post)
+
+
+def strip_tables(post: Post) -> Post:
+    """The parameter record of an epilogue: everything but the table contents."""
+    return with_table(post, None)
+
+
+def record_nbytes(post: Post) -> int:
+    """Size of a parameter record: a 16-byte header per distinct column parameter set."""
+    return 16 * len(posts_of(post))
+
+
+def table_of(post: Post | None) -> tuple[int, ...] | None:
+    """The single table an epilogue uses (None without a LUT)."""
+    tables = {p.lut.table for p in posts_of(post) if p.lut is not None}
+    if not tables:
+        return None
+    if len(tables) > 1:
+        raise ValueError("an epilogue uses one table per MatMul")
+    return next(iter(tables))
+
+
+__all__ = [
+    "MEMORY_NAMES",
+    "DmaIn",
+    "DmaOut",
+    "TableLoad",
+    "ParamLoad",
+    "MatMul",
+    "Activation",
+    "Requant",
+    "Clip",
+    "HostCall",
+    "Instruction",
+    "OPCODES",
+    "LutParams",
+    "Post",
+    "PostProcess",
+    "RequantParams",
+    "apply_columns",
+    "with_table",
+    "strip_tables",
+    "record_nbytes",
+    "table_of",
+]

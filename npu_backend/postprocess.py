@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from prover.domain import NUMPY
+from prover.domain import NUMPY, KernelError
+from prover.inttypes import int_type
 from prover.lut import LutSpec
+from prover.requant import check_multiplier
 from prover.terms import Term, Var, evaluate, op
 
 REQUANT_SCHEMES = ("float32", "fixed_double", "fixed_single")
@@ -59,6 +61,22 @@ class RequantParams:
             zp=int(self.zp),
             out=self.out_type,
         )
+
+    def check(self) -> None:
+        """Raise `KernelError` unless the parameters are complete and valid for the scheme."""
+        if self.scheme not in REQUANT_SCHEMES:
+            raise KernelError(f"unknown requantization scheme {self.scheme!r}")
+        out = int_type(self.out_type)
+        if not out.contains(int(self.zp)):
+            raise KernelError(f"zero point {self.zp} outside {out.name}")
+        if self.scheme == "float32":
+            s = float(np.float32(self.scale))
+            if not (np.isfinite(s) and s > 0):
+                raise KernelError(f"scale {self.scale} must be finite and positive in float32")
+        else:
+            check_multiplier(
+                self.multiplier, self.shift, single_rounding=self.scheme == "fixed_single"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -146,8 +164,16 @@ class PostProcess:
         return self.requant.out_type
 
     @property
-    def output_zp(self) -> int:
-        return int(self.out_zp) if self.out_zp is not None else int(self.requant.zp)
+    def output_zp(self) -> int | None:
+        """Explicit `out_zp`; else the LUT builder's output zero point; else the requant's.
+
+        None when a LUT without a build spec leaves the output encoding unknown.
+        """
+        if self.out_zp is not None:
+            return int(self.out_zp)
+        if self.lut is not None:
+            return None if self.lut.spec is None else int(self.lut.spec.out_zp)
+        return int(self.requant.zp)
 
     @property
     def has_lut(self) -> bool:

@@ -1,0 +1,402 @@
+"""Code generation: a `LoweredModel` to a `Program` of NPU instructions and host calls.
+
+Order of work:
+1. validate every step (`validate_step`); any issue raises `ValidationError`;
+2. infer every tensor's static shape and dtype;
+3. emit instructions step by step: DMA of inputs/constants, the parameter record
+   and the table (loaded before the MatMul/activation that uses them), the
+   compute instruction, DMA of results that the host or the graph output needs;
+4. check the emitted program (`validate_program`).
+
+Tables: identical tables share one constant and are loaded once while resident;
+when every slot is taken, the slot whose table is needed furthest in the future
+(or never) is reused (never the slot the current instruction needs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prover.inttypes import int_type
+
+from .isa import (
+    Activation,
+    Clip,
+    DmaIn,
+    DmaOut,
+    HostCall,
+    Instruction,
+    MatMul,
+    ParamLoad,
+    Requant,
+    TableLoad,
+    record_nbytes,
+    strip_tables,
+    table_of,
+)
+from .lowered import (
+    HostKernel,
+    HostOnnx,
+    LoweredModel,
+    NpuClip,
+    NpuLut,
+    NpuMatMul,
+    NpuRequant,
+    Step,
+    TensorSpec,
+)
+from .postprocess import PostProcess, posts_of
+from .program import Program
+from .target import Target
+from .validate import ValidationError, validate_program, validate_step
+
+ALIGN = 64
+
+
+class CodegenError(ValueError):
+    """The lowered model cannot be turned into a program (shapes, memory exhausted, ...)."""
+
+
+def storage_dtype(type_name: str) -> str:
+    """numpy dtype name of an integer type name ("int8" -> "int8", "int4" -> "int8")."""
+    return int_type(type_name).numpy_dtype().name
+
+
+def nbytes(spec: TensorSpec) -> int:
+    return int(math.prod(spec.shape)) * np.dtype(spec.dtype).itemsize
+
+
+def table_key(table: tuple[int, ...]) -> str:
+    """Constant name of a table: its content hash (identical tables share one constant)."""
+    h = hashlib.sha256(np.asarray(table, dtype=np.int64).tobytes()).hexdigest()[:16]
+    return f"table/{h}"
+
+
+class Allocator:
+    """First-fit allocator over one memory of `size` bytes."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name, self.size = name, size
+        self.blocks: dict[str, tuple[int, int]] = {}
+
+    def alloc(self, key: str, n: int) -> int:
+        if key in self.blocks:
+            return self.blocks[key][0]
+        n = max(ALIGN, -(-n // ALIGN) * ALIGN)
+        addr = 0
+        for a, s in sorted(self.blocks.values()):
+            if a - addr >= n:
+                break
+            addr = max(addr, a + s)
+        if addr + n > self.size:
+            raise CodegenError(
+                f"{self.name} exhausted: {n} bytes for {key!r} do not fit in {self.size} bytes; "
+                "use a target with more memory or a smaller model"
+            )
+        self.blocks[key] = (addr, n)
+        return addr
+
+    def free(self, key: str) -> None:
+        self.blocks.pop(key, None)
+
+
+# --- shape inference --------------------------------------------------------------------
+
+
+def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
+    """Static spec of every tensor (None for a host output without a declared spec)."""
+    specs: dict[str, TensorSpec | None] = {s.name: s for s in model.inputs}
+    for name, arr in model.constants.items():
+        specs[name] = TensorSpec(name, np.asarray(arr).dtype.name, tuple(np.shape(arr)))
+
+    def need(name: str, step: Step) -> TensorSpec:
+        s = specs.get(name, "missing")
+        if s == "missing":
+            raise CodegenError(f"{step.name}: input {name!r} is not produced before this step")
+        if s is None:
+            raise CodegenError(
+                f"{step.name}: the shape of host output {name!r} is unknown; give the HostOnnx "
+                "step output_specs"
+            )
+        return s
+
+    for st in model.steps:
+        if isinstance(st, NpuMatMul):
+            a = need(st.a, st)
+            w = need(st.w, st)
+            if len(w.shape) != 2 or a.shape[-1] != w.shape[0]:
+                raise CodegenError(f"{st.name}: a {a.shape} and w {w.shape} do not multiply")
+            n = w.shape[1]
+            if isinstance(st.post, tuple) and len(st.post) != n:
+                raise CodegenError(f"{st.name}: {len(st.post)} column epilogues for {n} columns")
+            if isinstance(st.w_zp, tuple) and len(st.w_zp) != n:
+                raise CodegenError(f"{st.name}: {len(st.w_zp)} weight zero points for {n} columns")
+            if st.bias is not None and need(st.bias, st).shape != (n,):
+                raise CodegenError(f"{st.name}: bias must have shape ({n},)")
+            out_t = posts_of(st.post)[0].output_type if st.post is not None else "int32"
+            specs[st.out] = TensorSpec(st.out, storage_dtype(out_t), a.shape[:-1] + (n,))
+        elif isinstance(st, NpuLut):
+            x = need(st.x, st)
+            specs[st.out] = TensorSpec(st.out, storage_dtype(st.out_type), x.shape)
+        elif isinstance(st, NpuRequant):
+            x = need(st.x, st)
+            rq = st.requant[0] if isinstance(st.requant, tuple) else st.requant
+            specs[st.out] = TensorSpec(st.out, storage_dtype(rq.out_type), x.shape)
+        elif isinstance(st, NpuClip):
+            x = need(st.x, st)
+            specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), x.shape)
+        elif isinstance(st, HostKernel):
+            shapes = [specs.get(i) for i in st.inputs]
+            shape = None
+            if all(s is not None for s in shapes):
+                shape = np.broadcast_shapes(*(s.shape for s in shapes))
+            specs[st.out] = None if shape is None else TensorSpec(st.out, st.out_dtype, shape)
+        elif isinstance(st, HostOnnx):
+            given = {s.name: s for s in st.output_specs}
+            for o in st.outputs:
+                specs[o] = given.get(o)
+    for o in model.outputs:
+        if o not in specs:
+            raise CodegenError(f"graph output {o!r} is never produced")
+    return specs
+
+
+# --- emission ---------------------------------------------------------------------------
+
+
+def _npu_inputs(st: Step) -> list[str]:
+    if isinstance(st, NpuMatMul):
+        return [st.a]
+    if isinstance(st, NpuLut | NpuRequant | NpuClip):
+        return [st.x]
+    return []
+
+
+def _host_inputs(st: Step) -> list[str]:
+    return list(st.inputs) if isinstance(st, HostKernel | HostOnnx) else []
+
+
+def _outputs(st: Step) -> list[str]:
+    return list(st.outputs) if isinstance(st, HostOnnx) else [st.out]
+
+
+def _table(st: Step) -> tuple[int, ...] | None:
+    if isinstance(st, NpuMatMul):
+        return table_of(st.post)
+    if isinstance(st, NpuLut):
+        return tuple(int(v) for v in st.table)
+    return None
+
+
+@dataclass
+class _Tables:
+    """Table-memory slot state during emission."""
+
+    slots: int
+    slot_bytes: int
+    resident: dict[int, str] = field(default_factory=dict)
+
+    def acquire(self, key: str, future: list[str]) -> tuple[int, bool]:
+        """(slot, needs_load) for table `key`; `future` is the table keys used later, in order."""
+        for slot, k in self.resident.items():
+            if k == key:
+                return slot, False
+        free = [s for s in range(self.slots) if s not in self.resident]
+        if free:
+            slot = free[0]
+        else:
+
+            def next_use(s: int) -> float:
+                k = self.resident[s]
+                return future.index(k) if k in future else math.inf
+
+            slot = max(range(self.slots), key=lambda s: (next_use(s), -s))
+        self.resident[slot] = key
+        return slot, True
+
+
+def generate(lowered: LoweredModel, target: Target) -> Program:
+    """Validate `lowered` against `target` and emit a `Program` (raises on any issue)."""
+    issues = [i for st in lowered.steps for i in validate_step(st, target)]
+    if issues:
+        raise ValidationError(issues)
+    specs = infer_specs(lowered)
+    const_names = set(lowered.constants)
+    constants: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in lowered.constants.items()}
+
+    steps = lowered.steps
+    last_npu_use: dict[str, int] = {}
+    for i, st in enumerate(steps):
+        for x in _npu_inputs(st):
+            last_npu_use[x] = i
+    table_seq = [table_key(t) if (t := _table(st)) is not None else None for st in steps]
+
+    sram = Allocator("sram", target.memory_size("sram"))
+    wmem = Allocator("wmem", target.memory_size("wmem"))
+    pmem = Allocator("pmem", target.memory_size("pmem"))
+    tables = _Tables(target.tables.slots, target.tables.slot_bytes)
+    in_sram: set[str] = set()
+    in_dram: set[str] = {s.name for s in lowered.inputs} | const_names
+    loaded_consts: set[str] = set()
+    loaded_records: dict[object, int] = {}
+    prog: list[Instruction] = []
+    graph_outputs = set(lowered.outputs)
+
+    def spec(name: str) -> TensorSpec:
+        s = specs[name]
+        assert s is not None
+        return s
+
+    def to_sram(name: str) -> int:
+        if name not in in_sram:
+            if name not in in_dram:
+                raise CodegenError(f"tensor {name!r} is neither in dram nor in sram")
+            addr = sram.alloc(name, nbytes(spec(name)))
+            prog.append(DmaIn(name, "sram", addr, nbytes(spec(name))))
+            in_sram.add(name)
+        return sram.blocks[name][0]
+
+    def const_to_wmem(name: str | None) -> None:
+        if name is None or name in loaded_consts:
+            return
+        addr = wmem.alloc(name, nbytes(spec(name)))
+        prog.append(DmaIn(name, "wmem", addr, nbytes(spec(name))))
+        loaded_consts.add(name)
+
+    def new_out(name: str) -> int:
+        addr = sram.alloc(name, nbytes(spec(name)))
+        in_sram.add(name)
+        return addr
+
+    def load_table(i: int, table: tuple[int, ...]) -> tuple[int, int]:
+        key = table_seq[i]
+        if key not in constants:
+            constants[key] = np.asarray(table, dtype=np.int64)
+        future = [k for k in table_seq[i + 1 :] if k is not None]
+        slot, needs_load = tables.acquire(key, future)
+        addr = slot * tables.slot_bytes
+        if needs_load:
+            prog.append(TableLoad(key, slot, addr, tables.slot_bytes))
+        return slot, addr
+
+    def load_record(record) -> int:
+        if record in loaded_records:
+            return loaded_records[record]
+        n = record_nbytes(record)
+        addr = pmem.alloc(f"record{len(loaded_records)}", n)
+        prog.append(ParamLoad(f"record{len(loaded_records)}", addr, n, record))
+        loaded_records[record] = addr
+        return addr
+
+    for i, st in enumerate(steps):
+        if isinstance(st, NpuMatMul):
+            a_addr = to_sram(st.a)
+            const_to_wmem(st.w)
+            const_to_wmem(st.bias)
+            post = st.post
+            param_addr = slot = taddr = None
+            function = inter = None
+            if post is not None:
+                param_addr = load_record(strip_tables(post))
+                first: PostProcess = posts_of(post)[0]
+                function, inter = first.function, first.intermediate_type
+                table = table_of(post)
+                if table is not None:
+                    slot, taddr = load_table(i, table)
+                out_type, out_zp = first.output_type, first.output_zp
+            else:
+                out_type, out_zp = "int32", 0
+            out_addr = new_out(st.out)
+            prog.append(
+                MatMul(
+                    st.name,
+                    st.a,
+                    st.w,
+                    st.bias,
+                    st.out,
+                    int(st.a_zp),
+                    st.w_zp,
+                    st.a_type,
+                    st.w_type,
+                    a_addr,
+                    out_addr,
+                    post is not None,
+                    post,
+                    param_addr,
+                    function,
+                    slot,
+                    taddr,
+                    inter,
+                    out_type,
+                    out_zp,
+                    st.structure,
+                )
+            )
+        elif isinstance(st, NpuLut):
+            x_addr = to_sram(st.x)
+            slot, taddr = load_table(i, tuple(int(v) for v in st.table))
+            out_addr = new_out(st.out)
+            prog.append(
+                Activation(
+                    st.name,
+                    st.x,
+                    st.out,
+                    x_addr,
+                    out_addr,
+                    table_seq[i],
+                    slot,
+                    taddr,
+                    st.in_type,
+                    st.out_type,
+                    st.index_order,
+                    st.function,
+                )
+            )
+        elif isinstance(st, NpuRequant):
+            x_addr = to_sram(st.x)
+            rqs = st.requant if isinstance(st.requant, tuple) else (st.requant,)
+            param_addr = load_record(tuple(PostProcess(rq) for rq in rqs))
+            out_addr = new_out(st.out)
+            prog.append(Requant(st.name, st.x, st.out, x_addr, out_addr, param_addr, st.requant))
+        elif isinstance(st, NpuClip):
+            x_addr = to_sram(st.x)
+            out_addr = new_out(st.out)
+            prog.append(Clip(st.name, st.x, st.out, x_addr, out_addr, st.lo, st.hi, st.dtype))
+        else:
+            prog.append(HostCall(st.name, st))
+            in_dram.update(_outputs(st))
+            for o in _outputs(st):
+                in_sram.discard(o)
+                sram.free(o)
+            continue
+        # NPU step done: results needed by the host or as graph outputs go back to dram.
+        out = st.out
+        later_host = any(out in _host_inputs(s) for s in steps[i + 1 :])
+        if out in graph_outputs or later_host:
+            prog.append(DmaOut(out, sram.blocks[out][0], nbytes(spec(out))))
+            in_dram.add(out)
+        for name in list(in_sram):
+            if last_npu_use.get(name, -1) <= i and name != out:
+                sram.free(name)
+                in_sram.discard(name)
+        if last_npu_use.get(out, -1) <= i:
+            sram.free(out)
+            in_sram.discard(out)
+
+    tensors = {k: v for k, v in specs.items() if v is not None and k not in constants}
+    program = Program(
+        target=target.name,
+        inputs=list(lowered.inputs),
+        outputs=list(lowered.outputs),
+        tensors=tensors,
+        constants=constants,
+        instructions=prog,
+    )
+    issues = validate_program(program, target)
+    if issues:
+        raise ValidationError(issues)
+    return program

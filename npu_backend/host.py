@@ -1,0 +1,82 @@
+"""Host steps: integer kernel terms (NUMPY domain) and ONNX subgraphs run by ONNX Runtime.
+
+onnxruntime is imported lazily, only when a program contains a HostOnnx step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from prover.domain import NUMPY
+from prover.terms import evaluate
+
+from .lowered import HostKernel, HostOnnx
+
+
+class HostError(RuntimeError):
+    """A host step failed (missing input, ONNX Runtime error, value out of its type)."""
+
+
+def store(values: Any, dtype: str, what: str) -> np.ndarray:
+    """Cast kernel int64 results to the storage dtype, refusing values that do not fit."""
+    arr = np.asarray(values)
+    dt = np.dtype(dtype)
+    if dt.kind in "iu" and arr.size:
+        info = np.iinfo(dt)
+        if arr.min() < info.min or arr.max() > info.max:
+            raise HostError(f"{what}: value outside {dt.name} (range [{arr.min()}, {arr.max()}])")
+    return arr.astype(dt)
+
+
+def run_kernel(step: HostKernel, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """out = term(inputs) with the kernel's concrete (numpy) semantics."""
+    args = {}
+    for name in step.inputs:
+        if name not in env:
+            raise HostError(f"{step.name}: input {name!r} not available")
+        args[name] = np.asarray(env[name]).astype(np.int64)
+    shape = np.broadcast_shapes(*(a.shape for a in args.values())) if args else ()
+    args = {k: np.broadcast_to(v, shape) for k, v in args.items()}
+    val = np.broadcast_to(np.asarray(evaluate(step.term, NUMPY, args)), shape)
+    return {step.out: store(val, step.out_dtype, step.name)}
+
+
+_SESSIONS: dict[bytes, Any] = {}
+
+
+def _session(model: bytes):
+    import onnxruntime as ort  # lazy: only programs with host ONNX steps need it
+
+    sess = _SESSIONS.get(model)
+    if sess is None:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.intra_op_num_threads = 1
+        sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        if len(_SESSIONS) > 32:
+            _SESSIONS.clear()
+        _SESSIONS[model] = sess
+    return sess
+
+
+def run_onnx(step: HostOnnx, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the ONNX subgraph in ONNX Runtime (CPU, graph optimisations off)."""
+    feeds = {}
+    for name in step.inputs:
+        if name not in env:
+            raise HostError(f"{step.name}: input {name!r} not available")
+        feeds[name] = np.asarray(env[name])
+    try:
+        sess = _session(bytes(step.model))
+        results = sess.run(list(step.outputs), feeds)
+    except Exception as e:  # onnxruntime raises its own exception classes
+        raise HostError(f"{step.name}: ONNX Runtime failed: {str(e).splitlines()[0]}") from None
+    return {name: np.asarray(v) for name, v in zip(step.outputs, results, strict=True)}
+
+
+def run_host(step: HostKernel | HostOnnx, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if isinstance(step, HostKernel):
+        return run_kernel(step, env)
+    return run_onnx(step, env)

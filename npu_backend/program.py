@@ -1,0 +1,259 @@
+"""A generated NPU program and its file format.
+
+File format (deterministic bytes): a zip archive, entries stored uncompressed
+with fixed timestamps, in sorted order:
+- `manifest.json`: `{"format": "npu-program", "version": 1, "target", "inputs",
+  "outputs", "tensors", "constants": {name: entry}, "instructions": [...]}`;
+- `constants/NNNN.npy`: one array per constant (weights, biases, tables);
+- `blobs/NNNN.bin`: opaque bytes (serialized ONNX subgraphs of host steps).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prover.terms import from_json as term_from_json
+from prover.terms import to_json as term_to_json
+
+from .isa import OPCODES, Instruction
+from .lowered import HostKernel, HostOnnx, TensorSpec
+from .postprocess import PostProcess, RequantParams
+
+FORMAT = "npu-program"
+VERSION = 1
+_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+class ProgramError(ValueError):
+    """A program file that is missing, corrupt, or of an unknown format/version."""
+
+
+@dataclass
+class Program:
+    """Instructions plus everything needed to run them (constants, tensor specs)."""
+
+    target: str
+    inputs: list[TensorSpec]
+    outputs: list[str]
+    tensors: dict[str, TensorSpec]
+    constants: dict[str, np.ndarray]
+    instructions: list[Instruction] = field(default_factory=list)
+
+    def ops(self, kind: type | str | None = None) -> list[Instruction]:
+        """Instructions, optionally only those of one class (or class name)."""
+        if kind is None:
+            return list(self.instructions)
+        name = kind if isinstance(kind, str) else kind.__name__
+        return [i for i in self.instructions if type(i).__name__ == name]
+
+    def listing(self) -> str:
+        """A human-readable one-line-per-instruction listing."""
+        lines = []
+        for k, ins in enumerate(self.instructions):
+            desc = ", ".join(
+                f"{f.name}={_short(getattr(ins, f.name))}"
+                for f in fields(ins)
+                if f.name not in ("post", "step")
+            )
+            lines.append(f"{k:4d} {type(ins).__name__}({desc})")
+        return "\n".join(lines)
+
+    # --- file format ----------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        blobs: dict[str, bytes] = {}
+        const_entries = {
+            name: f"constants/{k:04d}.npy" for k, name in enumerate(sorted(self.constants))
+        }
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "target": self.target,
+            "inputs": [_spec_json(s) for s in self.inputs],
+            "outputs": list(self.outputs),
+            "tensors": [_spec_json(s) for s in self.tensors.values()],
+            "constants": const_entries,
+            "instructions": [_encode_instruction(i, blobs) for i in self.instructions],
+        }
+        entries: dict[str, bytes] = {
+            "manifest.json": json.dumps(manifest, sort_keys=True, indent=1).encode()
+        }
+        for name, entry in const_entries.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(self.constants[name]))
+            entries[entry] = buf.getvalue()
+        entries.update(blobs)
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+            for name in sorted(entries):
+                info = zipfile.ZipInfo(name, date_time=_DATE)
+                info.external_attr = 0o644 << 16
+                z.writestr(info, entries[name])
+        return out.getvalue()
+
+    def save(self, path: str | Path) -> None:
+        """Write the program file (same program -> same bytes)."""
+        Path(path).write_bytes(self.to_bytes())
+
+    @staticmethod
+    def from_bytes(data: bytes, where: str = "<bytes>") -> Program:
+        try:
+            z = zipfile.ZipFile(io.BytesIO(data))
+        except zipfile.BadZipFile:
+            raise ProgramError(f"{where}: not an NPU program file (not a zip archive)") from None
+        try:
+            with z:
+                names = set(z.namelist())
+                if "manifest.json" not in names:
+                    raise ProgramError(f"{where}: not an NPU program file (no manifest.json)")
+                m = json.loads(z.read("manifest.json"))
+                if m.get("format") != FORMAT:
+                    raise ProgramError(f"{where}: unknown program format {m.get('format')!r}")
+                if m.get("version") != VERSION:
+                    raise ProgramError(
+                        f"{where}: program format version {m.get('version')!r} is not "
+                        f"supported (expected {VERSION})"
+                    )
+                constants = {
+                    name: np.load(io.BytesIO(z.read(entry)), allow_pickle=False)
+                    for name, entry in m["constants"].items()
+                }
+                blobs = {n: z.read(n) for n in names if n.startswith("blobs/")}
+                tensors = [_spec_from(s) for s in m["tensors"]]
+                return Program(
+                    target=m["target"],
+                    inputs=[_spec_from(s) for s in m["inputs"]],
+                    outputs=list(m["outputs"]),
+                    tensors={s.name: s for s in tensors},
+                    constants=constants,
+                    instructions=[_decode_instruction(i, blobs) for i in m["instructions"]],
+                )
+        except ProgramError:
+            raise
+        except (KeyError, TypeError, ValueError, zipfile.BadZipFile, OSError) as e:
+            raise ProgramError(f"{where}: corrupt program file ({type(e).__name__}: {e})") from None
+
+    @staticmethod
+    def load(path: str | Path) -> Program:
+        """Read a program file, raising `ProgramError` on any problem."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise ProgramError(f"cannot read program file {str(path)!r}: {e.strerror}") from None
+        return Program.from_bytes(data, str(path))
+
+
+# --- encoding helpers -------------------------------------------------------------------
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, tuple) and len(v) > 4:
+        return f"({v[0]}, ... {len(v)} items)"
+    return repr(v)
+
+
+def _spec_json(s: TensorSpec) -> dict[str, Any]:
+    return {"name": s.name, "dtype": s.dtype, "shape": list(s.shape)}
+
+
+def _spec_from(j: dict[str, Any]) -> TensorSpec:
+    return TensorSpec(j["name"], j["dtype"], tuple(int(v) for v in j["shape"]))
+
+
+def _encode(v: Any, blobs: dict[str, bytes]) -> Any:
+    if v is None or isinstance(v, bool | str):
+        return v
+    if isinstance(v, int | np.integer):
+        return int(v)
+    if isinstance(v, float | np.floating):
+        return float(v)
+    if isinstance(v, PostProcess):
+        return {"__post__": v.to_json()}
+    if isinstance(v, RequantParams):
+        return {"__rq__": v.to_json()}
+    if isinstance(v, TensorSpec):
+        return {"__spec__": _spec_json(v)}
+    if isinstance(v, HostKernel):
+        return {
+            "__host_kernel__": {
+                "name": v.name,
+                "inputs": list(v.inputs),
+                "out": v.out,
+                "term": term_to_json(v.term),
+                "out_dtype": v.out_dtype,
+                "onnx_nodes": list(v.onnx_nodes),
+            }
+        }
+    if isinstance(v, HostOnnx):
+        key = f"blobs/{len(blobs):04d}.bin"
+        blobs[key] = bytes(v.model)
+        return {
+            "__host_onnx__": {
+                "name": v.name,
+                "model": key,
+                "inputs": list(v.inputs),
+                "outputs": list(v.outputs),
+                "output_specs": [_spec_json(s) for s in v.output_specs],
+                "onnx_nodes": list(v.onnx_nodes),
+            }
+        }
+    if isinstance(v, tuple | list):
+        return [_encode(x, blobs) for x in v]
+    raise TypeError(f"cannot encode {type(v).__name__} in a program file")
+
+
+def _decode(v: Any, blobs: dict[str, bytes]) -> Any:
+    if isinstance(v, list):
+        return tuple(_decode(x, blobs) for x in v)
+    if not isinstance(v, dict):
+        return v
+    (tag, body), *_ = v.items()
+    if tag == "__post__":
+        return PostProcess.from_json(body)
+    if tag == "__rq__":
+        return RequantParams.from_json(body)
+    if tag == "__spec__":
+        return _spec_from(body)
+    if tag == "__host_kernel__":
+        return HostKernel(
+            body["name"],
+            tuple(body["inputs"]),
+            body["out"],
+            term_from_json(body["term"]),
+            body["out_dtype"],
+            tuple(body["onnx_nodes"]),
+        )
+    if tag == "__host_onnx__":
+        return HostOnnx(
+            body["name"],
+            blobs[body["model"]],
+            tuple(body["inputs"]),
+            tuple(body["outputs"]),
+            tuple(_spec_from(s) for s in body["output_specs"]),
+            tuple(body["onnx_nodes"]),
+        )
+    raise ValueError(f"unknown tagged value {tag!r}")
+
+
+def _encode_instruction(ins: Instruction, blobs: dict[str, bytes]) -> dict[str, Any]:
+    return {
+        "op": type(ins).__name__,
+        "fields": {f.name: _encode(getattr(ins, f.name), blobs) for f in fields(ins)},
+    }
+
+
+def _decode_instruction(j: dict[str, Any], blobs: dict[str, bytes]) -> Instruction:
+    cls = OPCODES.get(j["op"])
+    if cls is None:
+        raise ProgramError(f"unknown instruction {j['op']!r}")
+    names = {f.name for f in fields(cls)}
+    if set(j["fields"]) != names:
+        raise ProgramError(f"instruction {j['op']} has fields {sorted(j['fields'])}")
+    return cls(**{k: _decode(v, blobs) for k, v in j["fields"].items()})

@@ -1,0 +1,412 @@
+"""Validation before emitting code: every incomplete or unsupported state is a specific error.
+
+Two levels:
+- `validate_step(step, target)`: per lowered step, BEFORE codegen. The compiler
+  calls it on a fused site and falls back to the unfused form when it returns issues.
+- `validate_program(program, target)`: on generated instructions (tables allocated
+  before use and not overwritten, parameter records loaded, descriptors complete).
+
+Each issue carries a DESIGN.md reason code and a message saying what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prover.domain import KernelError
+from prover.inttypes import int_type
+from prover.lut import FUNCTIONS, check_table
+
+from .lowered import HostKernel, HostOnnx, NpuClip, NpuLut, NpuMatMul, NpuRequant, Step
+from .postprocess import LutParams, PostProcess, RequantParams, posts_of
+from .target import Target
+
+CODES = (
+    "incomplete_parameters",
+    "unsupported_intermediate_type",
+    "unsupported_function",
+    "grouped_codegen_unsupported",
+    "intervening_requantize",
+    "intervening_clip",
+    "layout_mismatch",
+)
+
+
+@dataclass(frozen=True)
+class ValidationIssue:
+    """One reason a step or instruction cannot be emitted as is."""
+
+    code: str
+    step: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.step}: {self.message}"
+
+
+class ValidationError(ValueError):
+    """Raised by codegen when a step or program fails validation; `.issues` lists why."""
+
+    def __init__(self, issues: list[ValidationIssue]) -> None:
+        self.issues = list(issues)
+        self.code = issues[0].code
+        more = f" (+{len(issues) - 1} more)" if len(issues) > 1 else ""
+        super().__init__(str(issues[0]) + more)
+
+
+def _requant_issues(rq: RequantParams, scheme: str, name: str) -> list[ValidationIssue]:
+    out: list[ValidationIssue] = []
+    if rq.scheme != scheme:
+        out.append(
+            ValidationIssue(
+                "intervening_requantize",
+                name,
+                f"requantization scheme {rq.scheme!r} is not this target's {scheme!r}; "
+                f"convert the scale with npu_backend.target.requant_from_scale(..., {scheme!r}) "
+                "and prove that lowering, or keep the requantize on the host",
+            )
+        )
+        return out
+    needed = ("scale",) if rq.scheme == "float32" else ("multiplier", "shift")
+    missing = [f for f in needed if getattr(rq, f) is None]
+    if missing:
+        out.append(
+            ValidationIssue(
+                "incomplete_parameters",
+                name,
+                f"requantization header lacks {', '.join(missing)}; fill in the parameters",
+            )
+        )
+        return out
+    try:
+        rq.check()
+    except (KernelError, TypeError, ValueError) as e:
+        out.append(ValidationIssue("incomplete_parameters", name, f"bad requantization: {e}"))
+    return out
+
+
+def _lut_issues(
+    lut: LutParams, function: str | None, target: Target, name: str
+) -> list[ValidationIssue]:
+    missing = [
+        f for f in ("table", "in_type", "out_type", "index_order") if getattr(lut, f) is None
+    ]
+    if function is None:
+        missing.append("function")
+    if missing:
+        return [
+            ValidationIssue(
+                "incomplete_parameters",
+                name,
+                f"LUT without its metadata ({', '.join(missing)} missing); attach the table's "
+                "function, input/output types and index order, or drop the LUT",
+            )
+        ]
+    out: list[ValidationIssue] = []
+    if function not in FUNCTIONS:
+        out.append(ValidationIssue("unsupported_function", name, f"unknown function {function!r}"))
+    try:
+        check_table(lut.table, int_type(lut.in_type), int_type(lut.out_type))
+    except KernelError as e:
+        out.append(
+            ValidationIssue("incomplete_parameters", name, f"{e}; rebuild the table for the LUT")
+        )
+    if len(lut.table) != target.tables.entries:
+        out.append(
+            ValidationIssue(
+                "incomplete_parameters",
+                name,
+                f"table has {len(lut.table)} entries; table slots hold {target.tables.entries}",
+            )
+        )
+    if lut.index_order != target.lut_builder.index_order:
+        out.append(
+            ValidationIssue(
+                "layout_mismatch",
+                name,
+                f"table is in {lut.index_order!r} index order but the hardware indexes "
+                f"{target.lut_builder.index_order!r}; reorder it with prover.lut.reorder_table",
+            )
+        )
+    return out
+
+
+def _post_issues(
+    p: PostProcess, step: NpuMatMul, target: Target, op_name: str
+) -> list[ValidationIssue]:
+    caps = target.compute(op_name)
+    name = step.name
+    out = _requant_issues(p.requant, caps.requant_scheme, name)
+    if p.requant.out_type not in caps.intermediate_types:
+        out.append(
+            ValidationIssue(
+                "unsupported_intermediate_type",
+                name,
+                f"intermediate type {p.requant.out_type!r} is not supported by {op_name} "
+                f"postprocessing (supported: {sorted(caps.intermediate_types)}); "
+                "keep the op unfused",
+            )
+        )
+    if p.clip is not None:
+        lo, hi = p.clip
+        if not caps.clip:
+            out.append(
+                ValidationIssue(
+                    "intervening_clip",
+                    name,
+                    f"{op_name} postprocessing has no clip stage; keep the Clip as a separate op",
+                )
+            )
+        elif lo > hi:
+            out.append(ValidationIssue("incomplete_parameters", name, f"clip lo {lo} > hi {hi}"))
+    if p.lut is None and p.function is not None:
+        out.append(
+            ValidationIssue(
+                "incomplete_parameters",
+                name,
+                f"fusion attributes left on a node without a LUT (function {p.function!r}); "
+                "attach the table or clear the function to emit an unfused MatMul",
+            )
+        )
+    if p.lut is not None:
+        lut_issues = _lut_issues(p.lut, p.function, target, name)
+        out += lut_issues
+        if not lut_issues:
+            if p.function not in caps.functions:
+                out.append(
+                    ValidationIssue(
+                        "unsupported_function",
+                        name,
+                        f"{op_name} postprocessing on target {target.name!r} does not support "
+                        f"{p.function!r} (supported: {sorted(caps.functions)}); keep the "
+                        "activation standalone",
+                    )
+                )
+            if p.lut.in_type != p.requant.out_type:
+                out.append(
+                    ValidationIssue(
+                        "incomplete_parameters",
+                        name,
+                        f"LUT input type {p.lut.in_type!r} differs from the intermediate type "
+                        f"{p.requant.out_type!r}; rebuild the table for the intermediate encoding",
+                    )
+                )
+            if len(p.lut.table) not in caps.lut_sizes:
+                out.append(
+                    ValidationIssue(
+                        "incomplete_parameters", name, f"LUT size {len(p.lut.table)} unsupported"
+                    )
+                )
+    try:
+        ot = int_type(p.output_type)
+        if p.output_zp is None:
+            raise KernelError("output zero point unknown (LUT without out_zp or build spec)")
+        if not ot.contains(p.output_zp):
+            raise KernelError(f"output zero point {p.output_zp} outside {ot.name}")
+        if p.lut is not None and p.lut.out_type is not None and p.lut.out_type != ot.name:
+            raise KernelError(f"output type {ot.name} differs from the LUT's {p.lut.out_type}")
+        if p.lut is None and (ot.name != p.requant.out_type or p.output_zp != p.requant.zp):
+            raise KernelError("without a LUT the output encoding must be the requantization's")
+    except KernelError as e:
+        out.append(
+            ValidationIssue(
+                "incomplete_parameters", name, f"output encoding: {e}; fix the output encoding"
+            )
+        )
+    return out
+
+
+def validate_matmul(
+    step: NpuMatMul, target: Target, op_name: str = "MatMul"
+) -> list[ValidationIssue]:
+    caps = target.compute(op_name)
+    if caps is None:
+        return [
+            ValidationIssue(
+                "unsupported_function", step.name, f"target {target.name!r} has no {op_name} unit"
+            )
+        ]
+    out: list[ValidationIssue] = []
+    for t in (step.a_type, step.w_type):
+        try:
+            int_type(t)
+        except KernelError as e:
+            out.append(ValidationIssue("incomplete_parameters", step.name, str(e)))
+    if step.structure not in caps.structures:
+        out.append(
+            ValidationIssue(
+                "grouped_codegen_unsupported",
+                step.name,
+                f"{op_name} on target {target.name!r} cannot be scheduled as {step.structure!r}; "
+                "use a 'plain' schedule",
+            )
+        )
+    posts = posts_of(step.post)
+    seen: set[PostProcess] = set()
+    for p in posts:
+        if p not in seen:
+            seen.add(p)
+            out += _post_issues(p, step, target, op_name)
+    luts = {(p.lut, p.function) for p in posts}
+    if len(luts) > 1:
+        out.append(
+            ValidationIssue(
+                "incomplete_parameters",
+                step.name,
+                "columns use different LUTs or functions; the postprocessor holds one table per "
+                "MatMul: split the activation out",
+            )
+        )
+    if step.fused and step.structure not in caps.fused_structures:
+        out.append(
+            ValidationIssue(
+                "grouped_codegen_unsupported",
+                step.name,
+                f"a fused {op_name} inside a {step.structure!r} structure cannot be generated on "
+                f"target {target.name!r} (fused postprocessing only in "
+                f"{sorted(caps.fused_structures)}); emit the unfused form for this site",
+            )
+        )
+    # De-duplicate identical issues from identical columns.
+    return list(dict.fromkeys(out))
+
+
+def validate_step(step: Step, target: Target) -> list[ValidationIssue]:
+    """Issues that stop `step` from being emitted on `target` (empty when it is fine)."""
+    if isinstance(step, NpuMatMul):
+        return validate_matmul(step, target)
+    if isinstance(step, NpuLut):
+        lut_issues = _lut_issues(step.lut, step.function, target, step.name)
+        if not lut_issues and step.function not in target.standalone.functions:
+            lut_issues.append(
+                ValidationIssue(
+                    "unsupported_function",
+                    step.name,
+                    f"the standalone unit of target {target.name!r} does not support "
+                    f"{step.function!r}; keep the activation on the host",
+                )
+            )
+        return lut_issues
+    if isinstance(step, NpuRequant):
+        issues: list[ValidationIssue] = []
+        rqs = step.requant if isinstance(step.requant, tuple) else (step.requant,)
+        for rq in dict.fromkeys(rqs):
+            issues += _requant_issues(rq, target.standalone.requant_scheme, step.name)
+        return list(dict.fromkeys(issues))
+    if isinstance(step, NpuClip):
+        if not target.standalone.clip:
+            return [
+                ValidationIssue(
+                    "intervening_clip", step.name, "no standalone clip unit; keep it on the host"
+                )
+            ]
+        if step.lo > step.hi:
+            return [ValidationIssue("incomplete_parameters", step.name, "clip lo > hi")]
+        return []
+    if isinstance(step, HostOnnx):
+        if not step.model or not step.outputs:
+            return [
+                ValidationIssue(
+                    "incomplete_parameters", step.name, "host ONNX step without a model or outputs"
+                )
+            ]
+        return []
+    if isinstance(step, HostKernel):
+        return []
+    return [ValidationIssue("incomplete_parameters", str(step), "unknown step kind")]
+
+
+def check_step(step: Step, target: Target) -> None:
+    """Raise `ValidationError` if `validate_step` reports anything."""
+    issues = validate_step(step, target)
+    if issues:
+        raise ValidationError(issues)
+
+
+def validate_program(program, target: Target) -> list[ValidationIssue]:
+    """Check emitted instructions: descriptors complete, tables and parameters loaded before use.
+
+    A table slot must hold exactly the table an instruction expects (allocated by an
+    earlier TableLoad and not overwritten since); a MatMul with postprocessing needs
+    its parameter record loaded; a MatMul without postprocessing carries no fusion fields.
+    """
+    from .isa import Activation, MatMul, ParamLoad, TableLoad, strip_tables, table_of
+
+    issues: list[ValidationIssue] = []
+    slots: dict[int, str] = {}
+    records: dict[int, object] = {}
+    consts = program.constants
+    slot_bytes = target.tables.slot_bytes
+
+    def bad(name: str, msg: str, code: str = "incomplete_parameters") -> None:
+        issues.append(ValidationIssue(code, name, msg))
+
+    def check_table(name: str, slot, addr, table) -> None:
+        if slot is None or addr is None:
+            bad(name, "table address missing in the descriptor; allocate a table slot")
+        elif not 0 <= slot < target.tables.slots or addr != slot * slot_bytes:
+            bad(name, f"table address {addr} (slot {slot}) is not a table slot of this target")
+        elif slot not in slots:
+            bad(name, f"table slot {slot} not yet allocated; emit a TableLoad before this op")
+        elif tuple(int(v) for v in consts[slots[slot]]) != tuple(table):
+            bad(name, f"table slot {slot} holds another table; reload the table before this op")
+
+    for ins in program.instructions:
+        if isinstance(ins, TableLoad):
+            if not 0 <= ins.slot < target.tables.slots:
+                bad(
+                    ins.table,
+                    f"table slot {ins.slot} out of range (target has {target.tables.slots})",
+                )
+            elif ins.addr != ins.slot * slot_bytes or ins.table not in consts:
+                bad(ins.table, "table load with a wrong address or unknown table")
+            else:
+                slots[ins.slot] = ins.table
+        elif isinstance(ins, ParamLoad):
+            records[ins.addr] = ins.post
+        elif isinstance(ins, MatMul):
+            if not ins.post_enable:
+                stray = [
+                    f
+                    for f in (
+                        "post",
+                        "param_addr",
+                        "function",
+                        "table_slot",
+                        "table_addr",
+                        "intermediate_type",
+                    )
+                    if getattr(ins, f) is not None
+                ]
+                if stray:
+                    bad(
+                        ins.name,
+                        f"fusion attributes {stray} left on a MatMul without "
+                        "postprocessing; clear them or enable postprocessing",
+                    )
+                continue
+            if ins.post is None:
+                bad(ins.name, "postprocessing enabled without a descriptor; attach the epilogue")
+                continue
+            if ins.param_addr is None or records.get(ins.param_addr) != strip_tables(ins.post):
+                bad(ins.name, "parameter record not loaded before the MatMul; emit a ParamLoad")
+            table = table_of(ins.post)
+            if table is not None:
+                if ins.function is None:
+                    bad(ins.name, "LUT without a function selection in the descriptor")
+                check_table(ins.name, ins.table_slot, ins.table_addr, table)
+            elif ins.function is not None or ins.table_slot is not None:
+                bad(
+                    ins.name,
+                    "fusion attributes left on a node without a LUT; clear the "
+                    "function selection and table address",
+                )
+        elif isinstance(ins, Activation):
+            t = consts.get(slots.get(ins.table_slot, ""), None)
+            if t is None:
+                bad(
+                    ins.name,
+                    f"table slot {ins.table_slot} not yet allocated; emit a TableLoad "
+                    "before this activation",
+                )
+    return issues
