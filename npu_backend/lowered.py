@@ -52,7 +52,8 @@ class NpuMatMul:
     - `a_type`, `w_type`: integer type names ("int8", "uint8", ...);
     - `post`: None (raw int32 accumulator), a `PostProcess`, or a tuple of N of them;
     - `structure`: scheduling structure "plain" | "grouped" | "tiled";
-    - `onnx_nodes`: the ONNX node names this step implements (for reports and ledger).
+    - `onnx_nodes`: the ONNX node names this step implements (for reports and ledger);
+    - `compute`: the target compute unit whose capabilities apply ("MatMul" or "Conv").
     """
 
     name: str
@@ -67,6 +68,7 @@ class NpuMatMul:
     post: Post | None = None
     structure: str = "plain"
     onnx_nodes: tuple[str, ...] = ()
+    compute: str = "MatMul"  # which compute unit's capabilities apply ("MatMul" | "Conv")
 
     @property
     def fused(self) -> bool:
@@ -217,6 +219,7 @@ def unfuse(step: NpuMatMul) -> list[Step]:
         inner,
         step.structure,
         step.onnx_nodes,
+        step.compute,
     )
     act = NpuLut.from_params(f"{step.name}.act", mid, step.out, lut, function, step.onnx_nodes)
     return [mm, act]

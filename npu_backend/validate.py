@@ -216,9 +216,9 @@ def _post_issues(
     return out
 
 
-def validate_matmul(
-    step: NpuMatMul, target: Target, op_name: str = "MatMul"
-) -> list[ValidationIssue]:
+def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
+    """Issues of a MatMul step against its compute unit's capabilities (`step.compute`)."""
+    op_name = step.compute
     caps = target.compute(op_name)
     if caps is None:
         return [

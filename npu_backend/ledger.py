@@ -1,0 +1,114 @@
+"""The cost ledger: what each fusion saves, MEASURED by simulating fused and unfused programs.
+
+For every fused MatMul of a lowered model, the program is generated twice: as is,
+and with only that site split (`lowered.unfuse`: MatMul with requantize[+clip],
+then a standalone activation). Both run on the simulator with the same inputs;
+the differences in counters are the entry. Both runs must give identical outputs
+(they compute the same kernel terms), otherwise `LedgerError` is raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .codegen import generate, infer_specs
+from .lowered import LoweredModel, NpuMatMul, TensorSpec, unfuse
+from .simulator import Counters, run
+from .target import Target
+
+
+class LedgerError(RuntimeError):
+    """Fused and unfused programs disagree (a backend bug), or the model has no inputs to run."""
+
+
+@dataclass(frozen=True)
+class FusionEntry:
+    """Measured effect of one fusion (fused minus unfused, as positive savings)."""
+
+    site: str
+    onnx_nodes: tuple[str, ...]
+    intermediate: str  # the tensor the fusion no longer materialises
+    elements: int  # E
+    element_bytes: int  # b
+    bytes_not_written: int  # measured: sram bytes written, unfused - fused
+    bytes_not_read: int  # measured: sram bytes read, unfused - fused
+    table_loads_added: int  # measured: fused - unfused table loads
+    param_loads_added: int
+    instructions_before: int  # unfused program
+    instructions_after: int  # fused program
+
+    @property
+    def expected_bytes(self) -> int:
+        """E x b: the intermediate tensor's size."""
+        return self.elements * self.element_bytes
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["onnx_nodes"] = list(self.onnx_nodes)
+        d["expected_bytes"] = self.expected_bytes
+        return d
+
+
+def random_inputs(specs: list[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic random inputs covering each integer type's full range."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in specs:
+        dt = np.dtype(s.dtype)
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            out[s.name] = rng.integers(info.min, int(info.max) + 1, s.shape).astype(dt)
+        else:
+            out[s.name] = rng.standard_normal(s.shape).astype(dt)
+    return out
+
+
+def _sram(c: Counters) -> tuple[int, int]:
+    return c.bytes_written["sram"], c.bytes_read["sram"]
+
+
+def ledger(
+    lowered: LoweredModel,
+    target: Target,
+    inputs: dict[str, np.ndarray] | None = None,
+) -> list[FusionEntry]:
+    """One measured `FusionEntry` per fused MatMul in `lowered`."""
+    inputs = inputs if inputs is not None else random_inputs(lowered.inputs)
+    fused_prog = generate(lowered, target)
+    fused_out, fused_c = run(fused_prog, inputs)
+    entries = []
+    for k, st in enumerate(lowered.steps):
+        if not (isinstance(st, NpuMatMul) and st.fused):
+            continue
+        split = unfuse(st)
+        steps = lowered.steps[:k] + split + lowered.steps[k + 1 :]
+        unfused = LoweredModel(
+            list(lowered.inputs), list(lowered.outputs), dict(lowered.constants), steps
+        )
+        prog = generate(unfused, target)
+        out, c = run(prog, inputs)
+        for name in fused_out:
+            if not np.array_equal(fused_out[name], out[name]):
+                raise LedgerError(f"{st.name}: fused and unfused programs differ on {name!r}")
+        mid = split[0].out
+        spec = infer_specs(unfused)[mid]
+        w_f, r_f = _sram(fused_c)
+        w_u, r_u = _sram(c)
+        entries.append(
+            FusionEntry(
+                site=st.name,
+                onnx_nodes=tuple(st.onnx_nodes),
+                intermediate=mid,
+                elements=int(np.prod(spec.shape)),
+                element_bytes=np.dtype(spec.dtype).itemsize,
+                bytes_not_written=w_u - w_f,
+                bytes_not_read=r_u - r_f,
+                table_loads_added=fused_c.table_loads - c.table_loads,
+                param_loads_added=fused_c.param_loads - c.param_loads,
+                instructions_before=c.instructions,
+                instructions_after=fused_c.instructions,
+            )
+        )
+    return entries
