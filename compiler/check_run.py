@@ -52,9 +52,18 @@ def open_store(directory: str | None, mode: str) -> Any:
         raise UsageError(f"--proofs is not a directory: {directory}")
     if mode == "ro" and not p.is_dir():
         raise UsageError(f"proof store not found (--proofs-mode ro): {directory}")
-    from prover.store import ProofStore
+    from prover.proofstore import ProofStore
 
     return ProofStore(p, mode=mode)
+
+
+def check_solver(name: str) -> str:
+    """Validate a --solver name against the prover's procedures."""
+    from prover.api import PROCEDURES
+
+    if name != "auto" and name not in PROCEDURES:
+        raise UsageError(f"unknown solver {name!r}; known: auto, {', '.join(PROCEDURES)}")
+    return name
 
 
 def _field(obj: Any, name: str, default: Any = None) -> Any:
@@ -140,6 +149,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     from prover.policy import Policy
 
     policy = opts.policy if opts.policy is not None else Policy.parse("bitwise")
+    check_solver(opts.solver)
     check_model_file(model)
     target = resolve_target(opts.target)
     store = open_store(opts.proofs, opts.proofs_mode)
