@@ -1,0 +1,152 @@
+"""Code generation: instruction order, descriptors, table reuse and slot exhaustion."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from test_backend_support import K, fused_post, matmul_model, requant_post, weights, x_input
+
+from npu_backend.codegen import CodegenError, generate
+from npu_backend.isa import Activation, MatMul, ParamLoad, TableLoad
+from npu_backend.lowered import LoweredModel, NpuLut, NpuMatMul, TensorSpec, unfuse_model
+from npu_backend.simulator import run
+from npu_backend.target import load_target
+from npu_backend.validate import validate_program
+from prover.lut import build_lut
+from prover.matmul import matmul_acc
+
+FLOAT = load_target()
+FIXED = load_target("npu_backend/targets/npu_fixed.toml")
+
+
+def _kinds(prog):
+    return [type(i).__name__ for i in prog.instructions]
+
+
+def test_fused_matmul_descriptor_and_load_order():
+    post = fused_post(FLOAT)
+    prog = generate(matmul_model(post), FLOAT)
+    kinds = _kinds(prog)
+    mm_at = kinds.index("MatMul")
+    assert kinds.index("TableLoad") < mm_at and kinds.index("ParamLoad") < mm_at
+    assert "Activation" not in kinds
+    (mm,) = prog.ops(MatMul)
+    (tl,) = prog.ops(TableLoad)
+    (pl,) = prog.ops(ParamLoad)
+    assert mm.post_enable and mm.function == "sigmoid"
+    assert (mm.table_slot, mm.table_addr) == (tl.slot, tl.addr)
+    assert mm.param_addr == pl.addr and pl.post.lut.table is None  # record holds no table
+    assert mm.intermediate_type == "int8" and (mm.out_type, mm.out_zp) == ("int8", -128)
+    assert tuple(prog.constants[tl.table]) == post.lut.table
+
+
+def test_unfused_has_standalone_activation_and_no_table_on_matmul():
+    fused_model = matmul_model(fused_post(FLOAT))
+    prog = generate(unfuse_model(fused_model), FLOAT)
+    kinds = _kinds(prog)
+    (mm,) = prog.ops(MatMul)
+    assert mm.function is None and mm.table_slot is None and mm.table_addr is None
+    # the only table load serves the standalone activation, after the MatMul
+    assert kinds.index("MatMul") < kinds.index("TableLoad") < kinds.index("Activation")
+    # fusing removes the activation instruction
+    assert "Activation" not in _kinds(generate(fused_model, FLOAT))
+
+
+def test_raw_accumulator_matmul_has_no_postprocessing_loads():
+    prog = generate(matmul_model(None), FLOAT)
+    (mm,) = prog.ops(MatMul)
+    assert not mm.post_enable and mm.param_addr is None and mm.out_type == "int32"
+    assert not prog.ops(TableLoad) and not prog.ops(ParamLoad)
+    req = generate(matmul_model(requant_post(FLOAT)), FLOAT)
+    assert not req.ops(TableLoad) and len(req.ops(ParamLoad)) == 1
+
+
+def _chain(target, posts):
+    """x -> mm0 -> mm1 -> ... with square K x K weights; each post produces int8."""
+    steps, consts, prev = [], {}, "x"
+    for i, post in enumerate(posts):
+        w, _ = weights(seed=i, n=K)
+        consts[f"w{i}"] = w
+        steps.append(NpuMatMul(f"mm{i}", prev, f"w{i}", f"y{i}", 0, 0, None, "int8", "int8", post))
+        prev = f"y{i}"
+    return LoweredModel([TensorSpec("x", "int8", (4, K))], [prev], consts, steps)
+
+
+def _reference(model, x):
+    v = x
+    for st in model.steps:
+        v = st.post.apply(matmul_acc(v, model.constants[st.w], st.a_zp, st.w_zp))
+    return v
+
+
+def test_identical_tables_loaded_once():
+    post = fused_post(FLOAT)
+    model = _chain(
+        FLOAT, [post, dataclasses.replace(post, requant=requant_post(FLOAT, 0.01, 0).requant)]
+    )
+    prog = generate(model, FLOAT)
+    assert len(prog.ops(TableLoad)) == 1
+    a, b = prog.ops(MatMul)
+    assert a.table_slot == b.table_slot
+    x = x_input()["x"]
+    out, c = run(prog, {"x": x})
+    assert c.table_loads == 1
+    assert np.array_equal(out["y1"], _reference(model, x))
+
+
+def test_slot_exhaustion_reloads_without_overwriting_needed_tables():
+    # 6 distinct tables cycled twice on a target with 4 slots.
+    scales = [0.02, 0.03, 0.04, 0.05, 0.06, 0.07]
+    posts = []
+    for s in scales * 2:
+        spec = FIXED.lut_spec("sigmoid", s, 0, "int8", 1 / 256, -128, "int8")
+        base = fused_post(FIXED, scale=0.004, zp=0)
+        lut = dataclasses.replace(base.lut, table=tuple(int(v) for v in build_lut(spec)), spec=spec)
+        posts.append(dataclasses.replace(base, lut=lut))
+    model = _chain(FIXED, posts)
+    prog = generate(model, FIXED)
+    loads = prog.ops(TableLoad)
+    assert all(0 <= t.slot < FIXED.tables.slots for t in loads)
+    assert 6 < len(loads) < 12  # some reuse, some reloads
+    assert validate_program(prog, FIXED) == []
+    x = x_input()["x"]
+    out, c = run(prog, {"x": x})
+    assert c.table_loads == len(loads)
+    assert np.array_equal(out[model.outputs[0]], _reference(model, x))
+    # with plenty of slots every table is loaded exactly once
+    roomy = dataclasses.replace(FIXED, tables=dataclasses.replace(FIXED.tables, slots=8))
+    assert len(generate(model, roomy).ops(TableLoad)) == 6
+
+
+def test_standalone_luts_share_tables():
+    post = fused_post(FLOAT)
+    lut = post.lut
+    steps = [
+        NpuLut("a0", "x", "y0", lut.table, "int8", "int8", "offset", "sigmoid"),
+        NpuLut("a1", "y0", "y1", lut.table, "int8", "int8", "offset", "sigmoid"),
+    ]
+    model = LoweredModel([TensorSpec("x", "int8", (3, 5))], ["y1"], {}, steps)
+    prog = generate(model, FLOAT)
+    assert len(prog.ops(TableLoad)) == 1 and len(prog.ops(Activation)) == 2
+    x = np.arange(-128, 127, 17, dtype=np.int8)[:15].reshape(3, 5)
+    out, _ = run(prog, {"x": x})
+    t = np.asarray(lut.table)
+    assert np.array_equal(out["y1"], t[t[x.astype(int) + 128] + 128])
+
+
+def test_codegen_errors():
+    model = matmul_model(None)
+    bad_shape = LoweredModel(
+        [TensorSpec("x", "int8", (4, K + 1))], ["y"], model.constants, model.steps
+    )
+    with pytest.raises(CodegenError, match="do not multiply"):
+        generate(bad_shape, FLOAT)
+    missing = LoweredModel(model.inputs, ["nope"], model.constants, model.steps)
+    with pytest.raises(CodegenError, match="never produced"):
+        generate(missing, FLOAT)
+    big = LoweredModel([TensorSpec("x", "int8", (1 << 20, K))], ["y"], model.constants, model.steps)
+    with pytest.raises(CodegenError, match="sram exhausted"):
+        generate(big, FIXED)
+    per_col = matmul_model((requant_post(FLOAT),) * 3)
+    with pytest.raises(CodegenError, match="3 column epilogues for 8"):
+        generate(per_col, FLOAT)

@@ -1,0 +1,52 @@
+"""Builders shared by the backend tests (small lowered models, no ONNX needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npu_backend.lowered import LoweredModel, NpuMatMul, TensorSpec
+from npu_backend.postprocess import LutParams, PostProcess
+from npu_backend.target import Target, requant_from_scale
+from prover.lut import build_lut
+
+K, N, M = 16, 8, 4
+
+
+def lut_params(target: Target, function: str = "sigmoid", in_scale: float = 0.05) -> LutParams:
+    """A 256-entry int8 -> int8 table built with the target's builder settings."""
+    spec = target.lut_spec(function, in_scale, 0, "int8", 1 / 256, -128, "int8")
+    return LutParams(tuple(int(v) for v in build_lut(spec)), "int8", "int8", spec.index_order, spec)
+
+
+def fused_post(
+    target: Target, function: str = "sigmoid", scale: float = 0.003, zp: int = 2, clip=None
+) -> PostProcess:
+    """Requantize (target scheme) + optional clip + LUT."""
+    scheme = target.compute("MatMul").requant_scheme
+    rq = requant_from_scale(scale, zp, "int8", scheme)
+    return PostProcess(rq, clip=clip, function=function, lut=lut_params(target, function))
+
+
+def requant_post(target: Target, scale: float = 0.003, zp: int = 2) -> PostProcess:
+    scheme = target.compute("MatMul").requant_scheme
+    return PostProcess(requant_from_scale(scale, zp, "int8", scheme))
+
+
+def weights(seed: int = 1, k: int = K, n: int = N) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    b = rng.integers(-2000, 2000, n).astype(np.int32)
+    return w, b
+
+
+def matmul_model(post, structure: str = "plain", seed: int = 1, m: int = M) -> LoweredModel:
+    """x[m,K] int8 -> NpuMatMul(post) -> y."""
+    w, b = weights(seed)
+    step = NpuMatMul(
+        "mm", "x", "w", "y", 3, 0, "b", "int8", "int8", post, structure, ("MatMul_0", "Sigmoid_0")
+    )
+    return LoweredModel([TensorSpec("x", "int8", (m, K))], ["y"], {"w": w, "b": b}, [step])
+
+
+def x_input(seed: int = 7, m: int = M) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(seed).integers(-128, 128, (m, K)).astype(np.int8)}
