@@ -1,0 +1,179 @@
+"""Benchmark: the prover's solving vs Z3's default tactic vs exhaustive enumeration.
+
+One command, one run, the same obligations for every contender:
+
+    python3 bench/run_bench.py [--z3-cap 30] [--enum-cap 30] [--per-k 4]
+
+Obligations: gemmlowp requantize (double rounding) + 256-entry Sigmoid LUT
+epilogues over the exact accumulator range of one int8 x int8 weights column
+(seeded), for K = 64, 512 and 4096. Per K, half are equivalent rewrites (LUT
+stored in two's complement order with the table reordered; requantize to
+int16 then saturate to int8) and half carry a seeded bug (single instead of
+double rounding: a one-step rounding difference; output zero point off by one).
+
+Columns: ours = `prover.api.check` (portfolio, 10 s budget, no store);
+z3 = Z3 default `Solver()` on the obligation's SMT-LIB2 text (capped; a
+timeout counts as >= cap); enum = `prover.enumerate` over the whole range
+(capped the same way); bzla = one Bitwuzla query on the same text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import z3
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from prover import enumerate as penum  # noqa: E402
+from prover.api import check  # noqa: E402
+from prover.errors import NotApplicable  # noqa: E402
+from prover.inttypes import INT8  # noqa: E402
+from prover.lut import LutSpec, build_lut, reorder_table  # noqa: E402
+from prover.matmul import accumulator_range  # noqa: E402
+from prover.obligation import LiftSpec, Obligation  # noqa: E402
+from prover.proofstore import ProofStore  # noqa: E402
+from prover.requant import quantize_multiplier  # noqa: E402
+from prover.smtlib import to_smtlib  # noqa: E402
+from prover.solvers import Budget, run  # noqa: E402
+from prover.terms import Var, op  # noqa: E402
+
+SEED = 20261130
+
+
+def epilogue(
+    m: int, s: int, zp: int, table, *, rounding="requant_double", mid="int8", order="offset"
+):
+    acc = Var("acc")
+    r = op(rounding, acc, multiplier=m, shift=s, zp=zp, out=mid)
+    if mid != "int8":
+        r = op("saturate", r, type="int8")
+    return op("lut", r, table=tuple(int(v) for v in table), in_type="int8", index_order=order)
+
+
+def obligations(per_k: int) -> list[tuple[str, bool, Obligation]]:
+    rng = np.random.default_rng(SEED)
+    table = build_lut(LutSpec("sigmoid", 0.0625, 0, "int8", 1 / 256, -128, "int8"))
+    table_tc = reorder_table(table, INT8, "offset", "twos_complement")
+    out = []
+    for k in (64, 512, 4096):
+        w = rng.integers(-128, 128, size=(k, 1))
+        lo, hi = accumulator_range(w, 0, INT8, 0).overall
+        scale = float(1.0 / (np.sqrt(k) * 96.0)) * float(rng.uniform(0.8, 1.25))
+        m, s = quantize_multiplier(scale)
+        zp = int(rng.integers(-8, 9))
+        before = epilogue(m, s, zp, table)
+        variants = [
+            (
+                "equiv: LUT in two's complement order",
+                True,
+                epilogue(m, s, zp, table_tc, order="twos_complement"),
+            ),
+            ("bug: single rounding", False, epilogue(m, s, zp, table, rounding="requant_single")),
+            ("equiv: requant to int16 + saturate", True, epilogue(m, s, zp, table, mid="int16")),
+            ("bug: zero point + 1", False, epilogue(m, s, zp + 1, table)),
+        ][:per_k]
+        lift = LiftSpec("acc", tuple(int(v) for v in w[:, 0]), 0, 0, "int8", 0)
+        for name, eq, after in variants:
+            ob = Obligation("epilogue", before, after, {"acc": (lo, hi)}, "bitwise", lift)
+            out.append((f"K={k:<5} {name}", eq, ob))
+    return out
+
+
+def time_z3_default(text: str, cap: float) -> tuple[float, str]:
+    s = z3.Solver()
+    s.set("timeout", int(cap * 1000))
+    t0 = time.perf_counter()
+    s.from_string(text)
+    r = s.check()
+    dt = time.perf_counter() - t0
+    return dt, "sat" if r == z3.sat else "unsat" if r == z3.unsat else "timeout"
+
+
+def time_enum(ob: Obligation, cap: float) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    try:
+        d = penum.decide(ob, limit=1 << 40, deadline=t0 + cap)
+    except NotApplicable as e:
+        return float("nan"), str(e)
+    dt = time.perf_counter() - t0
+    return dt, {"holds": "unsat", "violated": "sat"}.get(d.status, "timeout")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--z3-cap", type=float, default=30.0, help="Z3 default cap per obligation (s)")
+    ap.add_argument(
+        "--enum-cap", type=float, default=30.0, help="enumeration cap per obligation (s)"
+    )
+    ap.add_argument("--per-k", type=int, default=4, choices=(2, 4), help="obligations per K")
+    args = ap.parse_args()
+
+    rows = []
+    hdr = f"{'obligation':<46} {'range':>10} {'ours':>9} {'verdict':>8} {'bzla':>8} {'z3 default':>12} {'enum':>10} {'z3/ours':>9} {'enum/ours':>10}"
+    print(hdr)
+    print("-" * len(hdr))
+    for name, eq, ob in obligations(args.per_k):
+        lo, hi = ob.ranges["acc"]
+        t0 = time.perf_counter()
+        v = check(ob, timeout_s=10.0)
+        ours = time.perf_counter() - t0
+        expect = "proven" if eq else "refuted"
+        if v.status != expect:
+            print(f"UNEXPECTED verdict {v.status} for {name} ({v.reason})")
+            return 1
+        text = to_smtlib(ob)
+        bz = run("bitwuzla", text, ["acc"], Budget(60.0))
+        z3t, z3r = time_z3_default(text, args.z3_cap)
+        ent, enr = time_enum(ob, args.enum_cap)
+        for who, r in (("z3", z3r), ("enum", enr), ("bitwuzla", bz.status)):
+            if r in ("sat", "unsat") and (r == "unsat") != eq:
+                print(f"DISAGREEMENT: {who} says {r} on {name}")
+                return 1
+        z3s = f"{z3t:.2f}s" if z3r != "timeout" else f">={args.z3_cap:.0f}s"
+        ens = f"{ent:.2f}s" if enr != "timeout" else f">={args.enum_cap:.0f}s"
+        rows.append((ours, z3t, ent))
+        print(
+            f"{name:<46} {hi - lo + 1:>10} {ours * 1000:>7.1f}ms {v.status:>8} "
+            f"{bz.time_ms / 1000:>7.2f}s {z3s:>12} {ens:>10} "
+            f"{('>=' if z3r == 'timeout' else '') + f'{z3t / ours:.0f}x':>9} "
+            f"{('>=' if enr == 'timeout' else '') + f'{ent / ours:.0f}x':>10}"
+        )
+    ours_all = [r[0] for r in rows]
+    med = statistics.median(ours_all)
+    ratios_z3 = [r[1] / r[0] for r in rows]
+    ratios_en = [r[2] / r[0] for r in rows]
+    print("-" * len(hdr))
+    print(f"obligations: {len(rows)}, all decided (none unknown) within the 10 s budget")
+    print(f"ours: median {med * 1000:.1f} ms, max {max(ours_all) * 1000:.1f} ms")
+    print(
+        f"z3 default / ours: median {statistics.median(ratios_z3):.0f}x, min {min(ratios_z3):.0f}x (timeouts counted at the cap)"
+    )
+    print(
+        f"enumeration / ours: median {statistics.median(ratios_en):.0f}x, min {min(ratios_en):.0f}x"
+    )
+
+    ob = obligations(2)[1][2]
+    with tempfile.TemporaryDirectory() as d:
+        store = ProofStore(d, "rw")
+        check(ob, store=store)
+        times = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            v = check(ob, store=store)
+            times.append(time.perf_counter() - t0)
+            assert v.cached
+    print(
+        f"cached answer (proof store hit, refutation replayed): median {statistics.median(times) * 1000:.2f} ms"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
