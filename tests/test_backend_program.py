@@ -1,0 +1,115 @@
+"""Program files: deterministic bytes, round trip, corrupt files rejected."""
+
+import io
+import json
+import zipfile
+
+import numpy as np
+import pytest
+from test_backend_support import fused_post, matmul_model, requant_post, x_input
+
+from npu_backend.codegen import generate
+from npu_backend.lowered import HostKernel, LoweredModel, TensorSpec
+from npu_backend.program import Program, ProgramError
+from npu_backend.simulator import run
+from npu_backend.target import load_target
+from prover.terms import Var, op
+
+FLOAT = load_target()
+FIXED = load_target("npu_backend/targets/npu_fixed.toml")
+
+
+def _program():
+    model = matmul_model(tuple(fused_post(FIXED, scale=0.003 + 0.001 * j) for j in range(8)))
+    model.steps.append(HostKernel("hk", ("y",), "z", op("mul_const", Var("y"), c=2), "int16"))
+    model.outputs = ["z"]
+    return generate(model, FIXED)
+
+
+def test_round_trip_and_deterministic_bytes(tmp_path):
+    prog = _program()
+    path = tmp_path / "p.npuprog"
+    prog.save(path)
+    again = Program.load(path)
+    assert again.instructions == prog.instructions
+    assert again.to_bytes() == path.read_bytes() == _program().to_bytes()
+    a, _ = run(prog, x_input())
+    b, _ = run(again, x_input())
+    assert np.array_equal(a["z"], b["z"]) and b["z"].dtype == np.int16
+
+
+def test_listing_names_every_instruction():
+    prog = generate(matmul_model(requant_post(FLOAT)), FLOAT)
+    lines = prog.listing().splitlines()
+    assert len(lines) == len(prog.instructions) and "MatMul(" in lines[-2]
+
+
+def _rewrite_manifest(data, fn):
+    zin = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for n in zin.namelist():
+            body = zin.read(n)
+            if n == "manifest.json":
+                m = json.loads(body)
+                fn(m)
+                body = json.dumps(m).encode()
+            z.writestr(n, body)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (lambda d: b"hello", "not a zip"),
+        (lambda d: d[: len(d) // 2], "not a zip|corrupt"),
+        (
+            lambda d: _rewrite_manifest(d, lambda m: m.update(format="other")),
+            "unknown program format",
+        ),
+        (lambda d: _rewrite_manifest(d, lambda m: m.update(version=99)), "version 99"),
+        (
+            lambda d: _rewrite_manifest(d, lambda m: m["instructions"][0].update(op="Nop")),
+            "unknown instruction",
+        ),
+        (lambda d: _rewrite_manifest(d, lambda m: m.pop("tensors")), "corrupt"),
+        (
+            lambda d: _rewrite_manifest(d, lambda m: m["constants"].update(w="constants/9.npy")),
+            "corrupt",
+        ),
+    ],
+)
+def test_corrupt_files_rejected(tmp_path, corrupt, message):
+    path = tmp_path / "bad.npuprog"
+    path.write_bytes(corrupt(_program().to_bytes()))
+    with pytest.raises(ProgramError, match=message):
+        Program.load(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ProgramError, match="cannot read"):
+        Program.load(tmp_path / "nope")
+
+
+def test_host_onnx_blob_round_trip(tmp_path):
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["b"])],
+        "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    from npu_backend.lowered import HostOnnx
+
+    model = LoweredModel(
+        [TensorSpec("a", "float32", (3,))], ["b"], {},
+        [HostOnnx("relu", m.SerializeToString(), ("a",), ("b",))],
+    )  # fmt: skip
+    prog = generate(model, FLOAT)
+    prog.save(tmp_path / "h.npuprog")
+    again = Program.load(tmp_path / "h.npuprog")
+    out, _ = run(again, {"a": np.array([-1.5, 0.0, 2.5], np.float32)})
+    assert out["b"].tolist() == [0.0, 0.0, 2.5]
