@@ -43,6 +43,10 @@ class SimulatorError(RuntimeError):
     """The program cannot execute (bad inputs, or it uses state it never set up)."""
 
 
+class SimulatorInputError(SimulatorError, ValueError):
+    """The inputs given to `run` do not match the program's inputs (user error)."""
+
+
 @dataclass
 class Counters:
     """Traffic and instruction counts of one run."""
@@ -77,26 +81,26 @@ def _check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, 
     out = {}
     for spec in program.inputs:
         if spec.name not in inputs:
-            raise SimulatorError(f"missing input {spec.name!r}")
+            raise SimulatorInputError(f"missing input {spec.name!r}")
         arr = np.asarray(inputs[spec.name])
         if tuple(arr.shape) != tuple(spec.shape):
-            raise SimulatorError(
+            raise SimulatorInputError(
                 f"input {spec.name!r} has shape {tuple(arr.shape)}, expected {tuple(spec.shape)}"
             )
         dt = np.dtype(spec.dtype)
         if dt.kind in "iu":
             if arr.dtype.kind not in "iu":
-                raise SimulatorError(f"input {spec.name!r} must be an integer array ({dt.name})")
+                raise SimulatorInputError(f"input {spec.name!r} must be an integer array ({dt.name})")
             try:
                 arr = store(arr, dt.name, f"input {spec.name!r}")
             except HostError as e:
-                raise SimulatorError(str(e)) from None
+                raise SimulatorInputError(str(e)) from None
         elif arr.dtype != dt:
-            raise SimulatorError(f"input {spec.name!r} has dtype {arr.dtype}, expected {dt.name}")
+            raise SimulatorInputError(f"input {spec.name!r} has dtype {arr.dtype}, expected {dt.name}")
         out[spec.name] = arr
     extra = set(inputs) - {s.name for s in program.inputs}
     if extra:
-        raise SimulatorError(f"unknown input(s) {sorted(extra)}")
+        raise SimulatorInputError(f"unknown input(s) {sorted(extra)}")
     return out
 
 

@@ -113,3 +113,22 @@ def test_host_onnx_blob_round_trip(tmp_path):
     again = Program.load(tmp_path / "h.npuprog")
     out, _ = run(again, {"a": np.array([-1.5, 0.0, 2.5], np.float32)})
     assert out["b"].tolist() == [0.0, 0.0, 2.5]
+
+
+def test_run_file_round_trip(tmp_path):
+    from npu_backend.runner import run_file
+    from npu_backend.simulator import SimulatorError
+
+    prog = _program()
+    prog.save(tmp_path / "p.npuprog")
+    np.savez(tmp_path / "in.npz", **x_input())
+    outs, counters = run_file(tmp_path / "p.npuprog", tmp_path / "in.npz", tmp_path / "out.npz")
+    with np.load(tmp_path / "out.npz") as z:
+        assert set(z.files) == {"z"} and np.array_equal(z["z"], run(prog, x_input())[0]["z"])
+    assert counters.instructions == len(prog.instructions)
+    np.savez(tmp_path / "wrong.npz", y=np.zeros(3))
+    with pytest.raises(SimulatorError, match="missing input 'x'"):
+        run_file(tmp_path / "p.npuprog", tmp_path / "wrong.npz", tmp_path / "o.npz")
+    (tmp_path / "junk.npz").write_bytes(b"junk")
+    with pytest.raises(ProgramError, match="cannot read inputs"):
+        run_file(tmp_path / "p.npuprog", tmp_path / "junk.npz", tmp_path / "o.npz")
