@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from prover.domain import KernelError
 from prover.inttypes import int_type
+from prover.matmul import accumulator_range, check_fits_int32
 
 from .isa import (
     Activation,
@@ -137,6 +139,7 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
                 raise CodegenError(f"{st.name}: {len(st.w_zp)} weight zero points for {n} columns")
             if st.bias is not None and need(st.bias, st).shape != (n,):
                 raise CodegenError(f"{st.name}: bias must have shape ({n},)")
+            _check_operands(st, a, model.constants)
             out_t = posts_of(st.post)[0].output_type if st.post is not None else "int32"
             specs[st.out] = TensorSpec(st.out, storage_dtype(out_t), a.shape[:-1] + (n,))
         elif isinstance(st, NpuLut):
@@ -163,6 +166,28 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         if o not in specs:
             raise CodegenError(f"graph output {o!r} is never produced")
     return specs
+
+
+def _check_operands(st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarray]) -> None:
+    """Operand types and zero points in range, and an accumulator that provably fits int32."""
+    at, wt = int_type(st.a_type), int_type(st.w_type)
+    if np.dtype(a.dtype) != at.numpy_dtype():
+        raise CodegenError(f"{st.name}: input {st.a!r} is {a.dtype}, the MatMul expects {at.name}")
+    w = np.asarray(constants[st.w], dtype=np.int64)
+    wzp = np.asarray(st.w_zp, dtype=np.int64)
+    if w.size and (w.min() < wt.min or w.max() > wt.max):
+        raise CodegenError(f"{st.name}: weights outside {wt.name}")
+    if not at.contains(int(st.a_zp)) or wzp.min() < wt.min or wzp.max() > wt.max:
+        raise CodegenError(f"{st.name}: zero point outside its operand type")
+    bias = None if st.bias is None else constants[st.bias]
+    try:
+        check_fits_int32(
+            accumulator_range(w, wzp, at, int(st.a_zp), bias), f"{st.name} accumulator"
+        )
+    except KernelError as e:
+        raise CodegenError(
+            f"{e}; the NPU accumulates in int32 (split K or keep it on the host)"
+        ) from None
 
 
 # --- emission ---------------------------------------------------------------------------

@@ -90,13 +90,17 @@ def _check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, 
         dt = np.dtype(spec.dtype)
         if dt.kind in "iu":
             if arr.dtype.kind not in "iu":
-                raise SimulatorInputError(f"input {spec.name!r} must be an integer array ({dt.name})")
+                raise SimulatorInputError(
+                    f"input {spec.name!r} must be an integer array ({dt.name})"
+                )
             try:
                 arr = store(arr, dt.name, f"input {spec.name!r}")
             except HostError as e:
                 raise SimulatorInputError(str(e)) from None
         elif arr.dtype != dt:
-            raise SimulatorInputError(f"input {spec.name!r} has dtype {arr.dtype}, expected {dt.name}")
+            raise SimulatorInputError(
+                f"input {spec.name!r} has dtype {arr.dtype}, expected {dt.name}"
+            )
         out[spec.name] = arr
     extra = set(inputs) - {s.name for s in program.inputs}
     if extra:
@@ -224,6 +228,12 @@ class Machine:
         except HostError as e:
             raise SimulatorError(str(e)) from None
         for name, arr in results.items():
+            spec = self.program.tensors.get(name)
+            if spec is not None and (arr.dtype.name != spec.dtype or arr.shape != spec.shape):
+                raise SimulatorError(
+                    f"{step.name}: host output {name!r} is {arr.dtype.name}{list(arr.shape)}, "
+                    f"the program declared {spec.dtype}{list(spec.shape)}"
+                )
             self.c.write("dram", arr.nbytes)
             env[name] = arr
 

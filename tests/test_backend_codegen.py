@@ -150,3 +150,25 @@ def test_codegen_errors():
     per_col = matmul_model((requant_post(FLOAT),) * 3)
     with pytest.raises(CodegenError, match="3 column epilogues for 8"):
         generate(per_col, FLOAT)
+
+
+def test_operand_checks():
+    model = matmul_model(None)
+    st = model.steps[0]
+    wrong_type = LoweredModel(
+        model.inputs, ["y"], model.constants, [dataclasses.replace(st, a_type="uint8")]
+    )
+    with pytest.raises(CodegenError, match="expects uint8"):
+        generate(wrong_type, FLOAT)
+    bad_zp = LoweredModel(model.inputs, ["y"], model.constants, [dataclasses.replace(st, a_zp=200)])
+    with pytest.raises(CodegenError, match="zero point"):
+        generate(bad_zp, FLOAT)
+    # K = 140000 int8 products can leave int32: refused, never wrapped
+    big_k = LoweredModel(
+        [TensorSpec("x", "int8", (1, 140000))],
+        ["y"],
+        {"w": np.full((140000, 1), 127, np.int8)},
+        [NpuMatMul("mm", "x", "w", "y", 0, 0, None, "int8", "int8", None)],
+    )
+    with pytest.raises(CodegenError, match="exceeds int32"):
+        generate(big_k, FLOAT)
