@@ -143,13 +143,18 @@ class _Builder:
         return name
 
     def emit(
-        self, op: str, origin: list[onnx.NodeProto], inputs: list[str], out: Value, **attrs: Any
+        self, op: str, origin: list[onnx.NodeProto], inputs: list[str], result: Value, **attrs: Any
     ) -> Node:
         base = origin[-1].name or origin[-1].output[0]
         node = Node(
-            self.new_name(base), op, list(inputs), [out.name], attrs, tuple(o.name for o in origin)
+            self.new_name(base),
+            op,
+            list(inputs),
+            [result.name],
+            attrs,
+            tuple(o.name or o.output[0] for o in origin),
         )
-        self.values[out.name] = out
+        self.values[result.name] = result
         self.nodes.append(node)
         return node
 
@@ -283,6 +288,7 @@ class _Builder:
             raise self.fail(n, f"weights have type {w.dtype.name}; supported: int8, uint8")
         if w.ndim != 2:
             raise self.fail(n, f"weights must be 2-D [K, N], got shape {list(w.shape)}")
+        self.w_dtype = w.dtype.name
         return w.astype(np.int64)
 
     def column_param(self, n: onnx.NodeProto, idx: int, what: str, N: int, default: Any = None):
@@ -341,6 +347,7 @@ class _Builder:
             a_zp=a_zp,
             w_zp=w_zp,
             a_type=at,
+            w_type=self.w_dtype,
             bias=None,
             requant=requant,
         )
@@ -364,6 +371,7 @@ class _Builder:
             a_zp=a_zp,
             w_zp=w_zp,
             a_type=at,
+            w_type=self.w_dtype,
             bias=None,
             requant=None,
         )
@@ -543,7 +551,7 @@ class _Builder:
                 "consts": consts,
                 "compute": compute,
             },
-            tuple(m.name for m in members),
+            tuple(m.name or m.output[0] for m in members),
         )
         for o in outs:
             self.values[o.name] = o

@@ -1,0 +1,177 @@
+"""Public API: compile an ONNX model to a fused integer graph plus one verdict per site.
+
+```python
+from compiler.api import compile_model
+from prover.policy import Policy
+from npu_backend.target import load_target
+
+r = compile_model("model.onnx", Policy.parse("bitwise"), load_target(None))
+for s in r.sites:
+    print(s.id, s.pattern, s.nodes, s.verdict, s.reason)
+r.graph      # the fused integer IR (compiler.ir.Graph)
+r.lowered    # npu_backend.lowered.LoweredModel for npu_backend.codegen.generate
+```
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from .context import Context
+from .frontend import to_ir
+from .ir import Graph
+from .pipeline import run_pipeline
+from .site import ACTIONS, Diagnostic, Site
+
+
+@dataclass
+class CompileResult:
+    """Sites (one verdict each), the fused IR, the lowered model and diagnostics."""
+
+    sites: list[Site]
+    graph: Graph
+    lowered: Any
+    diagnostics: list[Diagnostic]
+    original: Graph | None = None
+    log: list[str] = field(default_factory=list)
+    context: Context | None = None
+
+    @property
+    def summary(self) -> dict[str, int]:
+        out = {
+            "candidates": len(self.sites),
+            "proven": 0,
+            "refuted": 0,
+            "unknown": 0,
+            "rejected": 0,
+        }
+        for s in self.sites:
+            out[s.verdict] += 1
+        return out
+
+    def site(self, id_or_node: str) -> Site:
+        """The site with this id, or the one covering this ONNX node name."""
+        for s in self.sites:
+            if s.id == id_or_node or id_or_node in s.nodes:
+                return s
+        raise KeyError(id_or_node)
+
+
+def _store(proofs_dir, proofs_mode: str):
+    if proofs_mode == "off" or proofs_dir is None:
+        return None
+    from prover.proofstore import ProofStore
+
+    return ProofStore(proofs_dir, mode=proofs_mode)
+
+
+def compile_model(
+    model: str | os.PathLike | onnx.ModelProto,
+    policy: Any = None,
+    target: Any = None,
+    *,
+    timeout_s: float = 10.0,
+    proofs_dir: str | os.PathLike | None = None,
+    proofs_mode: str = "off",
+    solver: str = "auto",
+    cross_check: bool = False,
+    compose_tables: bool = False,
+    schedule: Mapping[str, str] | None = None,
+    check_options: Mapping[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> CompileResult:
+    """Compile `model` for `target` under `policy` (default: bitwise on the default target).
+
+    - `timeout_s`, `solver`, `cross_check`: passed to `prover.api.check` per obligation;
+    - `proofs_dir`/`proofs_mode` ("rw" | "ro" | "off"): the proof store;
+    - `check_options`: the same options as a dict (`timeout_s`, `solver`, `store`,
+      `cross_check`), as the command-line tools pass them; it overrides the keywords;
+    - `compose_tables`: allow Act2(Act1(MatMul)) to fuse as one composed, proven table;
+    - `schedule`: ONNX compute node name -> scheduling structure ("plain", "grouped", "tiled");
+    - `progress(done, total)`: called as sites are decided.
+
+    Raises `compiler.errors.FrontendError` on a model the frontend cannot accept.
+    """
+    from npu_backend.target import Target, load_target
+    from prover.policy import Policy
+
+    if policy is None:
+        policy = Policy(0)
+    elif isinstance(policy, str):
+        policy = Policy.parse(policy)
+    if not isinstance(target, Target):
+        target = load_target(target if target is None else Path(target))
+    opts = dict(check_options or {})
+    store = opts.pop("store", None) or _store(proofs_dir, proofs_mode)
+    ctx = Context(
+        target=target,
+        policy=policy,
+        timeout_s=float(opts.pop("timeout_s", timeout_s)),
+        solver=str(opts.pop("solver", solver)),
+        store=store,
+        cross_check=bool(opts.pop("cross_check", cross_check)),
+        compose_tables=compose_tables,
+        schedule=dict(schedule or {}),
+        progress=progress,
+    )
+    g, m = to_ir(model)
+    ctx.model, ctx.original = m, g.clone()
+    g = run_pipeline(g, ctx)
+    return CompileResult(
+        ctx.sites,
+        g,
+        ctx.lowered,
+        site_diagnostics(ctx.sites) + ctx.diagnostics,
+        ctx.original,
+        ctx.log,
+        ctx,
+    )
+
+
+def recompile(result: CompileResult) -> CompileResult:
+    """Run the pipeline again on a result's own output graph (idempotency check)."""
+    old = result.context
+    ctx = Context(
+        old.target,
+        old.policy,
+        old.timeout_s,
+        old.solver,
+        old.store,
+        old.cross_check,
+        old.compose_tables,
+        dict(old.schedule),
+        old.model,
+        old.original,
+    )
+    g = run_pipeline(result.graph.clone(), ctx)
+    return CompileResult(
+        ctx.sites,
+        g,
+        ctx.lowered,
+        site_diagnostics(ctx.sites) + ctx.diagnostics,
+        old.original,
+        ctx.log,
+        ctx,
+    )
+
+
+def site_diagnostics(sites: list[Site]) -> list[Diagnostic]:
+    """One diagnostic per site that was not fused."""
+    out = []
+    for s in sites:
+        if s.verdict != "proven" and s.reason is not None:
+            out.append(
+                Diagnostic(
+                    s.reason.code,
+                    s.nodes,
+                    f"{s.id} ({s.pattern}): {s.reason.message}",
+                    ACTIONS.get(s.reason.code, ""),
+                )
+            )
+    return out

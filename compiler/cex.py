@@ -1,0 +1,162 @@
+"""Lifting a refuted epilogue obligation to whole-model inputs, and replaying it.
+
+The prover gives an accumulator value and an input row of the compute op reaching
+it. The row is placed in row 0 of a compute input filled with the zero point,
+traced back to the graph inputs (through layout ops, and through a QuantizeLinear
+by choosing float values that quantize to it, checked by running it), then both
+the original model (ONNX Runtime, or the IR reference where the model uses the
+project domain) and the fused form (the kernel's concrete evaluation of the fused
+IR) are run. The site's output element must equal the prover's `before` and
+`after`; anything else is a bug in the tool and raises `InternalError`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prover.errors import LiftError
+from prover.lift import lift_row, row_value
+from prover.obligation import LiftSpec
+
+from .errors import InternalError
+from .frontend import PROJECT_DOMAIN
+from .host import run_host
+from .ir import Graph
+from .semantics import run_graph
+from .site import Site, WholeModelCounterexample
+
+
+def lift_spec(node, j: int) -> LiftSpec:
+    a = node.attrs
+    w_zp = a["w_zp"][j] if isinstance(a["w_zp"], tuple) else a["w_zp"]
+    bias = 0 if a["bias"] is None else int(a["bias"][j])
+    return LiftSpec(
+        "acc", tuple(int(v) for v in a["w"][:, j]), int(w_zp), int(a["a_zp"]), a["a_type"], bias
+    )
+
+
+def find_row(
+    node, columns, acc: int, hint: tuple[int, ...] | None, hint_col: int
+) -> tuple[int, int, tuple[int, ...]]:
+    """(column, row) such that the row's accumulator in that column is `acc`."""
+    if hint is not None and row_value(lift_spec(node, hint_col), hint) == acc:
+        return hint_col, tuple(hint)
+    for j in columns:
+        try:
+            return j, lift_row(lift_spec(node, j), acc)
+        except LiftError:
+            continue
+    raise InternalError(
+        f"refuted accumulator {acc} is not reachable in columns {list(columns)[:8]}"
+    )
+
+
+def _to_inputs(
+    g: Graph, value: str, tensor: np.ndarray
+) -> tuple[dict[str, np.ndarray] | None, str]:
+    """Graph inputs that make `value` equal `tensor` (others zero), or (None, why)."""
+    feeds: dict[str, np.ndarray] = {}
+    cur, t = value, tensor
+    while cur not in g.inputs:
+        p = g.producer(cur)
+        if p is None:
+            return None, f"'{cur}' has no producer"
+        src = g.values[p.inputs[0]]
+        if p.op in ("identity",):
+            pass
+        elif p.op == "reshape":
+            t = t.reshape(src.shape)
+        elif p.op == "transpose":
+            t = np.transpose(t, np.argsort(p.attrs["perm"]))
+        elif p.op == "host_onnx" and p.attrs.get("onnx_op") == "QuantizeLinear":
+            consts = p.attrs["consts"]
+            import onnx
+
+            q = onnx.NodeProto.FromString(p.attrs["nodes"][0])
+            scale = np.float32(np.asarray(consts[q.input[1]]).reshape(()))
+            zp = (
+                int(np.asarray(consts[q.input[2]]).reshape(()))
+                if len(q.input) > 2 and q.input[2]
+                else 0
+            )
+            f = ((t.astype(np.float64) - zp) * np.float64(scale)).astype(np.float32)
+            got = run_host(p, g.values, g.opsets, {p.inputs[0]: f})[0]
+            if not np.array_equal(np.asarray(got, dtype=np.int64), t.astype(np.int64)):
+                return None, f"float values for '{p.inputs[0]}' do not quantize back to the row"
+            t = f
+        else:
+            return None, f"'{cur}' is computed by '{p.name}' ({p.op}); cannot choose its value"
+        cur = p.inputs[0]
+    feeds[cur] = t.astype(np.dtype(g.values[cur].dtype))
+    for name in g.inputs:
+        if name not in feeds:
+            v = g.values[name]
+            feeds[name] = np.zeros(v.shape, dtype=np.dtype(v.dtype))
+    return feeds, ""
+
+
+def _uses_project_domain(model) -> bool:
+    return any(n.domain == PROJECT_DOMAIN for n in model.graph.node)
+
+
+def whole_model(
+    g: Graph, site: Site, verdict, columns, lift_col: int, ctx, apply
+) -> WholeModelCounterexample:
+    """Lift, replay on both forms, and check the difference reproduces exactly."""
+    cx = verdict.counterexample
+    acc = int(cx.assignment["acc"])
+    node = site.compute
+    j, row = find_row(node, columns, acc, cx.lifted_input, lift_col)
+    a_val = g.values[node.inputs[0]]
+    A = np.full(a_val.shape, node.attrs["a_zp"], dtype=np.int64)
+    A[(0,) * (len(a_val.shape) - 1)] = np.asarray(row, dtype=np.int64)
+    feeds, why = _to_inputs(g, node.inputs[0], A.astype(np.dtype(a_val.dtype)))
+    out_name = site.activation.output
+    base = WholeModelCounterexample(
+        None,
+        None,
+        None,
+        dict(cx.assignment),
+        int(cx.before),
+        int(cx.after),
+        {"value": out_name, "column": j},
+    )
+    if feeds is None:
+        base.note = f"not liftable to whole-model inputs: {why}"
+        return base
+    env0 = run_graph(g, feeds, keep_all=True)
+    trial = g.clone()
+    apply(trial, site)
+    env1 = run_graph(trial, feeds, keep_all=True)
+    shape = g.values[out_name].shape
+    idx = tuple(int(v) for v in np.unravel_index(j, shape))
+    b = int(np.asarray(env0[out_name]).reshape(-1)[j])
+    a = int(np.asarray(env1[out_name]).reshape(-1)[j])
+    if (b, a) != (int(cx.before), int(cx.after)):
+        raise InternalError(
+            f"site {site.id}: counterexample does not reproduce on the whole model "
+            f"(prover before/after {cx.before}/{cx.after}, replay {b}/{a} at {out_name}{list(idx)})"
+        )
+    expected = {o: env0[o] for o in g.outputs}
+    expected_by = "ir-reference"
+    if ctx.model is not None and not _uses_project_domain(ctx.model):
+        from .ort_tables import session
+
+        names = [o.name for o in ctx.model.graph.output]
+        outs = session(ctx.model).run(None, feeds)
+        ort_out = dict(zip(names, outs, strict=True))
+        for o in g.outputs:
+            if o in ort_out and not np.array_equal(np.asarray(ort_out[o]), np.asarray(env0[o])):
+                raise InternalError(f"IR reference differs from ONNX Runtime on output '{o}'")
+        expected, expected_by = ort_out, "onnxruntime"
+    actual = {o: env1[o] for o in trial.outputs}
+    base.inputs, base.expected, base.actual = feeds, expected, actual
+    base.element = {"value": out_name, "index": list(idx), "column": j}
+    base.expected_by, base.actual_by = expected_by, "kernel"
+    if not any(
+        not np.array_equal(np.asarray(expected[o]), np.asarray(actual[o]))
+        for o in actual
+        if o in expected
+    ):
+        base.note = "the difference is masked before the graph outputs"
+    return base

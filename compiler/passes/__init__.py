@@ -1,0 +1,1 @@
+"""Compiler passes, run in the fixed order of `compiler.pipeline.PASSES`."""

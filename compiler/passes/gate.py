@@ -1,0 +1,165 @@
+"""Semantic gate: every structurally legal site is decided by the prover.
+
+The matmul core is shared by construction (the fused node keeps the same input,
+weights, zero points and exact int32 accumulation), so only the per-element
+epilogue is proved: over `acc` in the exact per-column accumulator range, one
+obligation per group of columns with identical parameters and connected ranges
+(identical obligations are decided once, by hash). Leading-unit-dim layout
+changes add an index-map obligation. Refuted: lifted and replayed on the whole
+model. Unknown is never a pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prover.api import ProverError, check
+from prover.errors import ReplayMismatch, SolverDisagreement
+from prover.inttypes import int_type
+from prover.matmul import accumulator_range
+from prover.obligation import Obligation
+from prover.policy import Policy
+
+from .. import cex
+from ..layout import index_map_terms
+from ..site import Site
+from .rewrite import apply_site
+
+
+def components(cols, lo, hi) -> list[tuple[tuple[int, ...], int, int]]:
+    """Columns split into groups whose accumulator intervals form one connected range."""
+    order = sorted(cols, key=lambda j: (lo[j], hi[j]))
+    out: list[list] = []
+    for j in order:
+        if out and lo[j] <= out[-1][2] + 1:
+            out[-1][0].append(j)
+            out[-1][2] = max(out[-1][2], hi[j])
+        else:
+            out.append([[j], lo[j], hi[j]])
+    return [(tuple(sorted(c)), a, b) for c, a, b in out]
+
+
+def _check(ob: Obligation, ctx):
+    if ob.hash in ctx.verdicts:
+        return ctx.verdicts[ob.hash]
+    try:
+        v = check(
+            ob,
+            timeout_s=ctx.timeout_s,
+            solver=ctx.solver,
+            store=ctx.store,
+            cross_check=ctx.cross_check,
+        )
+    except (SolverDisagreement, ReplayMismatch):
+        raise
+    except ProverError as e:
+        v = e
+    ctx.verdicts[ob.hash] = v
+    return v
+
+
+def obligations(g, site: Site, ctx) -> list[tuple[Obligation, tuple[int, ...], int]]:
+    """(obligation, columns, lift column) for every epilogue group, plus an index map if needed."""
+    c = site.compute
+    a = c.attrs
+    w_zp = np.asarray(a["w_zp"], dtype=np.int64)
+    r = accumulator_range(a["w"], w_zp, int_type(a["a_type"]), int(a["a_zp"]), a["bias"])
+    out = []
+    for grp in site.post:
+        for cols, lo, hi in components(grp.columns, r.lo, r.hi):
+            lift_col = max(cols, key=lambda j: r.hi[j] - r.lo[j])
+            ob = Obligation(
+                "epilogue",
+                grp.before,
+                grp.post.epilogue_term(_acc()),
+                {"acc": (lo, hi)},
+                ctx.policy,
+                cex.lift_spec(c, lift_col),
+                note=f"{site.id} {site.pattern} columns {cols[0]}..{cols[-1]}",
+            )
+            out.append((ob, cols, lift_col))
+    layout = [n for n in site.chain if n.op in ("reshape", "transpose")]
+    if layout:
+        before, after, size = index_map_terms(g, g.values[c.output].shape, layout)
+        ob = Obligation(
+            "index_map",
+            before,
+            after,
+            {"f": (0, size - 1)},
+            Policy(0),
+            None,
+            note=f"{site.id} element correspondence",
+        )
+        out.append((ob, (), -1))
+        site.index_map = True
+    return out
+
+
+def _acc():
+    from prover.terms import Var
+
+    return Var("acc")
+
+
+def decide_site(g, site: Site, ctx) -> None:
+    if site.compute.op == "host_onnx":
+        site.decide(
+            "unknown",
+            "unknown",
+            f"{', '.join(site.compute.origin)}: a QDQ MatMul accumulates in float32 in ONNX Runtime's "
+            "summation order, which is not an integer epilogue; proving it would need an approximation",
+        )
+        return
+    obs = obligations(g, site, ctx)
+    verdicts = []
+    for ob, cols, lift_col in obs:
+        v = _check(ob, ctx)
+        site.obligations.append(ob.hash)
+        verdicts.append((ob, v, cols, lift_col))
+        if not isinstance(v, Exception):
+            site.time_ms += float(v.time_ms)
+    errors = [(ob, v) for ob, v, _, _ in verdicts if isinstance(v, Exception)]
+    refuted = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "refuted"]
+    unknown = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "unknown"]
+    diffs = [
+        v.max_diff
+        for _, v, _, _ in verdicts
+        if not isinstance(v, Exception) and v.max_diff is not None
+    ]
+    site.max_diff = max(diffs) if diffs else None
+    if refuted:
+        ob, v, cols, lift_col = refuted[0]
+        site.obligation_hash, site.solver = ob.hash, v.solver
+        if ob.kind == "index_map":
+            site.decide("refuted", "refuted", f"element correspondence fails: {v.reason}")
+            return
+        site.counterexample = cex.whole_model(
+            g,
+            site,
+            v,
+            cols,
+            lift_col,
+            ctx,
+            lambda t, s: apply_site(t, s, s.post, ctx.structure_of(s.compute.origin)),
+        )
+        site.decide(
+            "refuted", "refuted", f"columns {cols[0]}..{cols[-1]}: {v.reason} under {ctx.policy}"
+        )
+        return
+    first = verdicts[0]
+    site.obligation_hash, site.solver = first[0].hash, getattr(first[1], "solver", None)
+    if errors:
+        site.decide("unknown", "unknown", f"prover error: {errors[0][1]}")
+    elif unknown:
+        site.decide("unknown", "unknown", unknown[0][1].reason or "budget exhausted")
+    else:
+        site.decide("proven")
+
+
+def run(g, ctx):
+    pending = [s for s in ctx.sites if s.verdict is None]
+    for i, site in enumerate(pending):
+        decide_site(g, site, ctx)
+        if ctx.progress is not None:
+            ctx.progress(i + 1, len(pending))
+    return g

@@ -1,0 +1,329 @@
+"""Lowering to `npu_backend.lowered.LoweredModel`: a rewrite with obligations too.
+
+Each op placed on the NPU carries an obligation that its NPU form equals the
+ONNX semantics under the policy: a QLinearMatMul's float requantization against
+the target's requantization (`lowering`, per column group over the accumulator
+range), a table against the target toolchain's table (`table`, over every input
+value), standalone requantize and clip (`lowering`). An op whose obligation is
+not proven, or that the backend's step validation refuses, stays on the host
+with a diagnostic: integer ops as `HostKernel` (the kernel's concrete
+semantics), ONNX ops as `HostOnnx` subgraphs run by ONNX Runtime. Fused nodes were
+proven by the gate and lower to a fused `NpuMatMul`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper as oh
+from onnx import numpy_helper
+
+from npu_backend.lowered import (
+    HostKernel,
+    HostOnnx,
+    LoweredModel,
+    NpuClip,
+    NpuLut,
+    NpuMatMul,
+    NpuRequant,
+    TensorSpec,
+)
+from npu_backend.postprocess import LutParams, PostProcess, RequantParams
+from npu_backend.target import requant_from_scale
+from npu_backend.validate import validate_step
+from prover.inttypes import int_type
+from prover.lut import build_lut
+from prover.matmul import accumulator_range
+from prover.obligation import Obligation
+from prover.terms import Var, op
+
+from ..epilogue import SCHEME_OF
+from ..host import host_model, submodel
+from ..ir import Graph, Node
+from ..semantics import node_term, requant_groups, requant_term
+from ..site import ACTIONS, Diagnostic
+from .gate import _check, components
+from .rewrite import post_of
+
+
+def validation_issues(step, target):
+    return validate_step(step, target)
+
+
+def _kind(n: Node) -> str:
+    return n.attrs.get("kind") or "MatMul"
+
+
+def _matmul_step(n: Node, post, structure: str, out: str | None = None) -> NpuMatMul:
+    a = n.attrs
+    return NpuMatMul(
+        n.name,
+        n.inputs[0],
+        f"{n.name}.w",
+        out or n.output,
+        int(a["a_zp"]),
+        a["w_zp"],
+        None,
+        a["a_type"],
+        a.get("w_type", "int8"),
+        post,
+        structure,
+        tuple(n.origin),
+        _kind(n),
+    )
+
+
+def fused_step(g: Graph, site, groups, ctx) -> NpuMatMul:
+    """The fused NpuMatMul a site would lower to (used for validation before proving)."""
+    post = post_of(groups, site.compute.attrs["w"].shape[1])
+    return _matmul_step(
+        site.compute, post, ctx.structure_of(site.compute.origin), site.activation.output
+    )
+
+
+class Lowerer:
+    def __init__(self, g: Graph, ctx) -> None:
+        self.g, self.ctx, self.t = g, ctx, ctx.target
+        self.steps: list = []
+        self.consts: dict[str, np.ndarray] = {}
+
+    def diag(self, n: Node, code: str, message: str) -> None:
+        self.ctx.diagnostics.append(
+            Diagnostic(code, list(n.origin), message, ACTIONS.get(code, ""))
+        )
+
+    def prove(self, n: Node, kind: str, before, after, ranges) -> tuple[bool, str, str]:
+        """(proven, code, message) of one lowering obligation."""
+        ob = Obligation(kind, before, after, ranges, self.ctx.policy, note=f"lower {n.name}")
+        v = _check(ob, self.ctx)
+        if isinstance(v, Exception):
+            return False, "unknown", f"prover error: {v}"
+        if v.status == "proven":
+            return True, "", ""
+        code = "refuted" if v.status == "refuted" else "unknown"
+        return (
+            False,
+            code,
+            f"{kind} obligation {ob.hash[:12]} {v.status} under {self.ctx.policy}: {v.reason}",
+        )
+
+    def npu_or_host(self, n: Node, step, ok: bool, code: str, msg: str, host) -> None:
+        if ok:
+            issues = validate_step(step, self.t)
+            if not issues:
+                self.steps.append(step)
+                return
+            code, msg = issues[0].code, issues[0].message
+        self.diag(n, code, f"{', '.join(n.origin)} stays on the host: {msg}")
+        self.steps.extend(host() if callable(host) else [host])
+
+    # -- per op ------------------------------------------------------------------------
+
+    def matmul(self, n: Node) -> None:
+        a = n.attrs
+        self.consts[f"{n.name}.w"] = np.asarray(a["w"]).astype(np.dtype(a.get("w_type", "int8")))
+        caps = self.t.compute(_kind(n))
+        if n.op == "fused":
+            self.npu_or_host(
+                n,
+                _matmul_step(n, a["post"], a["structure"]),
+                True,
+                "",
+                "",
+                lambda: self.host_origin(n),
+            )
+            return
+        rq = a["requant"]
+        if rq is None:
+            self.npu_or_host(
+                n,
+                _matmul_step(n, None, "plain"),
+                caps is not None,
+                "unsupported_function",
+                f"target has no {_kind(n)} unit",
+                lambda: self.host_origin(n),
+            )
+            return
+        if caps is None:
+            self.diag(
+                n,
+                "unsupported_function",
+                f"{', '.join(n.origin)} stays on the host: no {_kind(n)} unit",
+            )
+            self.steps.extend(self.host_origin(n))
+            return
+        N = a["w"].shape[1]
+        r = accumulator_range(
+            a["w"], np.asarray(a["w_zp"], dtype=np.int64), int_type(a["a_type"]), int(a["a_zp"])
+        )
+        posts: list[PostProcess | None] = [None] * N
+        ok, code, msg = True, "", ""
+        for cols in requant_groups(rq, N):
+            scale = rq["scale"][cols[0]] if isinstance(rq["scale"], tuple) else rq["scale"]
+            p = PostProcess(requant_from_scale(scale, rq["zp"], rq["out"], caps.requant_scheme))
+            for j in cols:
+                posts[j] = p
+            for _, lo, hi in components(cols, r.lo, r.hi):
+                if ok:
+                    ok, code, msg = self.prove(
+                        n,
+                        "lowering",
+                        requant_term(Var("acc"), rq, cols[0]),
+                        p.epilogue_term(Var("acc")),
+                        {"acc": (lo, hi)},
+                    )
+        post = posts[0] if len(set(posts)) == 1 else tuple(posts)
+        self.npu_or_host(
+            n, _matmul_step(n, post, "plain"), ok, code, msg, lambda: self.host_origin(n)
+        )
+
+    def lut(self, n: Node) -> None:
+        a = n.attrs
+        it = int_type(a["in_type"])
+        x = Var(n.inputs[0])
+        host = HostKernel(n.name, (n.inputs[0],), n.output, node_term(n, x), a["out_type"])
+        if a["function"] not in self.t.standalone.functions:
+            self.diag(
+                n,
+                "unsupported_function",
+                f"{', '.join(n.origin)} stays on the host: the standalone unit "
+                f"of '{self.t.name}' has no '{a['function']}'",
+            )
+            self.steps.append(host)
+            return
+        spec = self.t.lut_spec(
+            a["function"],
+            a["in_scale"],
+            a["in_zp"],
+            a["in_type"],
+            a["out_scale"],
+            a["out_zp"],
+            a["out_type"],
+        )
+        lp = LutParams(
+            tuple(int(v) for v in build_lut(spec)),
+            a["in_type"],
+            a["out_type"],
+            spec.index_order,
+            spec,
+        )
+        ok, code, msg = self.prove(
+            n, "table", node_term(n, Var("x")), lp.term(Var("x")), {"x": (it.min, it.max)}
+        )
+        step = NpuLut.from_params(n.name, n.inputs[0], n.output, lp, a["function"], n.origin)
+        self.npu_or_host(n, step, ok, code, msg, host)
+
+    def requantize(self, n: Node) -> None:
+        a = n.attrs
+        it = int_type(self.g.values[n.inputs[0]].dtype)
+        host = HostKernel(
+            n.name, (n.inputs[0],), n.output, node_term(n, Var(n.inputs[0])), a["out"]
+        )
+        scheme = self.t.standalone.requant_scheme
+        if SCHEME_OF[a["scheme"]] != scheme:
+            self.diag(
+                n,
+                "intervening_requantize",
+                f"{', '.join(n.origin)} stays on the host: rounding "
+                f"'{a['scheme']}' is not the standalone unit's '{scheme}'",
+            )
+            self.steps.append(host)
+            return
+        rq = RequantParams(
+            scheme,
+            int(a["zp"]),
+            a["out"],
+            scale=a.get("scale"),
+            multiplier=a.get("multiplier"),
+            shift=a.get("shift"),
+        )
+        ok, code, msg = self.prove(
+            n, "lowering", node_term(n, Var("x")), rq.term(Var("x")), {"x": (it.min, it.max)}
+        )
+        self.npu_or_host(
+            n, NpuRequant(n.name, n.inputs[0], n.output, rq, n.origin), ok, code, msg, host
+        )
+
+    def clip(self, n: Node) -> None:
+        a = n.attrs
+        dt = self.g.values[n.output].dtype
+        it = int_type(dt)
+        host = HostKernel(n.name, (n.inputs[0],), n.output, node_term(n, Var(n.inputs[0])), dt)
+        ok, code, msg = self.prove(
+            n,
+            "lowering",
+            node_term(n, Var("x")),
+            op("clip", Var("x"), lo=a["lo"], hi=a["hi"]),
+            {"x": (it.min, it.max)},
+        )
+        self.npu_or_host(
+            n,
+            NpuClip(n.name, n.inputs[0], n.output, a["lo"], a["hi"], dt, n.origin),
+            ok,
+            code,
+            msg,
+            host,
+        )
+
+    def layout(self, n: Node) -> None:
+        """Reshape/Transpose/Identity run on the host as a one-node ONNX model."""
+        x, y = self.g.values[n.inputs[0]], self.g.values[n.output]
+        consts = {}
+        if n.op == "reshape":
+            consts[f"{n.name}.shape"] = np.asarray(y.shape, dtype=np.int64)
+            node = oh.make_node("Reshape", [x.name, f"{n.name}.shape"], [y.name])
+        elif n.op == "transpose":
+            node = oh.make_node("Transpose", [x.name], [y.name], perm=list(n.attrs["perm"]))
+        else:
+            node = oh.make_node("Identity", [x.name], [y.name])
+        m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17})
+        self.steps.append(self.host_onnx(n, m))
+
+    def host_onnx(self, n: Node, m: onnx.ModelProto) -> HostOnnx:
+        specs = tuple(
+            TensorSpec(o, self.g.values[o].dtype, tuple(self.g.values[o].shape)) for o in n.outputs
+        )
+        return HostOnnx(
+            n.name, m.SerializeToString(), tuple(n.inputs), tuple(n.outputs), specs, tuple(n.origin)
+        )
+
+    def host_origin(self, n: Node) -> list:
+        """The node's original ONNX nodes as a host subgraph (exactly what ONNX Runtime runs)."""
+        model = self.ctx.model
+        protos = [p for p in model.graph.node if (p.name or p.output[0]) in n.origin]
+        inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        produced = {o for p in protos for o in p.output}
+        consts = {i: inits[i] for p in protos for i in p.input if i in inits}
+        if protos and protos[-1].output[0] != n.output:
+            protos.append(oh.make_node("Identity", [protos[-1].output[0]], [n.output]))
+        ins = {i: self.g.values[i] for i in n.inputs if i not in produced}
+        m = submodel(protos, ins, consts, {o: self.g.values[o] for o in n.outputs}, self.g.opsets)
+        return [self.host_onnx(n, m)]
+
+    def run(self) -> LoweredModel:
+        for n in self.g.nodes:
+            if n.op in ("matmul", "fused"):
+                self.matmul(n)
+            elif n.op == "lut":
+                self.lut(n)
+            elif n.op == "requantize":
+                self.requantize(n)
+            elif n.op == "clip":
+                self.clip(n)
+            elif n.op in ("reshape", "transpose", "identity"):
+                self.layout(n)
+            elif n.op == "host_onnx":
+                self.steps.append(self.host_onnx(n, host_model(n, self.g.values, self.g.opsets)))
+            else:
+                raise ValueError(f"no lowering for IR op {n.op}")
+        ins = [
+            TensorSpec(i, self.g.values[i].dtype, tuple(self.g.values[i].shape))
+            for i in self.g.inputs
+        ]
+        return LoweredModel(ins, list(self.g.outputs), self.consts, self.steps)
+
+
+def run(g: Graph, ctx) -> Graph:
+    ctx.diagnostics = []
+    ctx.lowered = Lowerer(g, ctx).run()
+    return g

@@ -1,0 +1,60 @@
+"""Fusion proposal: every activation table reachable backwards from a compute op.
+
+From each `lut` node, walk back through single-input ops (requantize, clip, layout
+ops, other tables, and anything else) to the nearest compute op: an integer
+`matmul` or a QDQ float MatMul/Gemm kept as a host group. Every walk that reaches one
+is a candidate site; structural legality then decides what the ops in between
+mean for it (this pass only proposes).
+"""
+
+from __future__ import annotations
+
+from ..ir import Graph, Node
+from ..site import Site
+
+MAX_CHAIN = 8
+
+
+def is_compute(n: Node) -> bool:
+    return n.op in ("matmul", "fused") or (n.op == "host_onnx" and bool(n.attrs.get("compute")))
+
+
+def pattern_of(compute: Node, chain: list[Node]) -> str:
+    parts = [
+        "matmul"
+        if compute.attrs.get("kind", compute.attrs.get("compute")) in ("MatMul", None)
+        else str(compute.attrs.get("kind", compute.attrs.get("compute"))).lower()
+    ]
+    for n in chain:
+        if n.op == "lut":
+            parts.append(n.attrs["function"])
+        elif n.op in ("requantize", "clip"):
+            parts.append(n.op)
+        elif n.op in ("reshape", "transpose"):
+            parts.append(n.op)
+        elif n.op == "host_onnx":
+            parts.append(str(n.attrs.get("onnx_op", "host")).lower())
+    return "+".join(parts)
+
+
+def run(g: Graph, ctx) -> Graph:
+    """Record candidate sites in `ctx.sites` (ids in topological order of the activation)."""
+    sites: list[Site] = []
+    for n in g.nodes:
+        if n.op != "lut":
+            continue
+        chain = [n]
+        cur = n.inputs[0]
+        while len(chain) <= MAX_CHAIN:
+            p = g.producer(cur)
+            if p is None or len(p.inputs) != 1 and not is_compute(p):
+                break
+            if is_compute(p):
+                if p.op == "fused":
+                    break  # already fused by an earlier run: nothing new to propose
+                sites.append(Site(f"site-{len(sites)}", pattern_of(p, chain), p, chain))
+                break
+            chain.insert(0, p)
+            cur = p.inputs[0]
+    ctx.sites = sites
+    return g

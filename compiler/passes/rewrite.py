@@ -1,0 +1,63 @@
+"""Rewrite: replace each proven site by one `fused` node (and nothing else).
+
+Proven sites are applied longest chain first; a site overlapping an applied one is
+left as superseded. Rejected, refuted and unknown sites leave the graph as it was.
+"""
+
+from __future__ import annotations
+
+from npu_backend.postprocess import PostProcess
+from prover.terms import Var
+
+from ..ir import Graph, Node
+from ..site import Site
+
+
+def post_of(groups, n_cols: int):
+    """A single PostProcess when every column shares it, else one per column."""
+    if len(groups) == 1:
+        return groups[0].post
+    per: list[PostProcess | None] = [None] * n_cols
+    for grp in groups:
+        for j in grp.columns:
+            per[j] = grp.post
+    return tuple(per)
+
+
+def apply_site(g: Graph, site: Site, groups, structure: str = "plain") -> Node:
+    """Replace the site's compute op and chain by one fused node in `g` (nodes looked up by name)."""
+    compute = g.node(site.compute.name)
+    chain = [g.node(n.name) for n in site.chain]
+    act = chain[-1]
+    attrs = {k: v for k, v in compute.attrs.items() if k != "requant"}
+    attrs.update(
+        groups=[(grp.columns, grp.post.epilogue_term(Var("acc"))) for grp in groups],
+        post=post_of(groups, compute.attrs["w"].shape[1]),
+        post_function=act.attrs["function"],
+        pattern=site.pattern,
+        site=site.id,
+        structure=structure,
+    )
+    origin: list[str] = []
+    for n in [compute, *chain]:
+        origin += [o for o in n.origin if o not in origin]
+    fused = Node(compute.name, "fused", list(compute.inputs), [act.output], attrs, tuple(origin))
+    pos = g.index(act)
+    g.nodes[pos] = fused
+    g.remove([compute, *chain[:-1]])
+    return fused
+
+
+def run(g: Graph, ctx) -> Graph:
+    proven = [s for s in ctx.sites if s.verdict == "proven"]
+    proven.sort(key=lambda s: (-len(s.chain), int(s.id.split("-")[1])))
+    taken: set[str] = set()
+    for s in proven:
+        names = {s.compute.name, *(n.name for n in s.chain)}
+        if names & taken:
+            s.details.append({"superseded": "an overlapping proven site was applied"})
+            continue
+        apply_site(g, s, s.post, ctx.structure_of(s.compute.origin))
+        s.applied = True
+        taken |= names
+    return g
