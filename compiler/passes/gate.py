@@ -22,6 +22,7 @@ from prover.policy import Policy
 
 from .. import cex
 from ..layout import index_map_terms
+from ..policy_scope import effective_policy
 from ..site import Site
 from .rewrite import apply_site
 
@@ -65,6 +66,7 @@ def obligations(g, site: Site, ctx) -> list[tuple[Obligation, tuple[int, ...], i
     w_zp = np.asarray(a["w_zp"], dtype=np.int64)
     r = accumulator_range(a["w"], w_zp, int_type(a["a_type"]), int(a["a_zp"]), a["bias"])
     out = []
+    policy = effective_policy(g, site.activation.output, ctx.policy)
     for grp in site.post:
         for cols, lo, hi in components(grp.columns, r.lo, r.hi):
             lift_col = max(cols, key=lambda j: r.hi[j] - r.lo[j])
@@ -73,7 +75,7 @@ def obligations(g, site: Site, ctx) -> list[tuple[Obligation, tuple[int, ...], i
                 grp.before,
                 grp.post.epilogue_term(_acc()),
                 {"acc": (lo, hi)},
-                ctx.policy,
+                policy,
                 cex.lift_spec(c, lift_col),
                 note=f"{site.id} {site.pattern} columns {cols[0]}..{cols[-1]}",
             )

@@ -40,6 +40,7 @@ from prover.terms import Var, op
 from ..epilogue import SCHEME_OF
 from ..host import host_model, submodel
 from ..ir import Graph, Node
+from ..policy_scope import effective_policy
 from ..semantics import node_term, requant_groups, requant_term
 from ..site import ACTIONS, Diagnostic
 from .gate import _check, components
@@ -94,7 +95,8 @@ class Lowerer:
 
     def prove(self, n: Node, kind: str, before, after, ranges) -> tuple[bool, str, str]:
         """(proven, code, message) of one lowering obligation."""
-        ob = Obligation(kind, before, after, ranges, self.ctx.policy, note=f"lower {n.name}")
+        policy = effective_policy(self.g, n.output, self.ctx.policy)
+        ob = Obligation(kind, before, after, ranges, policy, note=f"lower {n.name}")
         v = _check(ob, self.ctx)
         if isinstance(v, Exception):
             return False, "unknown", f"prover error: {v}"
@@ -104,7 +106,7 @@ class Lowerer:
         return (
             False,
             code,
-            f"{kind} obligation {ob.hash[:12]} {v.status} under {self.ctx.policy}: {v.reason}",
+            f"{kind} obligation {ob.hash[:12]} {v.status} under {policy}: {v.reason}",
         )
 
     def npu_or_host(self, n: Node, step, ok: bool, code: str, msg: str, host) -> None:
