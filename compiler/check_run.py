@@ -38,6 +38,7 @@ class CheckRun:
     result: Any
     target: Any
     policy: Any
+    missing_proofs: list[str]
 
 
 def open_store(directory: str | None, mode: str) -> Any:
@@ -139,11 +140,6 @@ def _call_compile(model: str, policy: Any, target: Any, check_options: dict, pro
     return compile_model(model, **kwargs)
 
 
-def run_check(model: str, opts: CheckOptions) -> Report:
-    """Validate the inputs, run the pipeline and return the report."""
-    return run_pipeline(model, opts).report
-
-
 def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     """Validate every input first (nothing touches the store before), then compile."""
     from prover.policy import Policy
@@ -167,4 +163,13 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         sites=[site_report(s) for s in result.sites],
         tool_version=tool_version(),
     )
-    return CheckRun(report, result, target, policy)
+    return CheckRun(report, result, target, policy, missing_proofs(result, store))
+
+
+def missing_proofs(result: Any, store: Any) -> list[str]:
+    """In `ro` mode: hashes of every obligation checked that has no record in the store."""
+    if store is None or getattr(store, "mode", None) != "ro":
+        return []
+    ctx = getattr(result, "context", None)
+    hashes = sorted(getattr(ctx, "verdicts", {}) or {})
+    return [h for h in hashes if not store.path(h).exists()]

@@ -52,6 +52,7 @@ _EXPECTED = (
     ("compiler.errors", "FrontendError"),
     ("npu_backend.target", "TargetError"),
     ("npu_backend.program", "ProgramError"),
+    ("npu_backend.simulator", "SimulatorInputError"),
     ("prover.domain", "KernelError"),
     ("prover.errors", "StoreMiss"),
     ("prover.errors", "StoreCorrupt"),

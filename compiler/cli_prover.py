@@ -21,7 +21,7 @@ from compiler.cli_common import (
     tool_version,
     write_output,
 )
-from compiler.report_model import Report
+from compiler.report_model import ExitCode, Report
 
 PROG = "prover"
 RENDERERS = {
@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write a replayable pytest module and .npz data per refuted site",
     )
-    c.add_argument("--proofs", metavar="DIR", default="proofs", help="proof store (default proofs/)")
+    c.add_argument(
+        "--proofs", metavar="DIR", default="proofs", help="proof store (default proofs/)"
+    )
     c.add_argument(
         "--proofs-mode",
         choices=("rw", "ro", "off"),
@@ -85,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--timeout", type=positive_float, default=10.0, metavar="SECONDS", help="per obligation"
     )
-    c.add_argument("--solver", default="auto", metavar="NAME", help="auto, z3, bitwuzla, cvc5, enum")
+    c.add_argument(
+        "--solver", default="auto", metavar="NAME", help="auto, z3, bitwuzla, cvc5, enum"
+    )
     c.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="parallel obligations")
     c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     c.add_argument("--debug", action="store_true", help="show tracebacks of errors")
@@ -93,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from compiler.check_run import CheckOptions, run_check
+    from compiler.check_run import CheckOptions, run_pipeline
 
     opts = CheckOptions(
         policy=args.policy,
@@ -105,13 +109,24 @@ def _check(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         progress=not args.no_progress,
     )
-    report: Report = run_check(args.model, opts)
+    run = run_pipeline(args.model, opts)
+    report: Report = run.report
     if args.emit_tests:
         from compiler.emit_tests import emit_tests
 
         emit_tests(report, args.model, args.emit_tests, opts)
     write_output(RENDERERS[args.format](report), args.output)
-    return report.exit_code()
+    code = report.exit_code()
+    if run.missing_proofs:
+        n = len(run.missing_proofs)
+        print(
+            f"{PROG}: proof gate failed: {n} obligation(s) have no record in {args.proofs} "
+            f"(--proofs-mode ro), first {run.missing_proofs[0][:16]}; run `prover check "
+            f"{args.model} --proofs {args.proofs}` and commit the new records",
+            file=sys.stderr,
+        )
+        code = max(code, ExitCode.UNKNOWN) if code != ExitCode.REFUTED else code
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

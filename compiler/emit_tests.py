@@ -82,6 +82,19 @@ def _write_if_changed(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
+def _same_npz(path: Path, arrays: dict[str, np.ndarray]) -> bool:
+    """True when `path` already holds exactly these arrays (then it is not rewritten)."""
+    if not path.exists():
+        return False
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if sorted(z.files) != sorted(arrays):
+                return False
+            return all(z[k].dtype == v.dtype and np.array_equal(z[k], v) for k, v in arrays.items())
+    except (OSError, ValueError):
+        return False
+
+
 def emit_site(
     site: SiteReport,
     model_path: str,
@@ -114,7 +127,8 @@ def emit_site(
         if name in cex.actual:
             arrays[f"actual_{i}"] = np.asarray(cex.actual[name])
     npz = d / "counterexample.npz"
-    np.savez(npz, **arrays)
+    if not _same_npz(npz, arrays):
+        np.savez(npz, **arrays)
     if target_file is not None:
         shutil.copyfile(target_file, d / "target.toml")
     meta: dict[str, Any] = {

@@ -215,8 +215,13 @@ def showcase() -> onnx.ModelProto:
     return b.model()
 
 
-def ort_quantized() -> onnx.ModelProto:
-    """A float MatMul -> Sigmoid quantized by onnxruntime.quantization.quantize_static."""
+def ort_quantized(fmt: str = "QOperator") -> onnx.ModelProto:
+    """A float MatMul -> Sigmoid quantized by onnxruntime.quantization.quantize_static.
+
+    `fmt` "QOperator" gives QLinearMatMul + QLinearSigmoid; "QDQ" gives
+    DequantizeLinear/QuantizeLinear around a float MatMul and Sigmoid (the MatMul
+    then accumulates in float32 in ONNX Runtime, which no integer epilogue proves).
+    """
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -252,7 +257,7 @@ def ort_quantized() -> onnx.ModelProto:
             str(src),
             str(dst),
             Reader(),
-            quant_format=QuantFormat.QOperator,
+            quant_format=getattr(QuantFormat, fmt),
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
@@ -269,6 +274,7 @@ MODELS = {
     "double_activation.onnx": double_activation,
     "layout_transpose.onnx": layout_transpose,
     "ort_quantized_matmul_sigmoid.onnx": ort_quantized,
+    "ort_quantized_qdq_matmul_sigmoid.onnx": lambda: ort_quantized("QDQ"),
     "showcase.onnx": showcase,
 }
 

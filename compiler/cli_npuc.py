@@ -1,0 +1,136 @@
+"""`npuc compile MODEL -o PROGRAM` and `npuc run PROGRAM --input IN.npz -o OUT.npz`.
+
+`compile` applies only proven rewrites (the compiler's gate decides) and writes an
+NPU program file; `--report FILE` writes the JSON report (every site, its verdict,
+and the measured ledger of each applied fusion). `run` executes a program on the
+bit-exact simulator; inputs and outputs are keyed by the ONNX graph's names.
+Exit codes: 0 success, 2 bad usage or bad input, 4 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from compiler import report_json
+from compiler.cli_common import (
+    Parser,
+    UsageError,
+    argv_or_default,
+    parse_policy,
+    positive_float,
+    run_main,
+    tool_version,
+)
+from compiler.report_model import ExitCode
+
+PROG = "npuc"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `npuc` argument parser (subcommands `compile` and `run`)."""
+    p = Parser(prog=PROG, description="NPU compiler: only proven fusions reach the program.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {tool_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    c = sub.add_parser("compile", help="compile an ONNX model to an NPU program file")
+    c.add_argument("model", metavar="MODEL", help="ONNX model file")
+    c.add_argument("-o", "--output", required=True, metavar="PROGRAM", help="program file to write")
+    c.add_argument("--policy", type=parse_policy, default=None, metavar="bitwise|bounded:N")
+    c.add_argument("--target", metavar="FILE", help="target TOML (or a shipped target name)")
+    c.add_argument("--report", metavar="FILE", help="write the JSON report (sites, ledger) here")
+    c.add_argument(
+        "--proofs", metavar="DIR", default="proofs", help="proof store (default proofs/)"
+    )
+    c.add_argument("--proofs-mode", choices=("rw", "ro", "off"), default="rw")
+    c.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECONDS")
+    c.add_argument("--solver", default="auto", metavar="NAME")
+    c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    c.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    c.set_defaults(func=_compile)
+    r = sub.add_parser("run", help="run an NPU program on the simulator")
+    r.add_argument("program", metavar="PROGRAM", help="program file from `npuc compile`")
+    r.add_argument("--input", required=True, metavar="IN.npz", help="inputs by graph input name")
+    r.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="outputs by name")
+    r.add_argument(
+        "--counters", metavar="FILE", help="write the simulator's traffic counters (JSON)"
+    )
+    r.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    r.set_defaults(func=_run)
+    return p
+
+
+def _ledger_json(entries: Any) -> list[dict[str, Any]]:
+    return [e.to_json() if hasattr(e, "to_json") else dict(e) for e in entries]
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from compiler.check_run import CheckOptions, run_pipeline
+    from npu_backend.codegen import generate
+    from npu_backend.ledger import ledger
+
+    opts = CheckOptions(
+        policy=args.policy,
+        target=args.target,
+        proofs=args.proofs,
+        proofs_mode=args.proofs_mode,
+        timeout_s=args.timeout,
+        solver=args.solver,
+        progress=not args.no_progress,
+    )
+    out = Path(args.output)
+    if out.is_dir():
+        raise UsageError(f"-o is a directory, not a program file: {args.output}")
+    run = run_pipeline(args.model, opts)
+    program = generate(run.result.lowered, run.target)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    program.save(out)
+    entries = _ledger_json(ledger(run.result.lowered, run.target))
+    run.report.ledger = {"fusions": entries}
+    for site in run.report.sites:
+        mine = [e for e in entries if set(e.get("onnx_nodes", ())) & set(site.nodes)]
+        if site.verdict.value == "proven" and mine:
+            site.ledger = mine[0]
+    s = run.report.summary
+    if args.report:
+        rp = Path(args.report)
+        rp.parent.mkdir(parents=True, exist_ok=True)
+        data = report_json.report_json(run.report)
+        data["program"] = str(out)
+        rp.write_text(json.dumps(data, indent=2, default=report_json._default) + "\n")
+    print(
+        f"wrote {out}: {s.proven} of {s.candidates} candidate fusions applied "
+        f"({s.refuted} refuted, {s.unknown} unknown, {s.rejected} rejected; "
+        f"policy {run.report.policy}, target {run.report.target})"
+    )
+    return ExitCode.OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from npu_backend.runner import run_file
+
+    for path, what in ((args.program, "program file"), (args.input, "input file")):
+        if not Path(path).is_file():
+            raise UsageError(f"{what} not found: {path}")
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    outs, counters = run_file(args.program, args.input, out)
+    if args.counters:
+        Path(args.counters).write_text(json.dumps(counters.to_json(), indent=2) + "\n")
+    shapes = ", ".join(f"{k} {'x'.join(map(str, v.shape))} {v.dtype}" for k, v in outs.items())
+    print(f"wrote {out}: {shapes}; {counters.instructions} instructions")
+    return ExitCode.OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `npuc` command; returns the exit code."""
+    args = build_parser().parse_args(argv_or_default(argv))
+    return run_main(PROG, args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
