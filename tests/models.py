@@ -94,6 +94,9 @@ def matmul_activation(
     reshape: str | None = None,
     transpose: Sequence[int] | None = None,
     float_input: bool = False,
+    float_roundtrip: bool = False,
+    clip_acc: tuple[int, int] | None = None,
+    inter_type: str = "int8",
     seed: int = 0,
     w: np.ndarray | None = None,
 ) -> onnx.ModelProto:
@@ -113,7 +116,12 @@ def matmul_activation(
     - double_activation: a second activation of the same kind after the first;
     - reshape: `noop` (Reshape to the same shape), `unit` ([M,N] -> [1,M,N]) or
       `permute` ([M,N] -> [N,M], a hidden transpose); transpose: a Transpose perm;
-    - float_input: the model input is float32 and quantized by a QuantizeLinear `quant`.
+    - float_input: the model input is float32 and quantized by a QuantizeLinear `quant`;
+    - float_roundtrip: DequantizeLinear `rt_dq` -> QuantizeLinear `rt_q` between the compute op
+      and the activation (a non-absorbable op in the chain);
+    - clip_acc: an int32 Clip `clip_acc` on the MatMulInteger accumulator (form `integer`);
+    - inter_type: type of the compute output / activation input (`int8` or `uint8`); the
+      activation keeps it for its output (com.microsoft QLinear ops do).
     """
     W = weights(K, N, seed) if w is None else np.asarray(w, dtype=np.int8)
     K, N = W.shape
@@ -138,9 +146,9 @@ def matmul_activation(
         const("w_s", ws, "float32"),
         const("w_z", w_zp, "int8"),
         const("y_s", y_scale, "float32"),
-        const("y_z", y_zp, "int8"),
+        const("y_z", y_zp, inter_type),
         const("o_s", out_scale, "float32"),
-        const("o_z", out_zp, "int8"),
+        const("o_z", out_zp, inter_type),
     ]
     cur = "mm_out"
     if form == "qlinear":
@@ -176,14 +184,25 @@ def matmul_activation(
     else:
         raise ValueError(form)
     mm_out = cur
+    if clip_acc is not None:
+        inits += [const("ca_lo", clip_acc[0], "int32"), const("ca_hi", clip_acc[1], "int32")]
+        nodes.append(
+            oh.make_node("Clip", [cur, "ca_lo", "ca_hi"], ["clipped_acc"], name="clip_acc")
+        )
+        cur = "clipped_acc"
     if requantize is not None:
         nodes.append(requantize_node(cur, "rq_out", **requantize))
         cur = "rq_out"
+    if float_roundtrip:
+        nodes += [
+            oh.make_node("DequantizeLinear", [cur, "y_s", "y_z"], ["rt_f"], name="rt_dq"),
+            oh.make_node("QuantizeLinear", ["rt_f", "y_s", "y_z"], ["rt_out"], name="rt_q"),
+        ]
+        cur = "rt_out"
     shape = [M, N]
     if reshape is not None:
         shape = {"noop": [M, N], "unit": [1, M, N], "permute": [N, M]}[reshape]
-        inits.append(const("shape", shape, "int32").__class__())  # placeholder replaced below
-        inits[-1].CopyFrom(nh.from_array(np.asarray(shape, dtype=np.int64), "shape"))
+        inits.append(nh.from_array(np.asarray(shape, dtype=np.int64), "shape"))
         nodes.append(oh.make_node("Reshape", [cur, "shape"], ["reshaped"], name="reshape"))
         cur = "reshaped"
     if transpose is not None:
@@ -209,9 +228,10 @@ def matmul_activation(
             (y_scale, y_zp) if i == 0 else (out_scale, out_zp),
             (out_scale, out_zp),
             inits,
+            inter_type,
         )
         cur = out
-    outputs = [oh.make_tensor_value_info("y", TP.INT8, shape)]
+    outputs = [oh.make_tensor_value_info("y", TPT[inter_type], shape)]
     if extra_user == "node":
         inits += [const("e_lo", -100, "int8"), const("e_hi", 100, "int8")]
         nodes.append(oh.make_node("Clip", [mm_out, "e_lo", "e_hi"], ["extra"], name="extra"))
@@ -226,15 +246,15 @@ def matmul_activation(
 
 
 def _activation(
-    kind: str, act_form: str, inp: str, out: str, name: str, in_q, out_q, inits
+    kind: str, act_form: str, inp: str, out: str, name: str, in_q, out_q, inits, zp_type="int8"
 ) -> list:
     s_in, z_in = f"{name}_is", f"{name}_iz"
     s_out, z_out = f"{name}_os", f"{name}_oz"
     inits += [
         const(s_in, in_q[0], "float32"),
-        const(z_in, in_q[1], "int8"),
+        const(z_in, in_q[1], zp_type),
         const(s_out, out_q[0], "float32"),
-        const(z_out, out_q[1], "int8"),
+        const(z_out, out_q[1], zp_type),
     ]
     if act_form == "qlinear":
         op_type = {"sigmoid": "QLinearSigmoid", "leakyrelu": "QLinearLeakyRelu"}[kind]

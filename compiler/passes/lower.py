@@ -38,6 +38,7 @@ from prover.obligation import Obligation
 from prover.terms import Var, op
 
 from ..epilogue import SCHEME_OF
+from ..errors import CompilerError
 from ..host import host_model, submodel
 from ..ir import Graph, Node
 from ..policy_scope import effective_policy
@@ -181,6 +182,10 @@ class Lowerer:
 
     def lut(self, n: Node) -> None:
         a = n.attrs
+        if a.get("table") is None:
+            raise CompilerError(
+                f"node '{n.name}' (lut): table missing; the op has no meaning to lower"
+            )
         it = int_type(a["in_type"])
         x = Var(n.inputs[0])
         host = HostKernel(n.name, (n.inputs[0],), n.output, node_term(n, x), a["out_type"])
