@@ -1,0 +1,40 @@
+"""Lifting accumulator values to whole int8 input rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prover.errors import LiftError
+from prover.lift import lift_row, row_value
+from prover.obligation import LiftSpec
+
+
+def test_greedy_lift_hits_every_sampled_value_of_the_range():
+    rng = np.random.default_rng(11)
+    w = tuple(int(v) for v in rng.integers(-128, 128, 512))
+    spec = LiftSpec("acc", w, w_zp=3, x_zp=-2, x_type="int8", bias=1234)
+    coeff = np.array(w) - 3
+    lo = int(np.minimum(coeff * (-128 + 2), coeff * (127 + 2)).sum()) + 1234
+    hi = int(np.maximum(coeff * (-128 + 2), coeff * (127 + 2)).sum()) + 1234
+    for target in [lo, hi, 0, 1, -1, 1234, *rng.integers(lo, hi, 20).tolist()]:
+        row = lift_row(spec, int(target))
+        assert len(row) == 512 and all(-128 <= x <= 127 for x in row)
+        x = np.array(row, dtype=np.int64)
+        assert int(((x + 2) * coeff).sum()) + 1234 == target == row_value(spec, row)
+
+
+def test_solver_fallback_when_greedy_cannot_finish():
+    # Coefficients 6, 10, 15: greedy by magnitude gets stuck on divisibility; Z3 solves it.
+    spec = LiftSpec("acc", (6, 10, 15), x_type="int8")
+    for target in (1, 7, 31, -29):
+        row = lift_row(spec, target)
+        assert row_value(spec, row) == target
+
+
+def test_unreachable_value_is_a_clear_error():
+    spec = LiftSpec("acc", (2, 4), x_type="int8")
+    with pytest.raises(LiftError, match="no int8 input row"):
+        lift_row(spec, 3)  # odd: no row reaches it
+    with pytest.raises(LiftError):
+        lift_row(spec, 10_000)  # beyond the range
