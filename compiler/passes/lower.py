@@ -40,7 +40,7 @@ from prover.terms import Var, op
 from ..epilogue import SCHEME_OF
 from ..errors import CompilerError
 from ..host import host_model, submodel
-from ..ir import Graph, Node
+from ..ir import Graph, Node, Value
 from ..policy_scope import effective_policy
 from ..semantics import node_term, requant_groups, requant_term
 from ..site import ACTIONS, Diagnostic
@@ -127,14 +127,17 @@ class Lowerer:
         self.consts[f"{n.name}.w"] = np.asarray(a["w"]).astype(np.dtype(a.get("w_type", "int8")))
         caps = self.t.compute(_kind(n))
         if n.op == "fused":
-            self.npu_or_host(
-                n,
-                _matmul_step(n, a["post"], a["structure"]),
-                True,
-                "",
-                "",
-                lambda: self.host_origin(n),
-            )
+            natural = self.g.values[n.inputs[0]].shape[:-1] + (a["w"].shape[1],)
+            y = self.g.values[n.output]
+            step = _matmul_step(n, a["post"], a["structure"])
+            if natural == y.shape:
+                self.npu_or_host(n, step, True, "", "", lambda: self.host_origin(n))
+                return
+            # leading unit dims (proven index map): the NPU writes the natural shape and a
+            # host reshape (no data movement in row-major memory) names it as the output
+            mid = Value(f"{n.output}.natural", y.dtype, natural)
+            self.steps.append(_matmul_step(n, a["post"], a["structure"], mid.name))
+            self.steps.append(self.reshape_step(n, mid, y))
             return
         rq = a["requant"]
         if rq is None:
@@ -270,6 +273,16 @@ class Lowerer:
             code,
             msg,
             host,
+        )
+
+    def reshape_step(self, n: Node, x: Value, y: Value) -> HostOnnx:
+        shape_name = f"{y.name}.shape"
+        node = oh.make_node("Reshape", [x.name, shape_name], [y.name])
+        consts = {shape_name: np.asarray(y.shape, dtype=np.int64)}
+        m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17})
+        spec = (TensorSpec(y.name, y.dtype, tuple(y.shape)),)
+        return HostOnnx(
+            f"{n.name}.reshape", m.SerializeToString(), (x.name,), (y.name,), spec, tuple(n.origin)
         )
 
     def layout(self, n: Node) -> None:
