@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,8 @@ def _run(args: argparse.Namespace) -> int:
     for path, what in ((args.program, "program file"), (args.input, "input file")):
         if not Path(path).is_file():
             raise UsageError(f"{what} not found: {path}")
+    if not zipfile.is_zipfile(args.input):
+        raise UsageError(f"input file is not an .npz archive: {args.input}")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     outs, counters = run_file(args.program, args.input, out)
