@@ -56,7 +56,8 @@ def replay(ob: Obligation, assignment: Mapping[str, int]) -> Counterexample:
     """Replay a witness concretely; raise `ReplayMismatch` unless it violates the policy.
 
     With a LiftSpec, the witness is also lifted to a whole input row, the row is
-    run through `matmul.dot`, and both sides are replayed on the value it produces.
+    run through the kernel's matmul (`matmul.matmul_acc`, vectorised; tests check it equals
+    `matmul.dot`), and both sides are replayed on the value it produces.
     """
     assignment = {n: int(assignment[n]) for n in ob.variables}
     for n, (lo, hi) in ob.ranges.items():

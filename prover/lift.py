@@ -11,20 +11,27 @@ a non-zero remainder (divisibility), Z3 solves the linear equation.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import z3
 
 from .domain import NUMPY
 from .errors import LiftError
 from .inttypes import int_type
-from .matmul import dot
+from .matmul import dot, matmul_acc
 
 
 def row_value(spec, row) -> int:
-    """The accumulator produced by `row` (the kernel's `matmul.dot`, concretely)."""
-    return int(
-        dot(NUMPY, [np.int64(x) for x in row], spec.weights, spec.x_zp, spec.w_zp, spec.bias)
-    )
+    """The accumulator produced by `row`, by the kernel's vectorised `matmul.matmul_acc`."""
+    a = np.asarray(row, dtype=np.int64).reshape(1, -1)
+    w = np.asarray(spec.weights, dtype=np.int64).reshape(-1, 1)
+    return int(matmul_acc(a, w, spec.x_zp, spec.w_zp, np.array([spec.bias]))[0, 0])
+
+
+def row_value_dot(spec, row) -> int:
+    """The same through the scalar `matmul.dot` (any-domain definition), for cross-checks."""
+    return int(dot(NUMPY, [int(x) for x in row], spec.weights, spec.x_zp, spec.w_zp, spec.bias))
 
 
 def _bounds(spec) -> tuple[int, int]:
@@ -38,33 +45,46 @@ def _ceil_div(a: int, b: int) -> int:
 
 def _greedy(coeffs: list[int], target: int, lo: int, hi: int) -> list[int] | None:
     k = len(coeffs)
-    order = sorted(range(k), key=lambda i: (-abs(coeffs[i]), i))
-    reach_lo = [0] * (k + 1)
-    reach_hi = [0] * (k + 1)
-    for pos in range(k - 1, -1, -1):
-        c = coeffs[order[pos]]
-        reach_lo[pos] = reach_lo[pos + 1] + min(c * lo, c * hi)
-        reach_hi[pos] = reach_hi[pos + 1] + max(c * lo, c * hi)
+    c_arr = np.asarray(coeffs, dtype=np.int64)
+    order = np.lexsort((np.arange(k), -np.abs(c_arr))).tolist()  # |c| descending, stable
+    c_sorted = c_arr[order]
+    lo_terms = np.minimum(c_sorted * lo, c_sorted * hi)
+    hi_terms = np.maximum(c_sorted * lo, c_sorted * hi)
+    # reach_*[pos]: what positions pos.. can still contribute (suffix sums).
+    reach_lo = np.append(np.cumsum(lo_terms[::-1])[::-1], 0).tolist()
+    reach_hi = np.append(np.cumsum(hi_terms[::-1])[::-1], 0).tolist()
     if not reach_lo[0] <= target <= reach_hi[0]:
         return None
+    if not lo <= 0 <= hi:
+        return None  # the zero point lies outside x_type: leave it to the solver
     u = [0] * k
     rem = target
-    for pos, i in enumerate(order):
-        c = coeffs[i]
-        if c == 0:
+    neg_abs = (-np.abs(c_sorted)).tolist()  # ascending, for bisect
+    pos = 0
+    while pos < k and rem != 0:  # once rem == 0 every later entry stays at the zero point
+        # Entries with |c| >= 2|rem| would get u = round(rem/c) = 0 (half to even): jump
+        # past them when that stays feasible (reachable intervals are nested, so u = 0 is
+        # feasible on the whole stretch).
+        j = bisect.bisect_right(neg_abs, -2 * abs(rem), pos)
+        if j > pos and reach_lo[j] <= rem <= reach_hi[j]:
+            pos = j
             continue
-        # rem - c*u must stay in [reach_lo[pos+1], reach_hi[pos+1]].
-        a, b = rem - reach_hi[pos + 1], rem - reach_lo[pos + 1]
-        if c > 0:
-            ulo, uhi = _ceil_div(a, c), b // c
-        else:
-            ulo, uhi = _ceil_div(b, c), a // c
-        ulo, uhi = max(ulo, lo), min(uhi, hi)
-        if ulo > uhi:
-            return None
-        want = round(rem / c) if abs(rem) < (1 << 52) else rem // c
-        u[i] = min(max(want, ulo), uhi)
-        rem -= c * u[i]
+        i = order[pos]
+        c = coeffs[i]
+        if c != 0:
+            # rem - c*u must stay in [reach_lo[pos+1], reach_hi[pos+1]].
+            a, b = rem - reach_hi[pos + 1], rem - reach_lo[pos + 1]
+            if c > 0:
+                ulo, uhi = _ceil_div(a, c), b // c
+            else:
+                ulo, uhi = _ceil_div(b, c), a // c
+            ulo, uhi = max(ulo, lo), min(uhi, hi)
+            if ulo > uhi:
+                return None
+            want = round(rem / c) if abs(rem) < (1 << 52) else rem // c
+            u[i] = min(max(want, ulo), uhi)
+            rem -= c * u[i]
+        pos += 1
     return u if rem == 0 else None
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from prover.errors import LiftError
-from prover.lift import lift_row, row_value
+from prover.lift import lift_row, row_value, row_value_dot
 from prover.obligation import LiftSpec
 
 
@@ -22,6 +22,7 @@ def test_greedy_lift_hits_every_sampled_value_of_the_range():
         assert len(row) == 512 and all(-128 <= x <= 127 for x in row)
         x = np.array(row, dtype=np.int64)
         assert int(((x + 2) * coeff).sum()) + 1234 == target == row_value(spec, row)
+        assert row_value_dot(spec, row) == target
 
 
 def test_solver_fallback_when_greedy_cannot_finish():
