@@ -1,0 +1,50 @@
+"""The documented CI job works: its gate commands pass against the committed proof store."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from cli_helpers import EXAMPLES, REPO, prover
+
+yaml = pytest.importorskip("yaml")
+WORKFLOW = EXAMPLES / "ci" / "prover-gate.yml"
+
+
+def gate_commands() -> list[list[str]]:
+    """Every `prover check` command of the workflow, with the shell loop expanded."""
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["gate"]["steps"]
+    cmds = []
+    for step in steps:
+        script = step.get("run", "").replace("\\\n", " ")
+        models = []
+        for line in script.splitlines():
+            words = shlex.split(line)
+            if words[:1] == ["for"]:
+                models = words[3 : words.index("do")] if "do" in words else words[3:]
+                models = [m.rstrip(";") for m in models]
+            if words[:2] == ["prover", "check"]:
+                if words[2] == "$model":
+                    cmds += [["check", m, *words[3:]] for m in models]
+                else:
+                    cmds.append(words[1:])
+    return cmds
+
+
+def test_workflow_uploads_sarif_and_uses_ro_store():
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    steps = wf["jobs"]["gate"]["steps"]
+    uploads = [
+        s for s in steps if s.get("uses", "").startswith("github/codeql-action/upload-sarif")
+    ]
+    assert uploads and uploads[0]["with"]["sarif_file"] == "prover.sarif"
+    cmds = gate_commands()
+    assert len(cmds) >= 5
+    assert all("--proofs-mode" in c and c[c.index("--proofs-mode") + 1] == "ro" for c in cmds)
+
+
+@pytest.mark.parametrize("cmd", gate_commands(), ids=lambda c: c[1])
+def test_gate_command_passes_on_the_committed_store(cmd, tmp_path):
+    cmd = [str(tmp_path / "prover.sarif") if a == "prover.sarif" else a for a in cmd]
+    r = prover(*cmd, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
