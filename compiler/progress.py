@@ -1,16 +1,27 @@
 """A progress indicator on stderr, only on a terminal and only after a moment of work.
 
-The compiler may report `(done, total)` through `update`; without it the indicator
+The delay is 0.5 s, or `$PROVER_PROGRESS_DELAY` seconds. The compiler may report `(done, total)` through `update`; without it the indicator
 shows elapsed time. Nothing is drawn when stderr is not a TTY, and nothing at all
 when the work ends within `delay_s`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from typing import TextIO
+
+DELAY_ENV = "PROVER_PROGRESS_DELAY"
+
+
+def default_delay() -> float:
+    """Seconds of work before a bar appears: 0.5, or $PROVER_PROGRESS_DELAY."""
+    try:
+        return max(0.0, float(os.environ.get(DELAY_ENV, "0.5")))
+    except ValueError:
+        return 0.5
 
 
 class Progress:
@@ -20,13 +31,13 @@ class Progress:
         self,
         label: str,
         stream: TextIO | None = None,
-        delay_s: float = 0.5,
+        delay_s: float | None = None,
         enabled: bool | None = None,
         width: int = 30,
     ) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
-        self.delay_s = delay_s
+        self.delay_s = delay_s if delay_s is not None else default_delay()
         self.width = width
         is_tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.enabled = is_tty if enabled is None else enabled

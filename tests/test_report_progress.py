@@ -42,3 +42,39 @@ def test_spinner_without_totals():
     p = Progress("checking", stream=io.StringIO(), enabled=False)
     with p:
         assert "checking" in p.line() and "[" not in p.line()
+
+
+def test_real_command_draws_on_a_terminal_only():
+    """`prover check` with stderr on a pseudo-terminal draws the bar; with a pipe it does not."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from cli_helpers import EXAMPLES, REPO
+
+    cmd = [sys.executable, "-m", "compiler.cli_prover", "check", str(EXAMPLES / "showcase.onnx")]
+    cmd += ["--proofs-mode", "off"]
+    env = dict(os.environ, PROVER_PROGRESS_DELAY="0")
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=slave, cwd=REPO, env=env, timeout=120
+        )
+    finally:
+        os.close(slave)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    os.close(master)
+    assert r.returncode == 1
+    assert b"checking" in data and b"\x1b[K" in data
+    assert b"checking" not in r.stdout  # the report itself never contains the bar
+    piped = subprocess.run(cmd, capture_output=True, cwd=REPO, env=env, timeout=120)
+    assert piped.returncode == 1 and piped.stderr == b""
