@@ -158,8 +158,10 @@ def check(
     budget = Budget(timeout_s, rlimit if rlimit is not None else Budget().rlimit)
     made = decide(ob, solver, budget, cross_check)
     first = made[0]
+    decisive = [m.procedure for m in made if m.decisive]
     details = {
         "budget": budget.to_dict(),
+        "cross_checked_by": (decisive[1] if len(decisive) > 1 else None) if cross_check else None,
         "solver_version": first.version,
         "procedures": [
             {"name": m.procedure, "status": m.status, "time_ms": round(m.time_ms, 3), **m.stats}

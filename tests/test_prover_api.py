@@ -63,6 +63,7 @@ def test_equivalent_rewrites_are_proven(name):
     assert v.status == "proven", v.reason
     assert v.max_diff == 0 and v.counterexample is None
     assert len(v.details["procedures"]) == 2  # really cross-checked by a second procedure
+    assert v.details["cross_checked_by"] not in (None, v.solver)
 
 
 @pytest.mark.parametrize("name", sorted(BUGGY))
