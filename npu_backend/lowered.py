@@ -90,8 +90,8 @@ class NpuLut:
     in_type: str
     out_type: str
     index_order: str = "offset"
-    function: str | None = None
     onnx_nodes: tuple[str, ...] = ()
+    function: str | None = None  # the activation kind (e.g. "sigmoid"); required on the NPU
 
     @staticmethod
     def from_params(
@@ -105,8 +105,8 @@ class NpuLut:
             lut.in_type,
             lut.out_type,
             lut.index_order,
-            function,
             tuple(onnx_nodes),
+            function,
         )
 
     @property

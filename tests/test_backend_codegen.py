@@ -122,8 +122,8 @@ def test_standalone_luts_share_tables():
     post = fused_post(FLOAT)
     lut = post.lut
     steps = [
-        NpuLut("a0", "x", "y0", lut.table, "int8", "int8", "offset", "sigmoid"),
-        NpuLut("a1", "y0", "y1", lut.table, "int8", "int8", "offset", "sigmoid"),
+        NpuLut("a0", "x", "y0", lut.table, "int8", "int8", "offset", function="sigmoid"),
+        NpuLut("a1", "y0", "y1", lut.table, "int8", "int8", "offset", function="sigmoid"),
     ]
     model = LoweredModel([TensorSpec("x", "int8", (3, 5))], ["y1"], {}, steps)
     prog = generate(model, FLOAT)

@@ -123,7 +123,7 @@ def test_table_in_the_wrong_index_order():
     assert [i.code for i in issues] == ["layout_mismatch"]
     assert "reorder_table" in issues[0].message
     lut = post_float_order.lut
-    standalone = NpuLut("a", "x", "y", lut.table, "int8", "int8", "offset", "sigmoid")
+    standalone = NpuLut("a", "x", "y", lut.table, "int8", "int8", "offset", function="sigmoid")
     assert _codes(standalone, FIXED) == {"layout_mismatch"}
     assert validate_step(standalone, FLOAT) == []
 
