@@ -204,3 +204,11 @@ def test_bad_solver_name_and_policy_text_are_clear_errors():
         with pytest.raises(ValueError, match="bad policy"):
             Policy.parse(bad)
     assert str(Policy.parse("bounded:3")) == "bounded:3" and Policy.parse("bitwise").bound == 0
+
+
+@pytest.mark.parametrize("backend", ["z3", "cvc5"])
+def test_resource_budget_exhausted_is_unknown_never_a_pass(backend):
+    o = BUGGY["single_rounding"]()
+    v = check(o, solver=backend, rlimit=1000)  # deterministic resource limit, not wall time
+    assert v.status == "unknown" and not v.proven and v.counterexample is None
+    assert backend in v.reason and v.details["budget"]["rlimit"] == 1000
