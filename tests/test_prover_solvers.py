@@ -9,7 +9,7 @@ import z3
 from prover import enumerate as penum
 from prover import segments, smtdecide
 from prover.counterexample import replay
-from prover.domain import Z3Domain
+from prover.domain import NUMPY, Z3Domain
 from prover.errors import NotApplicable
 from prover.obligation import Obligation
 from prover.requant import quantize_multiplier
@@ -180,3 +180,27 @@ def test_segments_handle_a_huge_range_exactly_at_the_edges():
 
         valid, diff = evaluate_block(o, {"acc": others}, others.size)
         assert not np.any(valid & (diff > 0))
+
+
+def test_bracketed_thresholds_equal_the_kernel_binary_search():
+    from prover.segments import bracketed_thresholds
+    from prover.staircase import monotone_thresholds
+
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        m, s = quantize_multiplier(float(rng.uniform(1e-6, 1e-2)))
+        if trial % 3 == 0:
+            cut = op(
+                "requant_float", Var("x"), scale=float(rng.uniform(1e-6, 1e-2)), zp=1, out="int8"
+            )
+        else:
+            kind = ("requant_double", "requant_single")[trial % 2]
+            cut = op(kind, Var("x"), multiplier=m, shift=s, zp=int(rng.integers(-5, 5)), out="int8")
+        lo, hi = int(rng.integers(-(2**31), 0)), int(rng.integers(0, 2**31 - 1))
+
+        def f(x, cut=cut):
+            return evaluate(cut, NUMPY, {"x": x})
+
+        e = f(np.array([lo, hi]))
+        want = monotone_thresholds(f, int(e[0]), int(e[1]), lo, hi)
+        assert np.array_equal(bracketed_thresholds(f, int(e[0]), int(e[1]), lo, hi), want)
