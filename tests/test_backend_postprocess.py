@@ -106,3 +106,13 @@ def test_lut_params_follow_target_builder():
     assert a.index_order == "offset" and b.index_order == "twos_complement"
     # the same logical sigmoid lands at a different physical index
     assert a.table[128] == evaluate(a.term(Var("x")), NUMPY, {"x": np.int64(0)})
+
+
+def test_targets_differ_at_a_rounding_half_step():
+    """scale 1/2: odd acc is a half step; float32 rounds half to even, gemmlowp's SRDHM half up."""
+    acc = np.array([-5, -3, -1, 1, 3, 5, 254, 255, 256, 257])
+    f = PostProcess(requant_from_scale(0.5, 0, "int8", "float32")).apply(acc)
+    d = PostProcess(requant_from_scale(0.5, 0, "int8", "fixed_double")).apply(acc)
+    assert f.tolist() == [-2, -2, 0, 0, 2, 2, 127, 127, 127, 127]  # half even, then saturation
+    assert d.tolist() == [-2, -1, 0, 1, 2, 3, 127, 127, 127, 127]  # half toward +infinity
+    assert np.abs(f - d).max() == 1
