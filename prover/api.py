@@ -180,6 +180,9 @@ def check(
         )
     else:
         cex = replay(ob, first.witness)
+        for other in made[1:]:
+            if other.status == VIOLATED:  # a cross-checking witness must reproduce as well
+                replay(ob, other.witness)
         details["minimal"] = first.minimal
         reason = (
             f"{_fmt(cex.assignment)}: before={cex.before} after={cex.after} (|diff|={cex.diff})"
