@@ -137,7 +137,15 @@ class Program:
                 )
         except ProgramError:
             raise
-        except (KeyError, TypeError, ValueError, zipfile.BadZipFile, OSError) as e:
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            IndexError,
+            zipfile.BadZipFile,
+            OSError,
+        ) as e:
             raise ProgramError(f"{where}: corrupt program file ({type(e).__name__}: {e})") from None
 
     @staticmethod
