@@ -152,8 +152,6 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     check_options: dict[str, Any] = {"timeout_s": opts.timeout_s, "solver": opts.solver}
     if store is not None:
         check_options["store"] = store
-    if opts.jobs > 1:
-        check_options["jobs"] = opts.jobs
     with Progress("checking", enabled=None if opts.progress else False) as bar:
         result = _call_compile(model, policy, target, check_options, bar)
     report = Report(

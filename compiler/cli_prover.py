@@ -90,7 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--solver", default="auto", metavar="NAME", help="auto, z3, bitwuzla, cvc5, enum"
     )
-    c.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="parallel obligations")
+    c.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="accepted for compatibility; obligations are checked one at a time for now",
+    )
     c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     c.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     return p
