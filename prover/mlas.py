@@ -94,3 +94,27 @@ def mlas_logistic(x: np.ndarray, fused: bool = True) -> np.ndarray:
     if not fused:
         r = np.minimum(r, F32(1.0))
     return r.astype(F32)
+
+
+def host_uses_fma() -> bool:
+    """Whether ONNX Runtime's MLAS picks the fused-multiply-add logistic kernel on this machine.
+
+    x86-64: only with AVX2 and FMA3 (else the SSE2 kernel); ARM64: always (NEON
+    `vfmaq_f32`). Other machines: False (the portable kernel; not verified).
+    """
+    import platform
+
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return True
+    if machine not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return {"avx2", "fma"} <= flags
+    except OSError:
+        pass
+    return False

@@ -160,7 +160,16 @@ def _thresholds_cached(scale: float, zp: int, out_name: str) -> tuple[int, ...]:
 
 def float_requant_thresholds(scale: float, zp: int, out_name: str) -> tuple[int, ...]:
     """Thresholds t_q (q = out.min+1 .. out.max) of ONNX Runtime's float requantization."""
+    from .inttypes import int_type
+
     _check_scale(scale)
+    out = int_type(out_name)
+    if out.bits > 16:
+        raise KernelError(
+            f"the staircase form of float requantization to {out.name} would need "
+            f"{out.size - 1} thresholds; use an output type of at most 16 bits"
+        )
+    _check_zp(zp, out)
     return _thresholds_cached(float(np.float32(scale)), int(zp), out_name)
 
 

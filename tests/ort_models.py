@@ -40,7 +40,9 @@ def session(model: bytes) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = 1
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess.model_bytes = model  # for comparisons with onnx.reference
+    return sess
 
 
 def _vi(name: str, dtype: str, shape) -> Any:
