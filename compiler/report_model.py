@@ -85,9 +85,7 @@ class Counterexample:
                 continue
             exp_a, act_a = np.asarray(exp), np.asarray(act)
             for idx in zip(*np.nonzero(exp_a != act_a), strict=True):
-                out.append(
-                    (name, tuple(int(i) for i in idx), exp_a[idx].item(), act_a[idx].item())
-                )
+                out.append((name, tuple(int(i) for i in idx), exp_a[idx].item(), act_a[idx].item()))
         return out
 
 
