@@ -33,7 +33,7 @@ import numpy as np
 
 from .domain import Domain, KernelError
 from .inttypes import IntType, int_type
-from .mlas import mlas_logistic
+from .mlas import mlas_logistic, mlas_tanh
 
 INDEX_ORDERS = ("offset", "twos_complement")
 ROUNDINGS = ("half_even", "half_away", "toward_zero")
@@ -96,6 +96,8 @@ FUNCTIONS: dict[str, Callable[[np.ndarray, type], np.ndarray]] = {
     # ONNX Runtime's logistic (always float32, whatever `precision` says).
     "sigmoid_mlas": lambda x, ft: mlas_logistic(x, fused=True),
     "sigmoid_mlas_nofma": lambda x, ft: mlas_logistic(x, fused=False),
+    "tanh_mlas": lambda x, ft: mlas_tanh(x, fused=True),
+    "tanh_mlas_nofma": lambda x, ft: mlas_tanh(x, fused=False),
     "tanh": lambda x, ft: np.tanh(x),
     "gelu": _gelu,
     "gelu_tanh": _gelu_tanh,
@@ -222,6 +224,37 @@ def build_ort_sigmoid_table(
             index_order=index_order,
         )
     )
+
+
+def build_ort_leaky_relu_table(
+    in_scale: float,
+    in_zp: int,
+    in_type: str,
+    out_scale: float,
+    out_zp: int,
+    out_type: str,
+    alpha: float = 0.01,
+    *,
+    index_order: str = "offset",
+) -> np.ndarray:
+    """ONNX Runtime's QLinearLeakyRelu table: `v >= 0 ? v : alpha * v` in float32.
+
+    Dequantize and quantize exactly as for `build_ort_sigmoid_table`.
+    """
+    spec = LutSpec("identity", float(in_scale), int(in_zp), in_type, float(out_scale),
+                   int(out_zp), out_type, index_order=index_order)  # fmt: skip
+    spec.validate()
+    it, ot = int_type(in_type), int_type(out_type)
+    xs = np.arange(it.min, it.max + 1, dtype=np.int64)
+    v = (xs - spec.in_zp).astype(np.float32) * np.float32(spec.in_scale)
+    y = np.where(v >= np.float32(0), v, np.float32(alpha) * v).astype(np.float32)
+    q = round_with(y / np.float32(spec.out_scale), "half_even").astype(np.float64) + spec.out_zp
+    logical = np.clip(q, ot.min, ot.max).astype(np.int64)
+    from .domain import NUMPY
+
+    out = np.empty(it.size, dtype=np.int64)
+    out[lut_index(NUMPY, xs, it, index_order)] = logical
+    return out
 
 
 def check_table(table: Sequence[int], in_type: IntType, out_type: IntType) -> None:

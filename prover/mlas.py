@@ -12,6 +12,9 @@ machine code runs depends on the CPU:
 - the portable/SSE2 kernel (`MlasLogisticKernel`): each Horner step is a float32
   multiply then a float32 add (two roundings); the result is clamped to [0, 1].
 
+`mlas_tanh` does the same for MLAS's tanh (Eigen's 13/6 rational, input clamped
+to [-9, 9]), which ONNX Runtime's float Tanh runs (e.g. in a QDQ Tanh).
+
 Both are emulated here exactly in float32 (a fused multiply-add is emulated with
 float64 and round-to-odd, which makes the final rounding to float32 correct).
 """
@@ -75,25 +78,66 @@ def _mul_add(a, b, c, fused: bool) -> np.ndarray:
     return (a * b + c).astype(F32)
 
 
+def _horner(v2: np.ndarray, coefs: tuple, fused: bool) -> np.ndarray:
+    """MLAS's Horner chain: p = v2*c0 + c1; p = p*v2 + c_k ... (one FMA or mul+add per step)."""
+    p = _mul_add(v2, np.full_like(v2, coefs[0]), np.full_like(v2, coefs[1]), fused)
+    for coef in coefs[2:]:
+        p = _mul_add(p, v2, np.full_like(v2, coef), fused)
+    return p
+
+
 def mlas_logistic(x: np.ndarray, fused: bool = True) -> np.ndarray:
     """MLAS's float32 logistic function (see the module docstring for `fused`)."""
     v = np.asarray(x, dtype=F32)
     v = np.minimum(np.maximum(v, LOWER_RANGE), UPPER_RANGE)
     v2 = v * v
-    a9, a7, a5, a3, a1 = ALPHA
-    b10, b8, b6, b4, b2, b0 = BETA
-    p = _mul_add(v2, np.full_like(v2, a9), np.full_like(v2, a7), fused)
-    for coef in (a5, a3, a1):
-        p = _mul_add(v2, p, np.full_like(v2, coef), fused)
-    p = v * p
-    q = _mul_add(v2, np.full_like(v2, b10), np.full_like(v2, b8), fused)
-    for coef in (b6, b4, b2, b0):
-        q = _mul_add(v2, q, np.full_like(v2, coef), fused)
+    p = v * _horner(v2, ALPHA, fused)
+    q = _horner(v2, BETA, fused)
     r = p / q + F32(0.5)
     r = np.maximum(r, F32(0.0))
     if not fused:
         r = np.minimum(r, F32(1.0))
     return r.astype(F32)
+
+
+# Eigen's tanh coefficients as MLAS stores them (ORT 1.32: input clamped to [-9, 9]).
+TANH_RANGE = F32(9.0)
+TANH_ALPHA = tuple(
+    F32(v)
+    for v in (
+        -2.76076847742355e-16,  # alpha_13
+        2.00018790482477e-13,  # alpha_11
+        -8.60467152213735e-11,  # alpha_9
+        5.12229709037114e-08,  # alpha_7
+        1.48572235717979e-05,  # alpha_5
+        6.37261928875436e-04,  # alpha_3
+        4.89352455891786e-03,  # alpha_1
+    )
+)
+TANH_BETA = tuple(
+    F32(v)
+    for v in (
+        1.19825839466702e-06,  # beta_6
+        1.18534705686654e-04,  # beta_4
+        2.26843463243900e-03,  # beta_2
+        4.89352518554385e-03,  # beta_0
+    )
+)
+
+
+def mlas_tanh(x: np.ndarray, fused: bool = True) -> np.ndarray:
+    """MLAS's float32 tanh: x * P(x^2) / Q(x^2) on x clamped to [-9, 9].
+
+    The fused form is verified bit-exact against ONNX Runtime 1.32's float Tanh on
+    x86-64 (AVX2/FMA3); the unfused form follows the portable kernel's structure
+    but is not verified on a machine that runs it.
+    """
+    v = np.asarray(x, dtype=F32)
+    v = np.minimum(np.maximum(v, -TANH_RANGE), TANH_RANGE)
+    v2 = v * v
+    p = v * _horner(v2, TANH_ALPHA, fused)
+    q = _horner(v2, TANH_BETA, fused)
+    return (p / q).astype(F32)
 
 
 def host_uses_fma() -> bool:

@@ -13,7 +13,7 @@ import ort_models as M
 import pytest
 from onnx import TensorProto, helper
 
-from prover.lut import LutSpec, build_lut, build_ort_sigmoid_table
+from prover.lut import LutSpec, build_lut, build_ort_leaky_relu_table, build_ort_sigmoid_table
 from prover.mlas import fma32, host_uses_fma, mlas_logistic
 
 FUSED = host_uses_fma()
@@ -143,3 +143,54 @@ def _round_f32(q) -> np.float32:
     if len(ties) == 1:
         return ties[0]
     return next(v for v in ties if (np.array(v).view(np.int32) & 1) == 0)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_qlinear_leaky_relu_tables_match_ort(rng, dtype):
+    for alpha in (0.01, 0.1, 0.3333, 2.5):
+        sess = M.qlinear_lookup("QLinearLeakyRelu", dtype, alpha=alpha)
+        for xs, xz, ys, yz in _random_pairs(rng, dtype, 30):
+            ys = float(np.float32(xs * 10 ** rng.uniform(-0.5, 0.5)))
+            want = M.run_lookup(sess, dtype, xs, xz, ys, yz)
+            got = build_ort_leaky_relu_table(xs, xz, dtype, ys, yz, dtype, alpha)
+            assert np.array_equal(got, want), (alpha, xs, xz, ys, yz)
+
+
+def _qdq_sigmoid_session(dtype, xs, xz, ys, yz):
+    """DequantizeLinear -> Sigmoid -> QuantizeLinear with constant parameters."""
+    et = M.ELEM[dtype]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["f"]),
+        helper.make_node("Sigmoid", ["f"], ["g"]),
+        helper.make_node("QuantizeLinear", ["g", "ys", "yz"], ["y"]),
+    ]
+    inits = [
+        helper.make_tensor("xs", TensorProto.FLOAT, [], [xs]),
+        helper.make_tensor("xz", et, [], [xz]),
+        helper.make_tensor("ys", TensorProto.FLOAT, [], [ys]),
+        helper.make_tensor("yz", et, [], [yz]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", et, [256])],
+        [helper.make_tensor_value_info("y", et, [256])],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", M.OPSET)])
+    m.ir_version = 10
+    return M.session(m.SerializeToString())
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_qdq_sigmoid_equals_the_qlinear_table(rng, dtype):
+    """Unfused QDQ Sigmoid in ORT (optimizations off) computes the same table."""
+    info = np.iinfo(dtype)
+    x = np.arange(info.min, info.max + 1).astype(dtype)
+    pairs = list(_random_pairs(rng, dtype, 25)) + [
+        c[1:] for c in PLAIN_SIGMOID_DIFFERS if c[0] == dtype
+    ]
+    for xs, xz, ys, yz in pairs:
+        want = _qdq_sigmoid_session(dtype, xs, xz, ys, yz).run(None, {"x": x})[0].astype(np.int64)
+        got = build_ort_sigmoid_table(xs, xz, dtype, ys, yz, dtype, fused=FUSED)
+        assert np.array_equal(got, want), (xs, xz, ys, yz)
