@@ -129,7 +129,7 @@ def test_qlinear_matmul_large_k_many_outputs(rng):
         assert (np.abs(acc) > 1 << 24).sum() >= 32
 
 
-@pytest.mark.parametrize("a_type,b_type", TYPE_PAIRS)
+@pytest.mark.parametrize("a_type,b_type", TYPE_PAIRS + [("int8", "uint8")])
 def test_matmul_integer(rng, a_type, b_type):
     ai, bi = np.iinfo(a_type), np.iinfo(b_type)
     for k in (1, 7, 64, 1000):
@@ -152,3 +152,28 @@ def test_matmul_integer_per_row_a_zero_point_rejected_by_ort(rng):
         M.matmul_integer("uint8", b, a_zp, 0, 3).run(None, {"a": a})
     want = (a.astype(np.int64) - a_zp[:, None]) @ b.astype(np.int64)
     assert np.array_equal(matmul_acc(a, b, a_zp, 0), want)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["int8 a x uint8 b", "uint8 a -> int8 y", "per-row a scale"],
+)
+def test_qlinear_matmul_forms_the_spec_allows_but_ort_rejects(rng, case):
+    """ONNX allows these QLinearMatMul forms; ORT 1.32's CPU provider has no kernel for them
+    (NOT_IMPLEMENTED) or rejects the parameters, so a compiler must keep them off ORT paths."""
+    a8 = rng.integers(-128, 128, (4, 16)).astype(np.int8)
+    u8 = rng.integers(0, 256, (4, 16)).astype(np.uint8)
+    b8 = rng.integers(-128, 128, (16, 5)).astype(np.int8)
+    bu = rng.integers(0, 256, (16, 5)).astype(np.uint8)
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED|zero point|scale"):
+        if case == "int8 a x uint8 b":
+            sess = M.qlinear_matmul("int8", bu, 0.02, 3, 0.01, 128, 0.5, -3, "int8", 4)
+            sess.run(None, {"a": a8})
+        elif case == "uint8 a -> int8 y":
+            sess = M.qlinear_matmul("uint8", b8, 0.02, 128, 0.01, 0, 0.5, -3, "int8", 4)
+            sess.run(None, {"a": u8})
+        else:
+            a_s = np.full((4, 1), 0.02, np.float32)
+            sess = M.qlinear_matmul("int8", b8, a_s, np.zeros((4, 1), np.int8), 0.01, 0,
+                                    0.5, 0, "int8", 4)  # fmt: skip
+            sess.run(None, {"a": a8})
