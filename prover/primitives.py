@@ -49,6 +49,10 @@ def _requant_float(d: Domain, acc, *, scale, zp, out):
     return _rq.requant_float(d, acc, scale, zp, int_type(out))
 
 
+def _requant_float_pre(d: Domain, acc, *, scale, zp, out):
+    return _rq.int32_precondition(d, acc)
+
+
 def _lut_apply(d: Domain, x, *, table, in_type, index_order):
     return _lut.apply_lut(d, table, x, int_type(in_type), index_order)
 
@@ -95,7 +99,7 @@ PRIMITIVES: dict[str, Primitive] = {
         Primitive("wrap", lambda d, x, *, type: wrap(d, x, int_type(type))),
         Primitive("requant_double", _requant_double, _requant_double_pre),
         Primitive("requant_single", _requant_single, _requant_single_pre),
-        Primitive("requant_float", _requant_float),
+        Primitive("requant_float", _requant_float, _requant_float_pre),
         Primitive("lut", _lut_apply, _lut_pre, doc="table[index(x)], x in in_type"),
         Primitive("dot", _dot),
         Primitive("floordiv_const", _floordiv_const, doc="floor(x / c), c > 0"),

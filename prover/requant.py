@@ -79,10 +79,13 @@ def mbqm(d: Domain, x: Any, multiplier: int, shift: int) -> Any:
 
 
 def mbqm_precondition(d: Domain, x: Any, shift: int) -> Any:
-    """Where `x * 2^max(shift,0)` fits int32 (C leaves the overflow undefined)."""
+    """Where `x * 2^max(shift,0)` fits int32 (C leaves the overflow undefined).
+
+    Written as bounds on `x` itself: forming `x * 2^left` could wrap the 64-bit
+    symbolic word for a huge `x` and make the check pass.
+    """
     left = max(shift, 0)
-    y = x * (1 << left)
-    return d.land(y >= INT32_MIN, y <= INT32_MAX)
+    return d.land(x >= (INT32_MIN >> left), x <= (INT32_MAX >> left))
 
 
 # --- TFLite single rounding -------------------------------------------------------------
@@ -96,9 +99,18 @@ def single_round(d: Domain, x: Any, multiplier: int, shift: int) -> Any:
 
 
 def single_round_precondition(d: Domain, x: Any, multiplier: int, shift: int) -> Any:
-    """Where the single-rounding result fits int32 (TFLite DCHECKs it)."""
+    """Where `x` is an int32 and the single-rounding result fits int32 (TFLite DCHECKs it).
+
+    For an int32 `x` the int64 product cannot wrap, so the result check is exact.
+    """
     r = single_round(d, x, multiplier, shift)
-    return d.land(r >= INT32_MIN, r <= INT32_MAX)
+    in_range = d.land(x >= INT32_MIN, x <= INT32_MAX)
+    return d.land(in_range, d.land(r >= INT32_MIN, r <= INT32_MAX))
+
+
+def int32_precondition(d: Domain, x: Any) -> Any:
+    """Where `x` is an int32 (the accumulator type every requantizer is defined on)."""
+    return d.land(x >= INT32_MIN, x <= INT32_MAX)
 
 
 # --- composite requantizers -------------------------------------------------------------

@@ -152,3 +152,25 @@ def test_requant_float_staircase_refuses_wide_outputs():
         R.requant_float(Z3, Z3.var("acc"), 0.5, 0, INT32)
     # The concrete form has no such limit.
     assert R.requant_float(NUMPY, np.int64(1 << 20), 0.5, 0, INT32) == 1 << 19
+
+
+def test_preconditions_are_not_fooled_by_64_bit_wraparound():
+    """x = 2^33 with shift 31: x * 2^31 = 2^64 wraps to 0 in a 64-bit word; the precondition
+    must still say 'undefined' in both domains (it bounds x itself)."""
+    from prover.primitives import PRIMITIVES
+
+    huge = [1 << 33, -(1 << 33), (1 << 62), INT32_MAX + 1, INT32_MIN - 1]
+    x = Z3.var("x")
+    cases = [
+        ("requant_double", dict(multiplier=1 << 30, shift=31, zp=0, out="int8")),
+        ("requant_single", dict(multiplier=1 << 30, shift=30, zp=0, out="int8")),
+        ("requant_float", dict(scale=0.5, zp=0, out="int8")),
+    ]
+    for name, kw in cases:
+        pre = PRIMITIVES[name].precondition
+        assert not np.any(pre(NUMPY, np.array(huge, dtype=np.int64), **kw)), name
+        for v in huge:
+            sym = z3.simplify(z3.substitute(pre(Z3, x, **kw), (x, Z3.const(v))))
+            assert z3.is_false(sym), (name, v)
+        # and in-range values satisfy it (with shift 31 only -1 and 0 do)
+        assert bool(pre(NUMPY, np.int64(-1), **kw)) and bool(pre(NUMPY, np.int64(0), **kw))
