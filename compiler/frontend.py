@@ -223,6 +223,8 @@ class _Builder:
                     elif i not in self.consts:
                         ok = False
                 if ok and any(p.op_type == "DequantizeLinear" for p in members):
+                    pos = {id(n): i for i, n in enumerate(self.m.graph.node)}
+                    members.sort(key=lambda n: pos[id(n)])
                     groups[q.name or q.output[0]] = ("matmul", members)
         return groups
 
