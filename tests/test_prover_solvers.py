@@ -80,7 +80,9 @@ def test_all_procedures_agree(name):
         assert bz.max_diff == ref.max_diff
     for backend in ("z3", "cvc5"):
         d = smtdecide.decide(o, backend, budget, minimise=False)
-        assert d.status == ref.status, backend
+        # On the hard float case a budget may run out: unknown, never a wrong answer.
+        allowed = {ref.status, "unknown"} if name in SMT_HARD else {ref.status}
+        assert d.status in allowed, (backend, d.reason)
         if d.status == "violated":
             assert replay(o, d.witness).diff > o.policy.bound
 
