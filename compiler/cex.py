@@ -22,7 +22,7 @@ from .errors import InternalError
 from .frontend import PROJECT_DOMAIN
 from .host import run_host
 from .ir import Graph
-from .semantics import run_graph
+from .semantics import from_natural, run_graph, to_natural
 from .site import Site, WholeModelCounterexample
 
 
@@ -108,8 +108,15 @@ def whole_model(
     node = site.compute
     j, row = find_row(node, columns, acc, cx.lifted_input, lift_col)
     a_val = g.values[node.inputs[0]]
-    A = np.full(a_val.shape, node.attrs["a_zp"], dtype=np.int64)
-    A[(0,) * (len(a_val.shape) - 1)] = np.asarray(row, dtype=np.int64)
+    nat = to_natural(node, np.zeros(a_val.shape, dtype=np.int8)).shape
+    A = np.full(nat, node.attrs["a_zp"], dtype=np.int64)
+    A[(0,) * (len(nat) - 1)] = np.asarray(row, dtype=np.int64)
+    A = from_natural(node, A)
+    # flat position, in the compute op's own output layout, of natural element (0, ..., 0, j)
+    out_shape = g.values[node.output].shape
+    nat_out = to_natural(node, np.zeros(out_shape, dtype=np.int8)).shape
+    pos = from_natural(node, np.arange(int(np.prod(nat_out))).reshape(nat_out)).reshape(-1)
+    flat = int(np.nonzero(pos == j)[0][0])
     feeds, why = _to_inputs(g, node.inputs[0], A.astype(np.dtype(a_val.dtype)))
     out_name = site.activation.output
     base = WholeModelCounterexample(
@@ -129,9 +136,9 @@ def whole_model(
     apply(trial, site)
     env1 = run_graph(trial, feeds, keep_all=True)
     shape = g.values[out_name].shape
-    idx = tuple(int(v) for v in np.unravel_index(j, shape))
-    b = int(np.asarray(env0[out_name]).reshape(-1)[j])
-    a = int(np.asarray(env1[out_name]).reshape(-1)[j])
+    idx = tuple(int(v) for v in np.unravel_index(flat, shape))
+    b = int(np.asarray(env0[out_name]).reshape(-1)[flat])
+    a = int(np.asarray(env1[out_name]).reshape(-1)[flat])
     if (b, a) != (int(cx.before), int(cx.after)):
         raise InternalError(
             f"site {site.id}: counterexample does not reproduce on the whole model "

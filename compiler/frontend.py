@@ -265,6 +265,7 @@ class _Builder:
             handler = {
                 "QLinearMatMul": self.qlinear_matmul,
                 "MatMulInteger": self.matmul_integer,
+                "QLinearConv": self.qlinear_conv,
                 "Reshape": self.reshape,
                 "Transpose": self.transpose,
                 "Identity": self.identity,
@@ -310,8 +311,10 @@ class _Builder:
             )
         return Value(n.output[0], dtype, a.shape[:-1] + (w.shape[1],))
 
-    def check_acc(self, n, w, w_zp, a_type, a_zp) -> None:
-        r = accumulator_range(w, np.asarray(w_zp, dtype=np.int64), int_type(a_type), int(a_zp))
+    def check_acc(self, n, w, w_zp, a_type, a_zp, bias=None) -> None:
+        r = accumulator_range(
+            w, np.asarray(w_zp, dtype=np.int64), int_type(a_type), int(a_zp), bias
+        )
         if not r.fits():
             raise self.fail(
                 n, f"accumulator range {list(r.overall)} may leave int32 (ONNX Runtime would wrap)"
@@ -351,6 +354,71 @@ class _Builder:
             a_type=at,
             w_type=self.w_dtype,
             bias=None,
+            requant=requant,
+        )
+
+    def qlinear_conv(self, n: onnx.NodeProto) -> None:
+        """Pointwise (1x1) QLinearConv: a matmul over channels, channel axis 1 (NCHW)."""
+        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
+        x = self.value(n, n.input[0])
+        W = self.const(n, 3, "weights")
+        if W.dtype.name not in EIGHT_BIT:
+            raise self.fail(n, f"weights have type {W.dtype.name}; supported: int8, uint8")
+        if W.ndim != 4 or W.shape[2:] != (1, 1):
+            raise self.fail(
+                n, f"only pointwise (1x1) kernels are supported, got weights {list(W.shape)}"
+            )
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        auto_pad = attrs.get("auto_pad", b"NOTSET")
+        if (
+            int(attrs.get("group", 1)) != 1
+            or any(int(v) != 1 for v in attrs.get("strides", []))
+            or any(int(v) != 1 for v in attrs.get("dilations", []))
+            or any(int(v) != 0 for v in attrs.get("pads", []))
+            or auto_pad not in (b"NOTSET", b"VALID", "NOTSET", "VALID")
+        ):
+            raise self.fail(n, "only group=1, stride 1, dilation 1, no padding are supported")
+        if len(x.shape) != 4 or x.shape[1] != W.shape[1]:
+            raise self.fail(
+                n, f"input shape {list(x.shape)} does not match weights {list(W.shape)}"
+            )
+        self.w_dtype = W.dtype.name
+        w = W[:, :, 0, 0].T.astype(np.int64)
+        N = w.shape[1]
+        a_scale = self.scalar(n, 1, "x_scale")
+        a_zp = int(self.scalar(n, 2, "x_zero_point"))
+        b_scale = self.column_param(n, 4, "w_scale", N)
+        w_zp = self.column_param(n, 5, "w_zero_point", N)
+        y_scale = self.scalar(n, 6, "y_scale")
+        y_zp_arr = self.const(n, 7, "y_zero_point")
+        bias_arr = self.const(n, 8, "B", optional=True)
+        bias = None if bias_arr is None else tuple(int(v) for v in bias_arr.reshape(-1))
+        if bias is not None and len(bias) != N:
+            raise self.fail(n, f"bias must have {N} entries")
+        out_t = y_zp_arr.dtype.name
+        bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
+        scales = tuple(float(onnx_requant_scale(a_scale, s, y_scale)) for s in bs)
+        self.check_acc(n, w, w_zp, at, a_zp, None if bias is None else np.asarray(bias))
+        out = Value(n.output[0], out_t, (x.shape[0], N, x.shape[2], x.shape[3]))
+        requant = {
+            "scheme": "float",
+            "scale": scales,
+            "zp": int(y_zp_arr.reshape(()).item()),
+            "out": out_t,
+        }
+        self.emit(
+            "matmul",
+            [n],
+            [x.name],
+            out,
+            kind="Conv",
+            layout="channels_first",
+            w=w,
+            a_zp=a_zp,
+            w_zp=w_zp,
+            a_type=at,
+            w_type=self.w_dtype,
+            bias=bias,
             requant=requant,
         )
 

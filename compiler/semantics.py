@@ -83,6 +83,16 @@ def eval_term_columns(acc: np.ndarray, groups) -> np.ndarray:
     return out
 
 
+def to_natural(node: Node, x: np.ndarray) -> np.ndarray:
+    """The compute input with the reduced (channel) axis last, as the matmul core reads it."""
+    return np.moveaxis(x, 1, -1) if node.attrs.get("layout") == "channels_first" else x
+
+
+def from_natural(node: Node, y: np.ndarray) -> np.ndarray:
+    """The compute output back in the op's own layout (NCHW for a pointwise conv)."""
+    return np.moveaxis(y, -1, 1) if node.attrs.get("layout") == "channels_first" else y
+
+
 def eval_node(node: Node, graph: Graph, env: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """Concrete evaluation of one IR node (kernel semantics; host nodes via ONNX Runtime)."""
     a = node.attrs
@@ -91,20 +101,19 @@ def eval_node(node: Node, graph: Graph, env: Mapping[str, np.ndarray]) -> list[n
 
         return run_host(node, graph.values, graph.opsets, env)
     x = np.asarray(env[node.inputs[0]])
-    if node.op == "matmul":
-        acc = matmul_acc_of(node, x)
-        rq = a["requant"]
-        if rq is None:
-            return [acc]
-        groups = requant_groups(rq, acc.shape[-1])
-        return [
-            eval_term_columns(
+    if node.op in ("matmul", "fused"):
+        acc = matmul_acc_of(node, to_natural(node, x))
+        rq = a.get("requant")
+        if node.op == "fused":
+            y = eval_term_columns(acc, a["groups"])
+        elif rq is None:
+            y = acc
+        else:
+            groups = requant_groups(rq, acc.shape[-1])
+            y = eval_term_columns(
                 acc, [(cols, requant_term(Var("acc"), rq, cols[0])) for cols in groups]
             )
-        ]
-    if node.op == "fused":
-        acc = matmul_acc_of(node, x)
-        return [eval_term_columns(acc, a["groups"])]
+        return [from_natural(node, y)]
     if node.op == "reshape":
         return [np.reshape(x, a["shape"])]
     if node.op == "transpose":

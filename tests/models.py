@@ -326,3 +326,57 @@ def random_inputs(
         else:
             out[vi.name] = rng.integers(-128, 128, size=shape).astype(np.int8)
     return out
+
+
+def conv_activation(
+    C_in: int = 8,
+    C_out: int = 4,
+    H: int = 2,
+    W: int = 3,
+    *,
+    activation: str = "sigmoid",
+    act_form: str = "qlinear",
+    per_channel: bool = False,
+    bias: bool = False,
+    x_scale: float = 0.02,
+    w_scale: float = 0.01,
+    y_scale: float = 0.05,
+    out_scale: float = 1 / 256,
+    out_zp: int = -128,
+    kernel: int = 1,
+    seed: int = 0,
+) -> onnx.ModelProto:
+    """`x[1,C_in,H,W] -> QLinearConv(1x1, W[C_out,C_in,1,1]) 'conv' -> activation 'act'` (NCHW).
+
+    `kernel` > 1 builds a KxK convolution (pads keep the size), which the frontend refuses.
+    """
+    Wt = weights(C_out, C_in * kernel * kernel, seed).reshape(C_out, C_in, kernel, kernel)
+    ws = (
+        np.asarray([w_scale * (1 + j / C_out) for j in range(C_out)], np.float32)
+        if per_channel
+        else np.float32(w_scale)
+    )
+    inits = [
+        const("W", Wt, "int8"),
+        const("x_s", x_scale, "float32"),
+        const("x_z", 0, "int8"),
+        const("w_s", ws, "float32"),
+        const("w_z", np.zeros(C_out) if per_channel else 0, "int8"),
+        const("y_s", y_scale, "float32"),
+        const("y_z", 0, "int8"),
+    ]
+    ins = ["x", "x_s", "x_z", "W", "w_s", "w_z", "y_s", "y_z"]
+    if bias:
+        inits.append(const("B", np.arange(C_out) * 37 - 50, "int32"))
+        ins.append("B")
+    pad = (kernel - 1) // 2
+    nodes = [oh.make_node("QLinearConv", ins, ["conv_out"], name="conv", pads=[pad] * 4)]
+    nodes += _activation(
+        activation, act_form, "conv_out", "y", "act", (y_scale, 0), (out_scale, out_zp), inits
+    )
+    return make(
+        nodes,
+        [oh.make_tensor_value_info("x", TP.INT8, [1, C_in, H, W])],
+        [oh.make_tensor_value_info("y", TP.INT8, [1, C_out, H, W])],
+        inits,
+    )

@@ -124,44 +124,22 @@ class Lowerer:
 
     def matmul(self, n: Node) -> None:
         a = n.attrs
-        self.consts[f"{n.name}.w"] = np.asarray(a["w"]).astype(np.dtype(a.get("w_type", "int8")))
         caps = self.t.compute(_kind(n))
         if n.op == "fused":
-            natural = self.g.values[n.inputs[0]].shape[:-1] + (a["w"].shape[1],)
-            y = self.g.values[n.output]
-            step = _matmul_step(n, a["post"], a["structure"])
-            if natural == y.shape:
-                self.npu_or_host(n, step, True, "", "", lambda: self.host_origin(n))
-                return
-            # leading unit dims (proven index map): the NPU writes the natural shape and a
-            # host reshape (no data movement in row-major memory) names it as the output
-            mid = Value(f"{n.output}.natural", y.dtype, natural)
-            self.steps.append(_matmul_step(n, a["post"], a["structure"], mid.name))
-            self.steps.append(self.reshape_step(n, mid, y))
+            self.place_matmul(n, a["post"], a["structure"])
             return
         rq = a["requant"]
-        if rq is None:
-            self.npu_or_host(
-                n,
-                _matmul_step(n, None, "plain"),
-                caps is not None,
-                "unsupported_function",
-                f"target has no {_kind(n)} unit",
-                lambda: self.host_origin(n),
+        if caps is None:
+            self.place_matmul(
+                n, None, "plain", False, "unsupported_function", f"no {_kind(n)} unit"
             )
             return
-        if caps is None:
-            self.diag(
-                n,
-                "unsupported_function",
-                f"{', '.join(n.origin)} stays on the host: no {_kind(n)} unit",
-            )
-            self.steps.extend(self.host_origin(n))
+        if rq is None:
+            self.place_matmul(n, None, "plain")
             return
         N = a["w"].shape[1]
-        r = accumulator_range(
-            a["w"], np.asarray(a["w_zp"], dtype=np.int64), int_type(a["a_type"]), int(a["a_zp"])
-        )
+        w_zp = np.asarray(a["w_zp"], dtype=np.int64)
+        r = accumulator_range(a["w"], w_zp, int_type(a["a_type"]), int(a["a_zp"]), a["bias"])
         posts: list[PostProcess | None] = [None] * N
         ok, code, msg = True, "", ""
         for cols in requant_groups(rq, N):
@@ -171,16 +149,82 @@ class Lowerer:
                 posts[j] = p
             for _, lo, hi in components(cols, r.lo, r.hi):
                 if ok:
-                    ok, code, msg = self.prove(
-                        n,
-                        "lowering",
-                        requant_term(Var("acc"), rq, cols[0]),
-                        p.epilogue_term(Var("acc")),
-                        {"acc": (lo, hi)},
-                    )
+                    before = requant_term(Var("acc"), rq, cols[0])
+                    after = p.epilogue_term(Var("acc"))
+                    ok, code, msg = self.prove(n, "lowering", before, after, {"acc": (lo, hi)})
         post = posts[0] if len(set(posts)) == 1 else tuple(posts)
-        self.npu_or_host(
-            n, _matmul_step(n, post, "plain"), ok, code, msg, lambda: self.host_origin(n)
+        self.place_matmul(n, post, "plain", ok, code, msg)
+
+    def place_matmul(self, n: Node, post, structure: str, ok=True, code="", msg="") -> None:
+        """An NpuMatMul (with host layout steps around it where needed), else the host fallback.
+
+        The NPU reads the reduced axis last and writes [..., N]: a pointwise conv (NCHW) gets
+        host transposes around it; leading unit dims (a proven index map) a host reshape.
+        """
+        a = n.attrs
+        x, y = self.g.values[n.inputs[0]], self.g.values[n.output]
+        cf = a.get("layout") == "channels_first"
+        nat_in = (
+            Value(f"{x.name}.nhwc", x.dtype, x.shape[:1] + x.shape[2:] + x.shape[1:2]) if cf else x
+        )
+        nat_shape = nat_in.shape[:-1] + (a["w"].shape[1],)
+        out = y if nat_shape == y.shape else Value(f"{y.name}.natural", y.dtype, nat_shape)
+        bias = None
+        if a.get("bias") is not None:
+            bias = f"{n.name}.bias"
+        step = NpuMatMul(
+            n.name,
+            nat_in.name,
+            f"{n.name}.w",
+            out.name,
+            int(a["a_zp"]),
+            a["w_zp"],
+            bias,
+            a["a_type"],
+            a.get("w_type", "int8"),
+            post,
+            structure,
+            tuple(n.origin),
+            _kind(n),
+        )
+        if ok:
+            issues = validate_step(step, self.t)
+            if issues:
+                ok, code, msg = False, issues[0].code, issues[0].message
+        if not ok:
+            self.diag(n, code, f"{', '.join(n.origin)} stays on the host: {msg}")
+            self.steps.extend(self.host_origin(n))
+            return
+        self.consts[f"{n.name}.w"] = np.asarray(a["w"]).astype(np.dtype(a.get("w_type", "int8")))
+        if bias is not None:
+            self.consts[bias] = np.asarray(a["bias"], dtype=np.int32)
+        if cf:
+            self.steps.append(self.transpose_step(n, x, nat_in, (0, 2, 3, 1)))
+        self.steps.append(step)
+        if out is not y:
+            if cf:
+                own = Value(
+                    f"{y.name}.nchw",
+                    y.dtype,
+                    (nat_shape[0], nat_shape[3], nat_shape[1], nat_shape[2]),
+                )
+                own = y if own.shape == y.shape else own
+                self.steps.append(self.transpose_step(n, out, own, (0, 3, 1, 2)))
+                out = own
+            if out is not y:
+                self.steps.append(self.reshape_step(n, out, y))
+
+    def transpose_step(self, n: Node, x: Value, y: Value, perm) -> HostOnnx:
+        node = oh.make_node("Transpose", [x.name], [y.name], perm=list(perm))
+        m = submodel([node], {x.name: x}, {}, {y.name: y}, {"": 17})
+        spec = (TensorSpec(y.name, y.dtype, tuple(y.shape)),)
+        return HostOnnx(
+            f"{y.name}.transpose",
+            m.SerializeToString(),
+            (x.name,),
+            (y.name,),
+            spec,
+            tuple(n.origin),
         )
 
     def lut(self, n: Node) -> None:
