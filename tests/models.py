@@ -166,7 +166,7 @@ def matmul_activation(
             scale = float(np.max(onnx_requant_scale(a_scale, np.max(ws), y_scale)))
             m_, s_ = quantize_multiplier(scale)
             requantize = dict(multiplier=m_, shift=s_, zero_point=y_zp)
-    elif form == "qdq":
+    elif form in ("qdq", "qdq_gemm"):
         nodes += [
             oh.make_node("DequantizeLinear", ["x", "a_s", "a_z"], ["x_dq"], name="dq_x"),
             oh.make_node(
@@ -176,7 +176,9 @@ def matmul_activation(
                 name="dq_w",
                 **({"axis": 1} if per_channel else {}),
             ),
-            oh.make_node("MatMul", ["x_dq", "w_dq"], ["mm_f"], name="mm"),
+            oh.make_node(
+                "MatMul" if form == "qdq" else "Gemm", ["x_dq", "w_dq"], ["mm_f"], name="mm"
+            ),
             oh.make_node("QuantizeLinear", ["mm_f", "y_s", "y_z"], [cur], name="q_mm"),
         ]
         if per_channel:

@@ -27,6 +27,7 @@ ORT_MODELS = [
     dict(float_input=True, transpose=(1, 0)),
     dict(form="qdq"),
     dict(form="qdq", per_channel=True),
+    dict(form="qdq_gemm"),
     dict(float_roundtrip=True),
     dict(a_zp=5, w_zp=-3, y_zp=7, M=3),
 ]

@@ -107,9 +107,11 @@ def test_identical_parameter_sets_proved_once():
     assert len(s.post) == 2 and sorted(len(g.columns) for g in s.post) == [4, 4]
 
 
-def test_qdq_float_matmul_is_unknown_never_a_pass():
-    r = compile_model(matmul_activation(form="qdq"), "bitwise", FLOAT)
+@pytest.mark.parametrize("form,pattern", [("qdq", "matmul+sigmoid"), ("qdq_gemm", "gemm+sigmoid")])
+def test_qdq_float_matmul_is_unknown_never_a_pass(form, pattern):
+    r = compile_model(matmul_activation(form=form), "bitwise", FLOAT)
     (s,) = r.sites
+    assert s.pattern == pattern
     assert s.verdict == "unknown" and s.reason.code == "unknown" and "float32" in s.reason.message
     assert not any(n.op == "fused" for n in r.graph.nodes)
 

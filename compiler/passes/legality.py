@@ -24,7 +24,9 @@ def _names(nodes) -> str:
 
 
 def _kind(site: Site) -> str:
-    return site.compute.attrs.get("kind") or site.compute.attrs.get("compute") or "MatMul"
+    """The target compute unit of the site's compute op (a Gemm runs on the MatMul unit)."""
+    k = site.compute.attrs.get("kind") or site.compute.attrs.get("compute") or "MatMul"
+    return "MatMul" if k == "Gemm" else k
 
 
 def rule_already_fused(g: Graph, site: Site, ctx) -> str | None:
