@@ -1,0 +1,103 @@
+"""Determinism: the same model checked twice gives the same verdicts, counterexamples and hashes.
+
+In process (compile twice; every obligation decided twice) and as two `prover check
+--format json` subprocess runs whose reports agree in everything but timings.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundness_corpus as C
+
+from prover.api import check
+
+REPO = Path(__file__).resolve().parents[1]
+SHOWCASE = str(C.EXAMPLES / "showcase.onnx")
+CASES = [
+    ("examples/showcase.onnx", "npu_float"),
+    ("examples/showcase.onnx", "npu_fixed"),
+    ("models.matmul_activation[per_channel]", "npu_fixed"),
+    ("models.two_sites", "npu_fixed"),
+]
+
+
+def _site_key(s) -> tuple:
+    cx = s.counterexample
+    cx_key = None
+    if cx is not None:
+        ins = (
+            None if cx.inputs is None else {k: np.asarray(v).tolist() for k, v in cx.inputs.items()}
+        )
+        cx_key = (dict(cx.assignment), cx.before, cx.after, ins, dict(cx.element))
+    reason = None if s.reason is None else (s.reason.code, s.reason.message)
+    return (
+        s.id,
+        s.pattern,
+        tuple(s.nodes),
+        s.verdict,
+        reason,
+        s.obligation_hash,
+        tuple(s.obligations),
+        cx_key,
+    )
+
+
+def _verdict_key(v) -> dict:
+    d = v.to_dict()
+    for k in ("time_ms", "details", "cached"):
+        d.pop(k)
+    return d
+
+
+@pytest.mark.parametrize("model,target", CASES)
+def test_compile_twice_same_sites_and_counterexamples(model, target):
+    m = C.corpus()[model]
+    r1, obs1 = C.compile_recording(m, target)
+    r2, obs2 = C.compile_recording(m, target)
+    assert sorted(obs1) == sorted(obs2)
+    assert [_site_key(s) for s in r1.sites] == [_site_key(s) for s in r2.sites]
+    assert any(s.verdict == "refuted" for s in r1.sites) or target == "npu_float"
+
+
+@pytest.mark.parametrize("model,target", CASES[:2])
+def test_every_obligation_decided_twice_identically(model, target):
+    _, obs = C.compile_recording(C.corpus()[model], target)
+    assert obs
+    for h, ob in sorted(obs.items()):
+        v1, v2 = check(ob), check(ob)
+        assert v1.obligation_hash == v2.obligation_hash == h
+        assert _verdict_key(v1) == _verdict_key(v2), h
+
+
+def _strip_times(x):
+    if isinstance(x, dict):
+        return {k: _strip_times(v) for k, v in x.items() if "time" not in k}
+    if isinstance(x, list):
+        return [_strip_times(v) for v in x]
+    return x
+
+
+def _prover_json(tmp: Path, *extra: str) -> dict:
+    r = subprocess.run(
+        [sys.executable, "-m", "compiler.cli_prover", "check", SHOWCASE, "--format", "json",
+         "--proofs-mode", "off", "--no-progress", *extra],
+        capture_output=True, text=True, cwd=tmp, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr  # the showcase has a refuted site
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("target", ["npu_float", "npu_fixed"])
+def test_two_cli_runs_give_identical_reports(tmp_path, target):
+    a = _prover_json(tmp_path, "--target", target)
+    b = _prover_json(tmp_path, "--target", target)
+    assert _strip_times(a) == _strip_times(b)
+    refuted = [s for s in a["sites"] if s["verdict"] == "refuted"]
+    assert refuted and all(s["counterexample"] and s["obligation"] for s in refuted)
+    assert _strip_times(a) != {}, "report is empty"
