@@ -251,6 +251,9 @@ def hostile_cases(d: Path) -> list[Case]:
             "random bytes",
         ),
     }
+    # A byte flip (seed 1, 2 flips, copy 14) that makes onnx.checker raise UnicodeDecodeError.
+    flip = flipped(good, 15, seed=1, flips=2)[14]
+    raw["flip_checker_utf8"] = (bytes(flip), "a byte flip the ONNX checker cannot decode")
     for frac in (0.1, 0.5, 0.9, 0.99):
         raw[f"truncated_{int(frac * 100)}"] = (
             good[: int(len(good) * frac)],
@@ -272,17 +275,24 @@ def hostile_cases(d: Path) -> list[Case]:
     return out
 
 
-def byte_flips(d: Path, n: int, seed: int = 0, flips: int = 3) -> list[Case]:
-    """`n` copies of the valid model, each with `flips` random bytes replaced (seeded)."""
-    d.mkdir(parents=True, exist_ok=True)
-    good = bytearray(valid_model().SerializeToString())
+def flipped(good: bytes, n: int, seed: int = 0, flips: int = 3) -> list[bytes]:
+    """`n` copies of `good`, each with `flips` random bytes replaced (seeded)."""
     rng = np.random.default_rng(seed)
     out = []
-    for i in range(n):
+    for _ in range(n):
         b = bytearray(good)
         for pos in rng.integers(0, len(b), size=flips):
             b[int(pos)] = int(rng.integers(0, 256))
+        out.append(bytes(b))
+    return out
+
+
+def byte_flips(d: Path, n: int, seed: int = 0, flips: int = 3) -> list[Case]:
+    """`n` copies of the valid model, each with `flips` random bytes replaced (seeded)."""
+    d.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, data in enumerate(flipped(valid_model().SerializeToString(), n, seed, flips)):
         p = d / f"flip_{seed}_{i}.onnx"
-        p.write_bytes(bytes(b))
+        p.write_bytes(data)
         out.append(Case(p.stem, p, f"{flips} random bytes of a valid model replaced"))
     return out

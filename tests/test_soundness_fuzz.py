@@ -31,6 +31,8 @@ KNOWN = {
     ("huge_input_shape", "npuc"): "exit 4: internal error (CodegenError: sram exhausted)",
     ("huge_input_shape_refuted", "prover"): "exit 4: MemoryError lifting the counterexample",
     ("huge_input_shape_refuted", "npuc"): "exit 4: MemoryError lifting the counterexample",
+    ("flip_checker_utf8", "prover"): "exit 4: UnicodeDecodeError from onnx.checker.check_model",
+    ("flip_checker_utf8", "npuc"): "exit 4: UnicodeDecodeError from onnx.checker.check_model",
     ("scale_zero", "prover"): "exit 2 but a numpy RuntimeWarning precedes the error line",
     ("scale_zero", "npuc"): "exit 2 but a numpy RuntimeWarning precedes the error line",
 }
@@ -62,7 +64,7 @@ def run_tool(tool: str, model: Path, out_dir: Path) -> subprocess.CompletedProce
 # these (every kind of failure), on all cases with -m slow.
 NPUC_DEFAULT = {
     "empty_file", "truncated_50", "non_utf8_name", "garbage", "cycle", "huge_input_shape",
-    "huge_input_shape_refuted", "float_weights", "scale_nan", "scale_zero",
+    "huge_input_shape_refuted", "float_weights", "flip_checker_utf8", "scale_nan", "scale_zero",
     "requantize_shift_1000", "zero_nodes", "directory", "transpose_perm_out_of_range",
 }  # fmt: skip
 
@@ -93,7 +95,7 @@ def _rejected_cleanly(case: F.Case, tool: str, p: subprocess.CompletedProcess, o
 
 
 def _case_names() -> list[str]:
-    raw = ["empty_file", "text_file", "non_utf8_name", "garbage"]
+    raw = ["empty_file", "text_file", "non_utf8_name", "garbage", "flip_checker_utf8"]
     raw += [f"truncated_{p}" for p in (10, 50, 90, 99)]
     return raw + list(F.BUILDERS) + ["directory", "missing_file"]
 
@@ -149,6 +151,9 @@ def test_byte_flips_never_crash(tmp_path, seed, n):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True, reason="some flips make onnx.checker raise UnicodeDecodeError (exit 4)"
+)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_many_byte_flips_never_crash(tmp_path, seed):
     results = _run_all(F.byte_flips(tmp_path / "models", 20, seed, flips=1 + seed), tmp_path)
