@@ -89,9 +89,13 @@ def _greedy(coeffs: list[int], target: int, lo: int, hi: int) -> list[int] | Non
 
 
 def _solve(coeffs: list[int], target: int, lo: int, hi: int, timeout_s: float) -> list[int] | None:
-    s = z3.Solver()
+    # A fresh context per solve: in the global context Z3's model would depend on
+    # whatever the process asked Z3 before, and lifted rows must be deterministic.
+    ctx = z3.Context()
+    s = z3.Solver(ctx=ctx)
     s.set("timeout", int(timeout_s * 1000))
-    us = [z3.Int(f"u{i}") for i in range(len(coeffs))]
+    s.set("random_seed", 0)
+    us = [z3.Int(f"u{i}", ctx) for i in range(len(coeffs))]
     for u in us:
         s.add(u >= lo, u <= hi)
     s.add(z3.Sum([c * u for c, u in zip(coeffs, us, strict=True) if c]) == target)
