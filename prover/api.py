@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from . import enumerate as _enum
 from . import segments as _seg
@@ -180,6 +181,26 @@ def check(
         )
     else:
         cex = replay(ob, first.witness)
+        if ob.lift is not None and cex.lifted_input is None:
+            found = _liftable_witness(ob, solver, budget, cex.assignment[ob.lift.var])
+            if found is None:
+                why = (
+                    f"every counterexample tried ({ob.lift.var}={cex.assignment[ob.lift.var]} "
+                    f"first) is unreachable from any {ob.lift.x_type} input row: the "
+                    f"{ob.lift.var} interval over-approximates the reachable values, so the "
+                    "rewrite is neither proven nor refuted"
+                )
+                return Verdict(
+                    UNKNOWN,
+                    ob.policy,
+                    ob.hash,
+                    first.procedure,
+                    (time.perf_counter() - t0) * 1000,
+                    reason=why,
+                    details=details,
+                )
+            cex = found
+            details["minimal"] = False
         for other in made[1:]:
             if other.status == VIOLATED:  # a cross-checking witness must reproduce as well
                 replay(ob, other.witness)
@@ -201,6 +222,39 @@ def check(
     if ps is not None:
         ps.put(ob, v)
     return v
+
+
+def _liftable_witness(
+    ob: Obligation, solver: str, budget: Budget, bad: int, attempts: int = 12
+) -> Counterexample | None:
+    """Another violating value of the lifted variable that some input row reaches.
+
+    The accumulator interval over-approximates what input rows can produce (e.g.
+    when all weights share a factor); a refutation must be reachable, so the
+    range is split around each unreachable witness and searched again, a bounded
+    number of times.
+    """
+    var = ob.lift.var
+    lo, hi = ob.ranges[var]
+    pending = [(lo, bad - 1), (bad + 1, hi)]
+    while pending and attempts > 0:
+        a, b = pending.pop(0)
+        if a > b:
+            continue
+        attempts -= 1
+        sub = replace(ob, ranges={**ob.ranges, var: (a, b)})
+        try:
+            d = decide(sub, solver, budget)[0]
+        except ProverError:
+            continue
+        if d.status != VIOLATED:
+            continue
+        cex = replay(sub, d.witness)
+        if cex.lifted_input is not None:
+            return cex
+        w = cex.assignment[var]
+        pending += [(a, w - 1), (w + 1, b)]
+    return None
 
 
 def _fmt(a: dict[str, int]) -> str:
