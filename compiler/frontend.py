@@ -46,6 +46,7 @@ DTYPES = {
 }
 HOST_FLOAT_OPS = ("MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Add", "Sub", "Mul", "Clip")
 EIGHT_BIT = ("int8", "uint8")
+MAX_ELEMENTS = 1 << 31
 
 
 def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
@@ -183,6 +184,10 @@ class _Builder:
                 dims.append(int(d.dim_value))
             if not tt.HasField("shape"):
                 raise FrontendError(f"graph input '{vi.name}'{where}: shape unknown (dynamic rank)")
+            if int(np.prod(dims, dtype=object)) > MAX_ELEMENTS:
+                raise FrontendError(
+                    f"graph input '{vi.name}'{where}: shape {dims} has more than 2^31 elements"
+                )
             self.values[vi.name] = Value(vi.name, DTYPES[tt.elem_type], tuple(dims))
             self.names.add(vi.name)
 
@@ -230,7 +235,21 @@ class _Builder:
 
     # -- conversion ----------------------------------------------------------------------
 
+    def check_names(self) -> None:
+        """Every node, value and graph name must be text (protobuf hands back bytes otherwise)."""
+        g = self.m.graph
+        for n in g.node:
+            for name in [n.name, n.op_type, n.domain, *n.input, *n.output]:
+                if not isinstance(name, str):
+                    raise FrontendError(f"a node has a name that is not valid UTF-8: {name!r}")
+        for vi in [*g.input, *g.output, *g.initializer]:
+            if not isinstance(vi.name, str):
+                raise FrontendError(
+                    f"a graph value has a name that is not valid UTF-8: {vi.name!r}"
+                )
+
     def run(self) -> Graph:
+        self.check_names()
         self.add_inputs()
         groups = self.qdq_groups()
         skip = {id(n) for _, ns in groups.values() for n in ns[:-1]}
@@ -336,7 +355,7 @@ class _Builder:
             raise self.fail(n, "y_zero_point must be a scalar")
         out_t = y_zp_arr.dtype.name
         bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
-        scales = tuple(float(onnx_requant_scale(a_scale, s, y_scale)) for s in bs)
+        scales = self.requant_scales(n, a_scale, bs, y_scale)
         if any(not (s > 0 and np.isfinite(s)) for s in scales):
             raise self.fail(n, "requantization scale must be finite and positive")
         self.check_acc(n, w, w_zp, at, a_zp)
@@ -356,6 +375,24 @@ class _Builder:
             bias=None,
             requant=requant,
         )
+
+    def requant_scales(self, n, a_scale, b_scales, y_scale) -> tuple[float, ...]:
+        """ONNX Runtime's float32 requantization scale per output column, all finite and > 0."""
+        for what, v in (
+            ("input scale", a_scale),
+            ("output scale", y_scale),
+            *(("weight scale", b) for b in b_scales),
+        ):
+            f = float(np.float32(v))
+            if not (np.isfinite(f) and f > 0):
+                raise self.fail(n, f"{what} {v} must be finite and positive")
+        with np.errstate(all="ignore"):
+            scales = tuple(float(onnx_requant_scale(a_scale, s, y_scale)) for s in b_scales)
+        if any(not (np.isfinite(s) and s > 0) for s in scales):
+            raise self.fail(
+                n, "requantization scale a_scale*b_scale/y_scale must be finite and positive"
+            )
+        return scales
 
     def qlinear_conv(self, n: onnx.NodeProto) -> None:
         """Pointwise (1x1) QLinearConv: a matmul over channels, channel axis 1 (NCHW)."""
@@ -397,7 +434,7 @@ class _Builder:
             raise self.fail(n, f"bias must have {N} entries")
         out_t = y_zp_arr.dtype.name
         bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
-        scales = tuple(float(onnx_requant_scale(a_scale, s, y_scale)) for s in bs)
+        scales = self.requant_scales(n, a_scale, bs, y_scale)
         self.check_acc(n, w, w_zp, at, a_zp, None if bias is None else np.asarray(bias))
         out = Value(n.output[0], out_t, (x.shape[0], N, x.shape[2], x.shape[3]))
         requant = {

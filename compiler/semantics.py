@@ -113,7 +113,9 @@ def eval_node(node: Node, graph: Graph, env: Mapping[str, np.ndarray]) -> list[n
             y = eval_term_columns(
                 acc, [(cols, requant_term(Var("acc"), rq, cols[0])) for cols in groups]
             )
-        return [from_natural(node, y)]
+        # a fused op stores its natural layout under the output's shape (leading unit dims,
+        # a proven index map: row-major order unchanged)
+        return [np.reshape(from_natural(node, y), graph.values[node.output].shape)]
     if node.op == "reshape":
         return [np.reshape(x, a["shape"])]
     if node.op == "transpose":
