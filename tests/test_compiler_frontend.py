@@ -222,3 +222,19 @@ def test_unknown_domain_rejected():
         to_ir(m)
     assert OPSETS  # builders always declare the three domains they use
     assert isinstance(m, onnx.ModelProto)
+
+
+@pytest.mark.parametrize("y_scale", [0.0, -0.05, float("nan"), float("inf")])
+def test_bad_scale_names_node_without_warnings(y_scale, recwarn):
+    with pytest.raises(FrontendError) as e:
+        to_ir(matmul_activation(y_scale=y_scale))
+    assert "node 'mm' (QLinearMatMul)" in one_line(e) and "finite and positive" in one_line(e)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_huge_input_shape_rejected():
+    m = matmul_activation()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1 << 40
+    with pytest.raises(FrontendError) as e:
+        to_ir(m)
+    assert "'x'" in one_line(e) and "2^31" in one_line(e)
