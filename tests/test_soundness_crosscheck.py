@@ -174,8 +174,7 @@ def test_refutation_replays_on_onnxruntime_and_simulator(name, target, site_id, 
     ort_all = {o: np.asarray(cx.expected[o]) for o in cx.expected}
     for o, actual in cx.actual.items():
         assert sim[o].shape == ort_all[o].shape, o
-        # (values only: the kernel replay may keep a unit-dim output unreshaped, see below)
-        np.testing.assert_array_equal(sim[o].reshape(-1), np.asarray(actual).reshape(-1), o)
+        np.testing.assert_array_equal(sim[o], np.asarray(actual), err_msg=o)
     differing = [o for o in sim if not np.array_equal(sim[o], ort_all[o])]
     assert differing, "the replayed counterexample does not change any graph output"
     if value in sim:
@@ -184,22 +183,7 @@ def test_refutation_replays_on_onnxruntime_and_simulator(name, target, site_id, 
         assert int(diff.reshape(-1)[j]) == abs(cx.before - cx.after) > 0
 
 
-@pytest.mark.parametrize(
-    "name,target,site_id",
-    [
-        pytest.param(
-            *x,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="compiler.cex replays the fused IR without the host reshape of a "
-                "unit-dim output: `actual` is [M, N] where the graph output is [1, M, N]",
-            ),
-        )
-        if "unit_reshape" in x[0]
-        else x
-        for x in refutations()
-    ],
-)
+@pytest.mark.parametrize("name,target,site_id", refutations())
 def test_reported_outputs_have_the_graph_output_shapes(name, target, site_id):
     r, _ = C.compile_recording(C.corpus()[name], target)
     cx = next(s for s in r.sites if s.id == site_id).counterexample

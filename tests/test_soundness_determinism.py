@@ -27,14 +27,6 @@ CASES = [
 ]
 
 
-LIFT_NONDETERMINISM = pytest.mark.xfail(
-    strict=False,
-    reason="prover.lift._solve builds its Z3 problem in the global Z3 context, so the model "
-    "(the lifted input row) depends on what Z3 did earlier in the process; a fresh "
-    "z3.Context() per solve makes it deterministic (reported in issue 7)",
-)
-
-
 def _site_key(s, with_inputs: bool = False) -> tuple:
     cx = s.counterexample
     cx_key = None
@@ -75,7 +67,6 @@ def test_compile_twice_same_sites_and_counterexamples(model, target):
     assert any(s.verdict == "refuted" for s in r1.sites) or target == "npu_float"
 
 
-@LIFT_NONDETERMINISM
 @pytest.mark.parametrize("model,target", CASES)
 def test_compile_twice_same_whole_model_inputs(model, target):
     m = C.corpus()[model]
@@ -93,7 +84,6 @@ def test_every_obligation_decided_twice_identically(model, target):
         assert _verdict_key(v1) == _verdict_key(v2), h
 
 
-@LIFT_NONDETERMINISM
 @pytest.mark.parametrize("model,target", CASES)
 def test_every_obligation_lifts_to_the_same_row_twice(model, target):
     _, obs = C.compile_recording(C.corpus()[model], target)
