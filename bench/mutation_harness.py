@@ -176,7 +176,7 @@ def _rate(k: int, n: int) -> str:
 def render(rows: list[Row], seconds: float) -> str:
     """The per-mutant table, then the kill-rate summary."""
     lines = []
-    hdr = f"{'mutant':32} {'category':13} {'truth':10} {'prover':9} {'by':18} {'ms':>8} {'rnd-1k':>7} {'rnd-100k':>8}  obligation"
+    hdr = f"{'mutant':32} {'category':14} {'truth':10} {'prover':9} {'by':18} {'ms':>8} {'rnd-1k':>7} {'rnd-100k':>8}  obligation"
     lines += [hdr, "-" * len(hdr)]
     for r in rows:
         by = r.procedure + ("+" + r.cross_checked_by if r.cross_checked_by else "")
@@ -184,7 +184,7 @@ def render(rows: list[Row], seconds: float) -> str:
         if r.truth == EQUIVALENT:
             rk = ["(eq)" if not r.random_hits[n] else "FP!" for n in RANDOM_SIZES]
         lines.append(
-            f"{r.name:32} {r.category:13} {r.truth:10} {r.prover:9} {by:18} {r.prover_ms:8.1f} "
+            f"{r.name:32} {r.category:14} {r.truth:10} {r.prover:9} {by:18} {r.prover_ms:8.1f} "
             f"{rk[0]:>7} {rk[1]:>8}  {r.obligation_hash[:16]}"
         )
     bugs = [r for r in rows if r.truth == BUG]
@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=30.0, help="prover budget per mutant (s)")
     ap.add_argument("--only", default="", help="comma-separated mutant names")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--legend", action="store_true", help="also print each mutant's mistake")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     muts = list(catalog())
@@ -226,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(r)
         bad += [f"{m.name}: {p}" for p in problems(r, m)]
     print(render(rows, time.perf_counter() - t0))
+    if args.legend:
+        print("\nMutants:")
+        for r in rows:
+            print(f"  {r.name:32} {r.mistake}")
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
     if bad:
