@@ -121,7 +121,7 @@ def table(**kw) -> tuple[int, ...]:
 
 # Tie-heavy table: identity at half-integer steps (every odd input is a rounding tie),
 # the way a compiler tabulates LeakyRelu/HardSwish-like piecewise-linear activations.
-TIE = dict(function="identity", in_scale=0.5, in_zp=0, out_scale=1.0, out_zp=0)
+TIE = dict(function="identity", in_scale=0.5, in_zp=Y_ZP, out_scale=1.0, out_zp=0)
 
 
 @cache
@@ -161,6 +161,11 @@ def lut(x: Term, t, order: str = "offset") -> Term:
 
 def rq_float(x: Term, scale: float, zp: int = Y_ZP, out: str = "int8") -> Term:
     return RequantParams("float32", zp, out, scale=float(np.float32(scale))).term(x)
+
+
+def rq_for(y_scale: float) -> Term:
+    """ONNX requantization of column 0 when the MatMul's output scale is `y_scale`."""
+    return rq_float(ACC, float(onnx_requant_scale(A_SCALE, W_SCALE, y_scale)))
 
 
 def rq_double(x: Term, m: int, s: int, zp: int = Y_ZP, out: str = "int8") -> Term:
@@ -304,10 +309,10 @@ def _requant_mutants() -> list[Mutant]:
         _epi(
             "rq_sat_uint8",
             "saturation",
-            "saturation bounds of uint8 [0, 255] used for an int8 output",
+            "saturation to the uint8 range [0, 255], then stored as int8",
             BUG,
             ref,
-            op("clip", op("add_const", rref, c=Y_ZP), lo=0, hi=127),
+            op("wrap", op("saturate", op("add_const", rref, c=Y_ZP), type="uint8"), type="int8"),
         ),
         _epi(
             "rq_zp_after_sat",
@@ -419,10 +424,12 @@ def _lut_mutants() -> list[Mutant]:
     ref = post(float_rq(), ort, "twos_complement")  # QLinearMatMul + QLinearSigmoid, fused
     ort_off = reorder_table(ort, INT8, "twos_complement", "offset")
     rq = rq_float(ACC, float_scale())
-    tie_ref = lut(rq, table(**TIE))
+    rq_tie = rq_for(TIE["in_scale"])
+    tie_ref = lut(rq_tie, table(**TIE))
     d_scale, _ = precision_scales()
     ms = mlas_scale()
-    rq_ms = rq_float(ACC, float_scale())
+    rq_ms = rq_for(ms)
+    rq_d = rq_for(d_scale)
     return [
         _epi(
             "lut_index_order_swapped",
@@ -470,8 +477,8 @@ def _lut_mutants() -> list[Mutant]:
             "LUT build",
             "table built in float64 where float32 is the reference (an entry changes)",
             BUG,
-            lut(rq, table(in_scale=d_scale)),
-            lut(rq, table(in_scale=d_scale, precision="float64")),
+            lut(rq_d, table(in_scale=d_scale)),
+            lut(rq_d, table(in_scale=d_scale, precision="float64")),
             in_scale=d_scale,
         ),
         _epi(
@@ -480,7 +487,7 @@ def _lut_mutants() -> list[Mutant]:
             "table rounded half away from zero instead of half to even",
             BUG,
             tie_ref,
-            lut(rq, table(**TIE, rounding="half_away")),
+            lut(rq_tie, table(**TIE, rounding="half_away")),
         ),
         _epi(
             "lut_truncation",
@@ -495,8 +502,8 @@ def _lut_mutants() -> list[Mutant]:
             "LUT zero point",
             "LUT zero point added before rounding (round(y/s + zp))",
             BUG,
-            lut(rq, table(**{**TIE, "out_zp": 1})),
-            lut(rq, table(**{**TIE, "out_zp": 1}, zp_placement="before_rounding")),
+            lut(rq_tie, table(**{**TIE, "out_zp": 1})),
+            lut(rq_tie, table(**{**TIE, "out_zp": 1}, zp_placement="before_rounding")),
         ),
         _epi(
             "lut_input_zp_ignored",
@@ -679,8 +686,8 @@ def _equivalents() -> list[Mutant]:
             "equivalent",
             "EQUIV: table built in float64 where no entry changes",
             EQUIVALENT,
-            lut(rq, table(in_scale=same)),
-            lut(rq, table(in_scale=same, precision="float64")),
+            lut(rq_for(same), table(in_scale=same)),
+            lut(rq_for(same), table(in_scale=same, precision="float64")),
             in_scale=same,
         ),
         _epi(
