@@ -18,6 +18,7 @@ from typing import Any
 from . import terms as T
 from .inttypes import int_type
 from .policy import Policy
+from .primitives import SEMANTICS_VERSION
 
 KINDS = ("epilogue", "lowering", "index_map", "table", "accumulation", "other")
 
@@ -129,10 +130,16 @@ class Obligation:
             "ranges": {k: [lo, hi] for k, (lo, hi) in self.ranges.items()},
             "policy": str(self.policy),
             "lift": None if self.lift is None else self.lift.to_json(),
+            "semantics": SEMANTICS_VERSION,
         }
 
     @classmethod
     def from_json(cls, j: Mapping[str, Any]) -> Obligation:
+        if j.get("semantics") != SEMANTICS_VERSION:
+            raise ValueError(
+                f"obligation made under kernel semantics {j.get('semantics')!r}; "
+                f"this kernel is {SEMANTICS_VERSION!r}"
+            )
         before = tuple(T.from_json(t) for t in j["before"])
         after = tuple(T.from_json(t) for t in j["after"])
         return cls(

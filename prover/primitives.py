@@ -18,6 +18,10 @@ from . import requant as _rq
 from .domain import Domain, KernelError
 from .inttypes import int_type, saturate, wrap
 
+# Part of every obligation's hash: bump it whenever the meaning of any primitive
+# changes, so that proofs made under the old meaning are never served again.
+SEMANTICS_VERSION = "1"
+
 
 @dataclass(frozen=True)
 class Primitive:
