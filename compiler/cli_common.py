@@ -125,7 +125,9 @@ def check_model_file(path: str) -> Any:
         raise UsageError(f"not a valid ONNX model (no graph or no nodes; truncated?): {path}")
     try:
         onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as e:
+    except (onnx.checker.ValidationError, ValueError, RuntimeError) as e:
+        # ValueError covers UnicodeDecodeError: the checker decodes names and strings
+        # of a corrupt file as UTF-8 before it can say anything about them.
         raise UsageError(f"invalid ONNX model {path}: {one_line(e)}") from None
     return model
 

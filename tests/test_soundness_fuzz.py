@@ -24,11 +24,9 @@ MEMORY_LIMIT = 6 << 30  # bytes of address space per subprocess: a huge allocati
 VERDICT_WORDS = ("proven", "refuted", "unknown", "rejected")
 
 # case name -> (tool, what goes wrong today); see the final report of issue 7.
-KNOWN = {
-    ("flip_checker_utf8", "prover"): "exit 4: UnicodeDecodeError from onnx.checker.check_model",
-    ("flip_checker_utf8", "npuc"): "exit 4: UnicodeDecodeError from onnx.checker.check_model",
-}
-# Found by this fuzzer and fixed since (dc2e7d4): non-UTF-8 node names accepted with a
+KNOWN: dict[tuple[str, str], str] = {}
+# Found by this fuzzer and fixed since (dc2e7d4, and the checker's UnicodeDecodeError on
+# corrupt bytes, exit 4 before): non-UTF-8 node names accepted with a
 # verdict; [2^40, K] inputs accepted (prover, exit 0) or crashing (npuc CodegenError and
 # MemoryError while lifting a counterexample, exit 4); a numpy RuntimeWarning before the
 # error line for a zero scale.
@@ -147,9 +145,6 @@ def test_byte_flips_never_crash(tmp_path, seed, n):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True, reason="some flips make onnx.checker raise UnicodeDecodeError (exit 4)"
-)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_many_byte_flips_never_crash(tmp_path, seed):
     results = _run_all(F.byte_flips(tmp_path / "models", 20, seed, flips=1 + seed), tmp_path)
