@@ -81,6 +81,7 @@ def compile_model(
     proofs_mode: str = "off",
     solver: str = "auto",
     cross_check: bool = False,
+    jobs: int = 1,
     compose_tables: bool = False,
     schedule: Mapping[str, str] | None = None,
     check_options: Mapping[str, Any] | None = None,
@@ -89,9 +90,10 @@ def compile_model(
     """Compile `model` for `target` under `policy` (default: bitwise on the default target).
 
     - `timeout_s`, `solver`, `cross_check`: passed to `prover.api.check` per obligation;
+    - `jobs`: worker processes deciding the obligations (verdicts do not depend on it);
     - `proofs_dir`/`proofs_mode` ("rw" | "ro" | "off"): the proof store;
     - `check_options`: the same options as a dict (`timeout_s`, `solver`, `store`,
-      `cross_check`), as the command-line tools pass them; it overrides the keywords;
+      `cross_check`, `jobs`), as the command-line tools pass them; it overrides the keywords;
     - `compose_tables`: allow Act2(Act1(MatMul)) to fuse as one composed, proven table;
     - `schedule`: ONNX compute node name -> scheduling structure ("plain", "grouped", "tiled");
     - `progress(done, total)`: called as sites are decided.
@@ -116,6 +118,7 @@ def compile_model(
         solver=str(opts.pop("solver", solver)),
         store=store,
         cross_check=bool(opts.pop("cross_check", cross_check)),
+        jobs=int(opts.pop("jobs", jobs)),
         compose_tables=compose_tables,
         schedule=dict(schedule or {}),
         progress=progress,

@@ -149,7 +149,11 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     check_model_file(model)
     target = resolve_target(opts.target)
     store = open_store(opts.proofs, opts.proofs_mode)
-    check_options: dict[str, Any] = {"timeout_s": opts.timeout_s, "solver": opts.solver}
+    check_options: dict[str, Any] = {
+        "timeout_s": opts.timeout_s,
+        "solver": opts.solver,
+        "jobs": opts.jobs,
+    }
     if store is not None:
         check_options["store"] = store
     with Progress("checking", enabled=None if opts.progress else False) as bar:

@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=1,
         metavar="N",
-        help="accepted for compatibility; obligations are checked one at a time for now",
+        help="worker processes deciding obligations (default 1; verdicts do not depend on it)",
     )
     c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     c.add_argument("--debug", action="store_true", help="show tracebacks of errors")

@@ -20,6 +20,7 @@ class Context:
     solver: str = "auto"
     store: Any = None  # prover.proofstore.ProofStore or None
     cross_check: bool = False
+    jobs: int = 1  # worker processes deciding obligations (see prover.parallel)
     compose_tables: bool = False
     schedule: dict[str, str] = field(default_factory=dict)  # ONNX compute node name -> structure
     model: onnx.ModelProto | None = None  # the validated original model (replay reference)

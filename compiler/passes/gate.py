@@ -18,6 +18,7 @@ from prover.errors import ReplayMismatch, SolverDisagreement, StoreCorrupt
 from prover.inttypes import int_type
 from prover.matmul import accumulator_range
 from prover.obligation import Obligation
+from prover.parallel import check_many
 from prover.policy import Policy
 
 from .. import cex
@@ -158,8 +159,33 @@ def decide_site(g, site: Site, ctx) -> None:
         site.decide("proven")
 
 
+def _prefetch(g, sites: list[Site], ctx) -> None:
+    """Decide every site's obligations up front in `ctx.jobs` processes (cached by hash)."""
+    todo: dict[str, Obligation] = {}
+    for site in sites:
+        if site.compute.op == "host_onnx":
+            continue
+        for ob, _, _ in obligations(g, site, ctx):
+            if ob.hash not in ctx.verdicts:
+                todo.setdefault(ob.hash, ob)
+    results = check_many(
+        list(todo.values()),
+        ctx.jobs,
+        timeout_s=ctx.timeout_s,
+        solver=ctx.solver,
+        store=ctx.store,
+        cross_check=ctx.cross_check,
+    )
+    for h, v in zip(todo, results, strict=True):
+        if isinstance(v, SolverDisagreement | ReplayMismatch | StoreCorrupt):
+            raise v
+        ctx.verdicts[h] = v
+
+
 def run(g, ctx):
     pending = [s for s in ctx.sites if s.verdict is None]
+    if ctx.jobs > 1:
+        _prefetch(g, pending, ctx)
     for i, site in enumerate(pending):
         decide_site(g, site, ctx)
         if ctx.progress is not None:
