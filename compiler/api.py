@@ -141,16 +141,17 @@ def recompile(result: CompileResult) -> CompileResult:
     """Run the pipeline again on a result's own output graph (idempotency check)."""
     old = result.context
     ctx = Context(
-        old.target,
-        old.policy,
-        old.timeout_s,
-        old.solver,
-        old.store,
-        old.cross_check,
-        old.compose_tables,
-        dict(old.schedule),
-        old.model,
-        old.original,
+        target=old.target,
+        policy=old.policy,
+        timeout_s=old.timeout_s,
+        solver=old.solver,
+        store=old.store,
+        cross_check=old.cross_check,
+        jobs=old.jobs,
+        compose_tables=old.compose_tables,
+        schedule=dict(old.schedule),
+        model=old.model,
+        original=old.original,
     )
     g = run_pipeline(result.graph.clone(), ctx)
     return CompileResult(
