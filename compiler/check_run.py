@@ -29,6 +29,20 @@ class CheckOptions:
     jobs: int = 1
     progress: bool = True
 
+    @classmethod
+    def from_args(cls, args: Any) -> CheckOptions:
+        """The options of a parsed `prover check` / `npuc compile` command line."""
+        return cls(
+            policy=args.policy,
+            target=args.target,
+            proofs=args.proofs,
+            proofs_mode=args.proofs_mode,
+            timeout_s=args.timeout,
+            solver=args.solver,
+            jobs=getattr(args, "jobs", 1),
+            progress=not args.no_progress,
+        )
+
 
 @dataclass
 class CheckRun:

@@ -74,15 +74,7 @@ def _compile(args: argparse.Namespace) -> int:
     from npu_backend.codegen import generate
     from npu_backend.ledger import ledger
 
-    opts = CheckOptions(
-        policy=args.policy,
-        target=args.target,
-        proofs=args.proofs,
-        proofs_mode=args.proofs_mode,
-        timeout_s=args.timeout,
-        solver=args.solver,
-        progress=not args.no_progress,
-    )
+    opts = CheckOptions.from_args(args)
     out = Path(args.output)
     if out.is_dir():
         raise UsageError(f"-o is a directory, not a program file: {args.output}")

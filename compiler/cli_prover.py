@@ -105,16 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(args: argparse.Namespace) -> int:
     from compiler.check_run import CheckOptions, run_pipeline
 
-    opts = CheckOptions(
-        policy=args.policy,
-        target=args.target,
-        proofs=args.proofs,
-        proofs_mode=args.proofs_mode,
-        timeout_s=args.timeout,
-        solver=args.solver,
-        jobs=args.jobs,
-        progress=not args.no_progress,
-    )
+    opts = CheckOptions.from_args(args)
     run = run_pipeline(args.model, opts)
     report: Report = run.report
     if args.emit_tests:

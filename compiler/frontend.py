@@ -143,6 +143,38 @@ class _Builder:
         self.names.add(name)
         return name
 
+    def emit_matmul(
+        self,
+        n: onnx.NodeProto,
+        a: str,
+        out: Value,
+        *,
+        w,
+        a_zp,
+        w_zp,
+        a_type: str,
+        bias,
+        requant: dict | None,
+        kind: str = "MatMul",
+        **extra: Any,
+    ) -> Node:
+        """An integer matmul node (the one IR form of QLinearMatMul, MatMulInteger, QLinearConv)."""
+        return self.emit(
+            "matmul",
+            [n],
+            [a],
+            out,
+            kind=kind,
+            **extra,
+            w=w,
+            a_zp=a_zp,
+            w_zp=w_zp,
+            a_type=a_type,
+            w_type=self.w_dtype,
+            bias=bias,
+            requant=requant,
+        )
+
     def emit(
         self, op: str, origin: list[onnx.NodeProto], inputs: list[str], result: Value, **attrs: Any
     ) -> Node:
@@ -361,19 +393,8 @@ class _Builder:
         self.check_acc(n, w, w_zp, at, a_zp)
         out = self.matmul_out(n, a, w, out_t)
         requant = {"scheme": "float", "scale": scales, "zp": y_zp, "out": out_t}
-        self.emit(
-            "matmul",
-            [n],
-            [a.name],
-            out,
-            kind="MatMul",
-            w=w,
-            a_zp=a_zp,
-            w_zp=w_zp,
-            a_type=at,
-            w_type=self.w_dtype,
-            bias=None,
-            requant=requant,
+        self.emit_matmul(
+            n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=requant
         )
 
     def requant_scales(self, n, a_scale, b_scales, y_scale) -> tuple[float, ...]:
@@ -443,10 +464,9 @@ class _Builder:
             "zp": int(y_zp_arr.reshape(()).item()),
             "out": out_t,
         }
-        self.emit(
-            "matmul",
-            [n],
-            [x.name],
+        self.emit_matmul(
+            n,
+            x.name,
             out,
             kind="Conv",
             layout="channels_first",
@@ -454,7 +474,6 @@ class _Builder:
             a_zp=a_zp,
             w_zp=w_zp,
             a_type=at,
-            w_type=self.w_dtype,
             bias=bias,
             requant=requant,
         )
@@ -468,19 +487,8 @@ class _Builder:
         w_zp = self.column_param(n, 3, "b_zero_point", N, default=0)
         self.check_acc(n, w, w_zp, at, a_zp)
         out = self.matmul_out(n, a, w, "int32")
-        self.emit(
-            "matmul",
-            [n],
-            [a.name],
-            out,
-            kind="MatMul",
-            w=w,
-            a_zp=a_zp,
-            w_zp=w_zp,
-            a_type=at,
-            w_type=self.w_dtype,
-            bias=None,
-            requant=None,
+        self.emit_matmul(
+            n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=None
         )
 
     def qlinear_activation(self, n: onnx.NodeProto) -> None:
