@@ -182,7 +182,9 @@ def check(
     else:
         cex = replay(ob, first.witness)
         if ob.lift is not None and cex.lifted_input is None:
-            found = _liftable_witness(ob, solver, budget, cex.assignment[ob.lift.var])
+            found = _liftable_witness(
+                ob, solver, budget, cex.assignment[ob.lift.var], t0 + budget.timeout_s
+            )
             if found is None:
                 why = (
                     f"every counterexample tried ({ob.lift.var}={cex.assignment[ob.lift.var]} "
@@ -225,14 +227,14 @@ def check(
 
 
 def _liftable_witness(
-    ob: Obligation, solver: str, budget: Budget, bad: int, attempts: int = 12
+    ob: Obligation, solver: str, budget: Budget, bad: int, deadline: float, attempts: int = 12
 ) -> Counterexample | None:
     """Another violating value of the lifted variable that some input row reaches.
 
     The accumulator interval over-approximates what input rows can produce (e.g.
     when all weights share a factor); a refutation must be reachable, so the
     range is split around each unreachable witness and searched again, a bounded
-    number of times.
+    number of times, within what is left of the obligation's own time budget.
     """
     var = ob.lift.var
     lo, hi = ob.ranges[var]
@@ -241,10 +243,13 @@ def _liftable_witness(
         a, b = pending.pop(0)
         if a > b:
             continue
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
         attempts -= 1
         sub = replace(ob, ranges={**ob.ranges, var: (a, b)})
         try:
-            d = decide(sub, solver, budget)[0]
+            d = decide(sub, solver, Budget(left, budget.rlimit))[0]
         except ProverError:
             continue
         if d.status != VIOLATED:
