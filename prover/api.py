@@ -13,6 +13,10 @@ declines as not applicable, or answers unknown within the budget):
 minimal counterexample). A witness becomes a refutation only after concrete
 replay (and lifting to an input row when the obligation has a LiftSpec);
 one that does not reproduce raises `ReplayMismatch`. `unknown` is never a pass.
+
+A stored verdict is served only once checked (`_serve`): a refutation is
+replayed, a "proven" re-decided within the store's recheck budget or, beyond
+it, accepted on a valid HMAC signature; `details["served"]` says which.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from .errors import (
 )
 from .obligation import LiftSpec, Obligation
 from .policy import Policy
-from .proofstore import ProofStore
+from .proofstore import ProofStore, StoredRecord
 from .solvers import Budget
 from .verdict import Counterexample, Verdict
 
@@ -139,23 +143,9 @@ def check(
     ob = obligation
     ps = _resolve_store(store)
     if ps is not None:
-        cached = ps.get(ob)
-        if cached is not None:
-            if cached.counterexample is not None:
-                replay(ob, cached.counterexample.assignment)  # a stored refutation still reproduces
-            ms = (time.perf_counter() - t0) * 1000
-            return Verdict(
-                cached.status,
-                ob.policy,
-                ob.hash,
-                cached.solver,
-                ms,
-                cached.max_diff,
-                cached.counterexample,
-                cached.reason,
-                True,
-                {**cached.details, "original_time_ms": cached.time_ms},
-            )
+        served = _serve(ob, ps, rlimit, t0)
+        if served is not None:
+            return served
     budget = Budget(timeout_s, rlimit if rlimit is not None else Budget().rlimit)
     made = decide(ob, solver, budget, cross_check)
     first = made[0]
@@ -224,6 +214,86 @@ def check(
     if ps is not None:
         ps.put(ob, v)
     return v
+
+
+def _serve(ob: Obligation, ps: ProofStore, rlimit: int | None, t0: float) -> Verdict | None:
+    """The stored verdict of `ob` once checked, or None when it must be decided afresh.
+
+    A record is never trusted on its word: a refutation is replayed; a "proven" is
+    re-decided within the store's recheck budget, and only when that does not
+    finish is it served on a valid signature by the store's key. A record the
+    re-decision contradicts raises `StoreCorrupt`; an unverifiable one counts as
+    missing (`StoreMiss` in ro mode, decided afresh and rewritten in rw mode).
+    """
+    rec = ps.lookup(ob)
+    if rec is None:
+        return None
+    cached = rec.verdict
+    if cached.counterexample is not None:
+        replay(ob, cached.counterexample.assignment)  # a stored refutation still reproduces
+        how = "replayed"
+    else:
+        how = _recheck_proven(ob, rec, ps, rlimit)
+        if how is None:
+            return None
+    ms = (time.perf_counter() - t0) * 1000
+    details = {
+        **cached.details,
+        "original_time_ms": cached.time_ms,
+        "served": how,
+        "record": str(rec.path),
+    }
+    return Verdict(
+        cached.status,
+        ob.policy,
+        ob.hash,
+        cached.solver,
+        ms,
+        cached.max_diff,
+        cached.counterexample,
+        cached.reason,
+        True,
+        details,
+    )
+
+
+def _recheck_proven(
+    ob: Obligation, rec: StoredRecord, ps: ProofStore, rlimit: int | None
+) -> str | None:
+    """How a stored "proven" was checked ("re-decided by P", "signature verified"), or None."""
+    budget_s = ps.recheck_budget_s
+    if budget_s > 0:
+        budget = Budget(budget_s, rlimit if rlimit is not None else Budget().rlimit)
+        try:
+            d = decide(ob, "auto", budget)[0]
+        except ProverError:
+            d = None
+        if d is not None and d.status == VIOLATED:
+            raise StoreCorrupt(
+                f"proof record {rec.path} says proven, but {d.procedure} finds the obligation "
+                "violated: the record is forged or stale; delete it and re-run the check"
+            )
+        if d is not None and d.status == HOLDS:
+            recorded = rec.verdict.max_diff
+            if d.max_diff is not None and recorded is not None and recorded != d.max_diff:
+                raise StoreCorrupt(
+                    f"proof record {rec.path} records largest difference "
+                    f"{rec.verdict.max_diff}, {d.procedure} finds {d.max_diff}"
+                )
+            return f"re-decided by {d.procedure}"
+    if rec.signature == "valid":
+        return "signature verified"
+    why = {
+        "absent": "is unsigned",
+        "no key": "is signed but no proof key is configured to verify it",
+        "invalid": "has a signature that does not verify with the configured key",
+    }[rec.signature]
+    if ps.mode == "ro":
+        raise StoreMiss(
+            f"proof record {rec.path} could not be re-decided within the recheck budget "
+            f"({budget_s:g} s) and {why}: treated as missing"
+        )
+    return None
 
 
 def _liftable_witness(

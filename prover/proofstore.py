@@ -6,14 +6,23 @@ counterexample) and a sha256 `digest` over everything else, so an edited
 record, or one filed under the wrong hash, is rejected (`StoreCorrupt`).
 Modes: `rw` (read and write), `ro` (read only; a miss raises `StoreMiss`,
 for CI), `off` (neither). `unknown` verdicts are never stored.
+
+The digest stops accidents, not forgery: anyone can recompute it. So a record
+is never trusted on its word (`prover.api.check` decides what to serve): a
+stored "proven" is re-decided within `recheck_budget_s`, a stored refutation is
+replayed, and only a "proven" that cannot be re-decided within the budget is
+served on a valid HMAC-SHA256 `signature` by the store's `key` (configured by
+the user, e.g. env `NPUFUSION_PROOF_KEY`); otherwise it counts as missing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,26 +33,89 @@ from .verdict import Verdict
 
 FORMAT = "npu-prover-proof/1"
 MODES = ("rw", "ro", "off")
+KEY_ENV = "NPUFUSION_PROOF_KEY"
+SIGNATURE_ALG = "HMAC-SHA256"
+DEFAULT_RECHECK_BUDGET_S = 5.0
 
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class ProofStore:
-    """Proof records under `root` (default `proofs/`), in mode `rw`, `ro` or `off`."""
+def key_id(key: bytes) -> str:
+    """A short public name of a key (sha256 prefix), recorded next to each signature."""
+    return hashlib.sha256(b"npu-prover-proof-key:" + key).hexdigest()[:16]
 
-    def __init__(self, root: str | os.PathLike = "proofs", mode: str = "rw") -> None:
+
+def _mac(key: bytes, body: dict[str, Any]) -> str:
+    return hmac.new(key, canonical(body).encode(), hashlib.sha256).hexdigest()
+
+
+def resolve_key(key_file: str | os.PathLike | None = None) -> bytes | None:
+    """The signing key: the contents of `key_file`, else env `NPUFUSION_PROOF_KEY`, else None.
+
+    Surrounding whitespace is stripped; an empty key is an error (it would sign nothing).
+    """
+    if key_file is not None:
+        key = Path(key_file).read_bytes().strip()
+        if not key:
+            raise ValueError(f"proof key file is empty: {key_file}")
+        return key
+    env = os.environ.get(KEY_ENV)
+    if env is None:
+        return None
+    if not env.strip():
+        raise ValueError(f"{KEY_ENV} is set but empty")
+    return env.strip().encode()
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A record read from the store: its verdict, where it is, and its signature state.
+
+    `signature` is "valid", "invalid" (signed by another key, or edited), "absent"
+    (unsigned), or "no key" (signed, but this store has no key to verify it).
+    """
+
+    verdict: Verdict
+    path: Path
+    signature: str
+
+
+class ProofStore:
+    """Proof records under `root`, in mode `rw`, `ro` or `off`.
+
+    `key` signs written records and verifies read ones; `recheck_budget_s` is how
+    long `prover.api.check` may spend re-deciding a stored "proven" before it
+    requires a valid signature instead (0 = always require one).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike = "proofs",
+        mode: str = "rw",
+        key: bytes | None = None,
+        recheck_budget_s: float = DEFAULT_RECHECK_BUDGET_S,
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"bad proof store mode {mode!r}; known: {', '.join(MODES)}")
+        if not recheck_budget_s >= 0:
+            raise ValueError(f"recheck budget must be >= 0 seconds, got {recheck_budget_s}")
         self.root = Path(root)
         self.mode = mode
+        self.key = key
+        self.recheck_budget_s = float(recheck_budget_s)
 
     def path(self, h: str) -> Path:
         return self.root / h[:2] / f"{h}.json"
 
     def get(self, ob: Obligation) -> Verdict | None:
-        """The stored verdict of `ob`, None on a miss (`StoreMiss` in ro mode)."""
+        """The stored verdict of `ob`, None on a miss (`StoreMiss` in ro mode); not yet trusted."""
+        rec = self.lookup(ob)
+        return None if rec is None else rec.verdict
+
+    def lookup(self, ob: Obligation) -> StoredRecord | None:
+        """The record of `ob` with its signature state; None on a miss (`StoreMiss` in ro)."""
         if self.mode == "off":
             return None
         p = self.path(ob.hash)
@@ -55,7 +127,7 @@ class ProofStore:
             return None
         return self._load(p, ob)
 
-    def _load(self, p: Path, ob: Obligation) -> Verdict:
+    def _load(self, p: Path, ob: Obligation) -> StoredRecord:
         try:
             rec = json.loads(p.read_text())
         except (OSError, ValueError) as e:
@@ -69,16 +141,33 @@ class ProofStore:
             raise StoreCorrupt(f"proof record {p}: obligation does not match its hash")
         if rec["obligation_hash"] != ob.hash or p.stem != ob.hash:
             raise StoreCorrupt(f"proof record {p} is filed under the wrong hash")
-        v = Verdict.from_dict(rec["verdict"])
+        try:
+            v = Verdict.from_dict(rec["verdict"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreCorrupt(f"proof record {p}: malformed verdict ({e})") from None
         if v.status == "unknown" or str(v.policy) != str(ob.policy) or v.obligation_hash != ob.hash:
             raise StoreCorrupt(f"proof record {p}: verdict inconsistent with its obligation")
-        return v
+        return StoredRecord(v, p, self._signature_state(rec))
+
+    def _signature_state(self, rec: dict[str, Any]) -> str:
+        sig = rec.get("signature")
+        if not isinstance(sig, dict) or "mac" not in sig:
+            return "absent"
+        if self.key is None:
+            return "no key"
+        unsigned = {k: v for k, v in rec.items() if k not in ("digest", "signature")}
+        good = (
+            sig.get("alg") == SIGNATURE_ALG
+            and sig.get("key_id") == key_id(self.key)
+            and hmac.compare_digest(str(sig["mac"]), _mac(self.key, unsigned))
+        )
+        return "valid" if good else "invalid"
 
     def put(self, ob: Obligation, v: Verdict, extra: dict[str, Any] | None = None) -> Path | None:
-        """Write the record of a decided verdict (rw mode only); returns its path."""
+        """Write the record of a decided verdict (rw mode only; signed if the store has a key)."""
         if self.mode != "rw" or v.status == "unknown":
             return None
-        body = {
+        body: dict[str, Any] = {
             "format": FORMAT,
             "obligation_hash": ob.hash,
             "obligation": ob.to_json(),
@@ -91,6 +180,14 @@ class ProofStore:
             "counterexample": None if v.counterexample is None else v.counterexample.to_dict(),
             **(extra or {}),
         }
+        body.pop("signature", None)
+        body.pop("digest", None)
+        if self.key is not None:
+            body["signature"] = {
+                "alg": SIGNATURE_ALG,
+                "key_id": key_id(self.key),
+                "mac": _mac(self.key, body),
+            }
         body["digest"] = _sha(canonical(body))
         p = self.path(ob.hash)
         p.parent.mkdir(parents=True, exist_ok=True)
