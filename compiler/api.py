@@ -15,6 +15,7 @@ r.lowered    # npu_backend.lowered.LoweredModel for npu_backend.codegen.generate
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ def compile_model(
     schedule: Mapping[str, str] | None = None,
     check_options: Mapping[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    reference: Any = None,
 ) -> CompileResult:
     """Compile `model` for `target` under `policy` (default: bitwise on the default target).
 
@@ -96,7 +98,9 @@ def compile_model(
       `cross_check`, `jobs`), as the command-line tools pass them; it overrides the keywords;
     - `compose_tables`: allow Act2(Act1(MatMul)) to fuse as one composed, proven table;
     - `schedule`: ONNX compute node name -> scheduling structure ("plain", "grouped", "tiled");
-    - `progress(done, total)`: called as sites are decided.
+    - `progress(done, total)`: called as sites are decided;
+    - `reference`: the reference profile (a `prover.reference.ReferenceProfile` or its name,
+      "ort-host" probes this machine's ONNX Runtime; default "onnx"); also in `check_options`.
 
     Raises `compiler.errors.FrontendError` on a model the frontend cannot accept.
     """
@@ -109,11 +113,15 @@ def compile_model(
         policy = Policy.parse(policy)
     if not isinstance(target, Target):
         target = load_target(target if target is None else Path(target))
+    from .reference_host import resolve_reference
+
     opts = dict(check_options or {})
     store = opts.pop("store", None) or _store(proofs_dir, proofs_mode)
+    profile = resolve_reference(opts.pop("reference", None) or reference)
     ctx = Context(
         target=target,
         policy=policy,
+        reference=profile,
         timeout_s=float(opts.pop("timeout_s", timeout_s)),
         solver=str(opts.pop("solver", solver)),
         store=store,
@@ -123,7 +131,7 @@ def compile_model(
         schedule=dict(schedule or {}),
         progress=progress,
     )
-    g, m = to_ir(model)
+    g, m = _to_ir(model, profile)
     ctx.model, ctx.original = m, g.clone()
     g = run_pipeline(g, ctx)
     return CompileResult(
@@ -137,12 +145,20 @@ def compile_model(
     )
 
 
+def _to_ir(model, profile):
+    # the frontend takes the profile (activation tables with its MLAS kernel) once it has it
+    if "reference" in inspect.signature(to_ir).parameters:
+        return to_ir(model, reference=profile)
+    return to_ir(model)
+
+
 def recompile(result: CompileResult) -> CompileResult:
     """Run the pipeline again on a result's own output graph (idempotency check)."""
     old = result.context
     ctx = Context(
         target=old.target,
         policy=old.policy,
+        reference=old.reference,
         timeout_s=old.timeout_s,
         solver=old.solver,
         store=old.store,

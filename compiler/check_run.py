@@ -28,6 +28,7 @@ class CheckOptions:
     solver: str = "auto"
     jobs: int = 1
     progress: bool = True
+    reference: str = "onnx"  # a prover.reference profile name, or "ort-host"
 
     @classmethod
     def from_args(cls, args: Any) -> CheckOptions:
@@ -41,6 +42,7 @@ class CheckOptions:
             solver=args.solver,
             jobs=getattr(args, "jobs", 1),
             progress=not args.no_progress,
+            reference=getattr(args, "reference", None) or "onnx",
         )
 
 
@@ -162,11 +164,13 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     check_solver(opts.solver)
     check_model_file(model)
     target = resolve_target(opts.target)
+    profile = resolve_reference_option(opts.reference)
     store = open_store(opts.proofs, opts.proofs_mode)
     check_options: dict[str, Any] = {
         "timeout_s": opts.timeout_s,
         "solver": opts.solver,
         "jobs": opts.jobs,
+        "reference": profile,
     }
     if store is not None:
         check_options["store"] = store
@@ -178,8 +182,20 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         target=str(getattr(target, "name", opts.target or "default")),
         sites=[site_report(s) for s in result.sites],
         tool_version=tool_version(),
+        reference=profile.to_dict(),
+        findings=list(getattr(getattr(result, "context", None), "findings", None) or []),
     )
     return CheckRun(report, result, target, policy, missing_proofs(result, store))
+
+
+def resolve_reference_option(name: str) -> Any:
+    """The `ReferenceProfile` a --reference value names (bad names are bad usage)."""
+    from compiler.reference_host import resolve_reference
+
+    try:
+        return resolve_reference(name)
+    except ValueError as e:
+        raise UsageError(f"--reference: {e}") from None
 
 
 def missing_proofs(result: Any, store: Any) -> list[str]:

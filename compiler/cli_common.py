@@ -157,6 +157,20 @@ def parse_policy(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def add_reference_option(p: argparse.ArgumentParser) -> None:
+    """`--reference PROFILE`: what "equals ONNX Runtime" means (prover.reference)."""
+    from prover.reference import CHOICES, DEFAULT_PROFILE, HOST, PROFILES
+
+    names = "; ".join(f"{n}: {p.summary}" for n, p in PROFILES.items())
+    p.add_argument(
+        "--reference",
+        default=DEFAULT_PROFILE,
+        metavar="{" + ",".join(CHOICES) + "}",
+        help=f"reference semantics the model is checked against (default {DEFAULT_PROFILE}; "
+        f"{names}; {HOST}: the profile this machine's ONNX Runtime matches, probed once)",
+    )
+
+
 def positive_float(text: str) -> float:
     """argparse type: a float > 0."""
     try:

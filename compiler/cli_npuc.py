@@ -21,6 +21,7 @@ from compiler import report_json
 from compiler.cli_common import (
     Parser,
     UsageError,
+    add_reference_option,
     argv_or_default,
     parse_policy,
     positive_float,
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, metavar="PROGRAM", help="program file to write")
     c.add_argument("--policy", type=parse_policy, default=None, metavar="bitwise|bounded:N")
     c.add_argument("--target", metavar="FILE", help="target TOML (or a shipped target name)")
+    add_reference_option(c)
     c.add_argument("--report", metavar="FILE", help="write the JSON report (sites, ledger) here")
     c.add_argument(
         "--proofs", metavar="DIR", default="proofs", help="proof store (default proofs/)"

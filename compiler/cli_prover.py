@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from compiler import report_json, report_junit, report_sarif, report_text
 from compiler.cli_common import (
     Parser,
+    add_reference_option,
     argv_or_default,
     parse_policy,
     positive_float,
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--target", metavar="FILE", help="target description TOML (or a shipped target name)"
     )
+    add_reference_option(c)
     c.add_argument("--format", choices=sorted(RENDERERS), default="text", help="report format")
     c.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
     c.add_argument(

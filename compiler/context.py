@@ -16,6 +16,7 @@ from .site import Diagnostic, Site
 class Context:
     target: Any  # npu_backend.target.Target
     policy: Any  # prover.policy.Policy
+    reference: Any = None  # prover.reference.ReferenceProfile; None = the default (onnx)
     timeout_s: float = 10.0
     solver: str = "auto"
     store: Any = None  # prover.proofstore.ProofStore or None
@@ -27,6 +28,7 @@ class Context:
     original: Graph | None = None  # the IR straight from the frontend
     sites: list[Site] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # reference_divergence, ...
     verdicts: dict[str, Any] = field(default_factory=dict)  # obligation hash -> Verdict
     progress: Callable[[int, int], None] | None = None
     lowered: Any = None

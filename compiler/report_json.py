@@ -73,6 +73,10 @@ def report_json(r: Report) -> dict[str, Any]:
         "summary": asdict(r.summary),
         "sites": [site_json(s) for s in r.sites],
     }
+    if r.reference is not None:
+        out["reference"] = r.reference
+    if r.findings:
+        out["findings"] = r.findings
     if r.tool_version:
         out["tool"] = {"name": "prover", "version": r.tool_version}
     if r.ledger is not None:

@@ -27,6 +27,10 @@ def render(r: Report) -> str:
     props = ET.SubElement(suite, "properties")
     for k, v in (("model", r.model), ("policy", r.policy), ("target", r.target)):
         ET.SubElement(props, "property", name=k, value=v)
+    if r.reference is not None:
+        ET.SubElement(props, "property", name="reference", value=str(r.reference["name"]))
+    for i, f in enumerate(r.findings):
+        ET.SubElement(props, "property", name=f"finding.{i}", value=f"[{f['code']}] {f['message']}")
     classname = Path(r.model).stem or "model"
     for site in r.sites:
         case = ET.SubElement(

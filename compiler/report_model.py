@@ -134,6 +134,8 @@ class Report:
     sites: list[SiteReport]
     tool_version: str = ""
     ledger: dict[str, Any] | None = None
+    reference: dict[str, Any] | None = None  # the named reference profile (ReferenceProfile.to_dict)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # e.g. reference_divergence
 
     @property
     def summary(self) -> Summary:

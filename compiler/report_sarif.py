@@ -98,6 +98,10 @@ def sarif_log(r: Report) -> dict[str, Any]:
         "results": results,
         "properties": {"policy": r.policy, "target": r.target, "summary": vars(r.summary)},
     }
+    if r.reference is not None:
+        run["properties"]["reference"] = r.reference
+    if r.findings:
+        run["properties"]["findings"] = r.findings
     if base:
         run["originalUriBaseIds"] = {base: {"uri": Path.cwd().resolve().as_uri() + "/"}}
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
