@@ -11,7 +11,11 @@ Accepted forms:
   `shift`, `zero_point`, `rounding` ("double" | "single" | "float", the last with `scale`)
   and `output_type` ("int8", "uint8", "int16", ...).
 
-Anything else raises `FrontendError` with a one-line message naming the node.
+Every attribute of an op the frontend interprets itself is either interpreted or
+rejected (`INTERPRETED_ATTRIBUTES`); ops run by ONNX Runtime on the host (float ops,
+standalone QuantizeLinear/DequantizeLinear, QDQ MatMul groups) keep their attributes,
+which ONNX Runtime interprets. Anything else raises `FrontendError` with a one-line
+message naming the node (and the attribute or type).
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from onnx import TensorProto, numpy_helper
 from prover.domain import KernelError
 from prover.inttypes import TYPES, int_type
 from prover.matmul import accumulator_range
+from prover.reference import ONNX, ReferenceProfile
 from prover.requant import check_multiplier, onnx_requant_scale
 
 from .errors import FrontendError, node_label
 from .ir import Graph, Node, Value
-from .ort_tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, ort_table
+from .ort_tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, reference_table
 
 PROJECT_DOMAIN = "ai.npufusion"
 MS_DOMAIN = "com.microsoft"
@@ -47,6 +52,35 @@ DTYPES = {
 HOST_FLOAT_OPS = ("MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Add", "Sub", "Mul", "Clip")
 EIGHT_BIT = ("int8", "uint8")
 MAX_ELEMENTS = 1 << 31
+
+# The attributes each op the frontend lowers itself interprets (the handler reads and
+# checks their values). Any other attribute is an error naming it: a silently ignored
+# attribute would change the model's meaning.
+INTERPRETED_ATTRIBUTES: dict[str, frozenset[str]] = {
+    "QLinearMatMul": frozenset(),
+    "MatMulInteger": frozenset(),
+    "QLinearConv": frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}),
+    "Reshape": frozenset({"allowzero"}),
+    "Transpose": frozenset({"perm"}),
+    "Identity": frozenset(),
+    "Clip": frozenset(),
+    "Constant": frozenset(
+        {"value", "value_float", "value_floats", "value_int", "value_ints", "sparse_value"}
+    ),
+    "QLinearSigmoid": frozenset(),
+    "QLinearLeakyRelu": frozenset({"alpha"}),
+    "Requantize": frozenset(
+        {"multiplier", "shift", "zero_point", "rounding", "output_type", "scale"}
+    ),
+    # members of a DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear table
+    "DequantizeLinear": frozenset({"axis", "block_size", "output_dtype"}),
+    "QuantizeLinear": frozenset({"axis", "block_size", "output_dtype", "saturate", "precision"}),
+    "Sigmoid": frozenset(),
+    "Tanh": frozenset(),
+    "Relu": frozenset(),
+}
+# Scale element types a QDQ activation table models exactly (prover.lut.build_ort_qdq_table).
+QDQ_SCALE_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
 
 
 def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
@@ -75,8 +109,9 @@ def _one_line(e: BaseException) -> str:
 class _Builder:
     """Converts ONNX nodes one at a time, tracking value types and shapes."""
 
-    def __init__(self, m: onnx.ModelProto) -> None:
+    def __init__(self, m: onnx.ModelProto, reference: ReferenceProfile = ONNX) -> None:
         self.m = m
+        self.reference = reference
         g = m.graph
         self.consts: dict[str, np.ndarray] = {
             i.name: numpy_helper.to_array(i) for i in g.initializer
@@ -99,6 +134,23 @@ class _Builder:
 
     def fail(self, n: onnx.NodeProto, msg: str) -> FrontendError:
         return FrontendError(f"{self.label(n)}: {msg}")
+
+    def attrs(self, n: onnx.NodeProto) -> dict[str, Any]:
+        """The node's attributes by name; an attribute its handler does not interpret fails."""
+        allowed = INTERPRETED_ATTRIBUTES[n.op_type]
+        out = {}
+        for a in n.attribute:
+            if a.name not in allowed:
+                raise self.fail(n, f"attribute '{a.name}' is not supported")
+            out[a.name] = onnx.helper.get_attribute_value(a)
+        return out
+
+    def scale(self, n: onnx.NodeProto, idx: int, what: str, types=("float32",)) -> tuple[Any, str]:
+        """A per-tensor scale and its element type, which must be one of `types`."""
+        v = self.const(n, idx, what)
+        if v.dtype.name not in types:
+            raise self.fail(n, f"{what} has type {v.dtype.name}; supported: {', '.join(types)}")
+        return self.scalar(n, idx, what), v.dtype.name
 
     def const(
         self, n: onnx.NodeProto, idx: int, what: str, optional: bool = False
@@ -290,7 +342,7 @@ class _Builder:
                 continue
             key = n.name or n.output[0]
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-                self.consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+                self.consts[n.output[0]] = self.constant(n)
                 continue
             if key in groups:
                 kind, members = groups[key]
@@ -309,6 +361,33 @@ class _Builder:
         g = Graph(self.values, self.nodes, ins, outs, dict(self.opsets))
         g.prune_values()
         return g
+
+    def constant(self, n: onnx.NodeProto) -> np.ndarray:
+        """The value of a Constant node (value_string(s) are rejected by name)."""
+        attrs = self.attrs(n)
+        if len(attrs) != 1:
+            raise self.fail(n, "a Constant needs exactly one value attribute")
+        ((name, v),) = attrs.items()
+        if name == "value":
+            return numpy_helper.to_array(v)
+        if name in ("value_float", "value_floats"):
+            return np.asarray(v, dtype=np.float32)
+        if name in ("value_int", "value_ints"):
+            return np.asarray(v, dtype=np.int64)
+        return self.dense(n, v)
+
+    def dense(self, n: onnx.NodeProto, sp: onnx.SparseTensorProto) -> np.ndarray:
+        """A sparse_value as a dense array (ONNX: linear or [NNZ, rank] coordinate indices)."""
+        values = numpy_helper.to_array(sp.values).reshape(-1)
+        idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+        dims = tuple(int(d) for d in sp.dims)
+        if int(np.prod(dims, dtype=object)) > MAX_ELEMENTS:
+            raise self.fail(n, f"sparse_value shape {list(dims)} has more than 2^31 elements")
+        out = np.zeros(dims, dtype=values.dtype)
+        if idx.ndim == 2:
+            idx = np.ravel_multi_index(tuple(idx.T), dims) if idx.size else idx.reshape(-1)
+        out.reshape(-1)[idx.reshape(-1)] = values
+        return out
 
     def convert(self, n: onnx.NodeProto) -> None:
         dom = n.domain or ""
@@ -371,11 +450,26 @@ class _Builder:
                 n, f"accumulator range {list(r.overall)} may leave int32 (ONNX Runtime would wrap)"
             )
 
+    def float32_scales(self, n: onnx.NodeProto, names: dict[int, str]) -> None:
+        """Integer-kernel ops: every scale input must be float32 (opset 21 allows others)."""
+        for idx, what in names.items():
+            v = self.const(n, idx, what)
+            if v.dtype.name != "float32":
+                raise self.fail(n, f"{what} has type {v.dtype.name}; supported: float32")
+
+    def out_type(self, n: onnx.NodeProto, zp: np.ndarray) -> str:
+        t = zp.dtype.name
+        if t not in EIGHT_BIT:
+            raise self.fail(n, f"output type {t} not supported; supported: int8, uint8")
+        return t
+
     def qlinear_matmul(self, n: onnx.NodeProto) -> None:
+        self.attrs(n)
         at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
         a = self.value(n, n.input[0])
         w = self.weights(n, 3)
         N = w.shape[1]
+        self.float32_scales(n, {1: "a_scale", 4: "b_scale", 6: "y_scale"})
         a_scale = self.scalar(n, 1, "a_scale")
         a_zp = int(self.scalar(n, 2, "a_zero_point"))
         b_scale = self.column_param(n, 4, "b_scale", N)
@@ -385,7 +479,7 @@ class _Builder:
         y_zp = int(y_zp_arr.reshape(()).item()) if y_zp_arr.size == 1 else None
         if y_zp is None:
             raise self.fail(n, "y_zero_point must be a scalar")
-        out_t = y_zp_arr.dtype.name
+        out_t = self.out_type(n, y_zp_arr)
         bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
         scales = self.requant_scales(n, a_scale, bs, y_scale)
         if any(not (s > 0 and np.isfinite(s)) for s in scales):
@@ -426,8 +520,10 @@ class _Builder:
             raise self.fail(
                 n, f"only pointwise (1x1) kernels are supported, got weights {list(W.shape)}"
             )
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        attrs = self.attrs(n)
         auto_pad = attrs.get("auto_pad", b"NOTSET")
+        if list(attrs.get("kernel_shape", [1, 1])) != [1, 1]:
+            raise self.fail(n, f"kernel_shape {list(attrs['kernel_shape'])} is not [1, 1]")
         if (
             int(attrs.get("group", 1)) != 1
             or any(int(v) != 1 for v in attrs.get("strides", []))
@@ -443,6 +539,7 @@ class _Builder:
         self.w_dtype = W.dtype.name
         w = W[:, :, 0, 0].T.astype(np.int64)
         N = w.shape[1]
+        self.float32_scales(n, {1: "x_scale", 4: "w_scale", 6: "y_scale"})
         a_scale = self.scalar(n, 1, "x_scale")
         a_zp = int(self.scalar(n, 2, "x_zero_point"))
         b_scale = self.column_param(n, 4, "w_scale", N)
@@ -453,7 +550,7 @@ class _Builder:
         bias = None if bias_arr is None else tuple(int(v) for v in bias_arr.reshape(-1))
         if bias is not None and len(bias) != N:
             raise self.fail(n, f"bias must have {N} entries")
-        out_t = y_zp_arr.dtype.name
+        out_t = self.out_type(n, y_zp_arr)
         bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
         scales = self.requant_scales(n, a_scale, bs, y_scale)
         self.check_acc(n, w, w_zp, at, a_zp, None if bias is None else np.asarray(bias))
@@ -479,6 +576,7 @@ class _Builder:
         )
 
     def matmul_integer(self, n: onnx.NodeProto) -> None:
+        self.attrs(n)
         at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
         a = self.value(n, n.input[0])
         w = self.weights(n, 1)
@@ -492,52 +590,125 @@ class _Builder:
         )
 
     def qlinear_activation(self, n: onnx.NodeProto) -> None:
+        attrs = self.attrs(n)
         it = self.expect_dtype(n, n.input[0], EIGHT_BIT)
         x = self.value(n, n.input[0])
-        xs = float(self.scalar(n, 1, "X_scale"))
+        xs = float(self.scale(n, 1, "X_scale")[0])
         xz = int(self.scalar(n, 2, "X_zero_point", default=0))
-        ys = float(self.scalar(n, 3, "Y_scale"))
+        ys = float(self.scale(n, 3, "Y_scale")[0])
         yz = int(self.scalar(n, 4, "Y_zero_point", default=0))
-        alpha = next((a.f for a in n.attribute if a.name == "alpha"), None)
+        alpha = attrs.get("alpha")
         if n.op_type == "QLinearLeakyRelu" and alpha is None:
             alpha = 0.01
         ot = it  # com.microsoft QLinear activations keep the input type
         self.lut(n, [n], x, QLINEAR_FUNCTIONS[n.op_type], "qlinear", xs, xz, it, ys, yz, ot, alpha)
 
     def qdq_activation(self, members: list[onnx.NodeProto]) -> None:
+        """DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear as one table.
+
+        Interprets opsets 13 to 23+: `axis` (per-tensor scales only: a per-axis scale is
+        rejected), `block_size` (0 only), `output_dtype` (QuantizeLinear: the output type
+        when there is no zero point; DequantizeLinear-23: must be the scale type),
+        `saturate` (float8 only, and float8 is rejected) and `precision` (the scale type).
+        """
         dq, act, q = members
+        da, qa = self.attrs(dq), self.attrs(q)
+        self.attrs(act)
+        for node, a in ((dq, da), (q, qa)):
+            if int(a.get("block_size", 0)) != 0:
+                raise self.fail(
+                    node, "attribute 'block_size' (blocked quantization) is not supported"
+                )
         it = self.expect_dtype(dq, dq.input[0], EIGHT_BIT)
         x = self.value(dq, dq.input[0])
-        xs = float(self.scalar(dq, 1, "x_scale"))
+        xs, xs_t = self.scale(dq, 1, "x_scale", tuple(QDQ_SCALE_TYPES.values()))
+        ys, ys_t = self.scale(q, 1, "y_scale", tuple(QDQ_SCALE_TYPES.values()))
+        if xs_t != ys_t:
+            raise self.fail(q, f"y_scale has type {ys_t}, x_scale {xs_t}; mixed types unsupported")
+        scale_tp = {v: k for k, v in QDQ_SCALE_TYPES.items()}[xs_t]
+        for node, attr in ((dq, "output_dtype"), (q, "precision")):
+            a = (da if node is dq else qa).get(attr, 0)
+            if int(a) not in (0, scale_tp):
+                raise self.fail(
+                    node,
+                    f"attribute '{attr}' = {_type_name(a)} differs from the scale type "
+                    f"{xs_t}; not supported",
+                )
         xz = int(self.scalar(dq, 2, "x_zero_point", default=0))
-        ys = float(self.scalar(q, 1, "y_scale"))
         yz_arr = self.const(q, 2, "y_zero_point", optional=True)
-        yz = 0 if yz_arr is None else int(yz_arr.reshape(()).item())
-        ot = "uint8" if yz_arr is None else yz_arr.dtype.name
+        out_dtype = int(qa.get("output_dtype", 0))
+        if yz_arr is not None:
+            ot = yz_arr.dtype.name
+            yz = int(yz_arr.reshape(()).item()) if yz_arr.size == 1 else None
+            if yz is None:
+                raise self.fail(q, "y_zero_point must be a scalar (per-tensor)")
+        else:
+            ot = DTYPES.get(out_dtype, _type_name(out_dtype)) if out_dtype else "uint8"
+            yz = 0
         if ot not in EIGHT_BIT:
             raise self.fail(q, f"output type {ot} not supported; supported: int8, uint8")
+        if out_dtype and DTYPES.get(out_dtype) != ot:
+            raise self.fail(
+                q, f"attribute 'output_dtype' = {_type_name(out_dtype)} but y_zero_point is {ot}"
+            )
+        # QuantizeLinear-23 divides in `precision`, by default the scale's type.
+        q_version = self.opsets.get("", self.opsets.get("ai.onnx", 0))
+        precision = xs_t if q_version >= 23 else "float32"
         self.lut(
             q,
             members,
             x,
             QDQ_FUNCTIONS[act.op_type],
             "qdq",
-            xs,
+            float(xs),
             xz,
             it,
-            ys,
+            float(ys),
             yz,
             ot,
             None,
             op_type=act.op_type,
+            scale_type=xs_t,
+            quantize_precision=precision,
         )
 
     def lut(
-        self, n, origin, x, function, form, xs, xz, it, ys, yz, ot, alpha, op_type=None
+        self,
+        n,
+        origin,
+        x,
+        function,
+        form,
+        xs,
+        xz,
+        it,
+        ys,
+        yz,
+        ot,
+        alpha,
+        op_type=None,
+        scale_type: str = "float32",
+        quantize_precision: str = "float32",
     ) -> None:
-        if not (xs > 0 and ys > 0):
-            raise self.fail(n, "scales must be positive")
-        table = ort_table(form, op_type or n.op_type, xs, xz, it, ys, yz, ot, alpha)
+        if not (xs > 0 and ys > 0 and np.isfinite(xs) and np.isfinite(ys)):
+            raise self.fail(n, "scales must be finite and positive")
+        try:
+            table = reference_table(
+                form,
+                op_type or n.op_type,
+                xs,
+                xz,
+                it,
+                ys,
+                yz,
+                ot,
+                alpha,
+                fma=self.reference.mlas_fma,
+                scale_type=scale_type,
+                quantize_precision=quantize_precision,
+            )
+        except KernelError as e:
+            raise self.fail(n, str(e)) from None
         out = Value(n.output[0], ot, x.shape)
         self.emit(
             "lut",
@@ -556,7 +727,7 @@ class _Builder:
         )
 
     def requantize(self, n: onnx.NodeProto) -> None:
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        attrs = self.attrs(n)
         x = self.value(n, n.input[0])
         if x.dtype not in TYPES or x.dtype == "int64":
             raise self.fail(n, f"input has type {x.dtype}; Requantize takes int8/uint8/int16/int32")
@@ -594,6 +765,7 @@ class _Builder:
         x = self.value(n, n.input[0])
         if x.dtype == "float32":
             return self.float_op(n)
+        self.attrs(n)
         t = int_type(x.dtype)
         lo = self.scalar(n, 1, "min", default=t.min)
         hi = self.scalar(n, 2, "max", default=t.max)
@@ -606,7 +778,7 @@ class _Builder:
     def reshape(self, n: onnx.NodeProto) -> None:
         x = self.value(n, n.input[0])
         spec = [int(v) for v in self.const(n, 1, "shape").reshape(-1)]
-        allowzero = any(a.name == "allowzero" and a.i for a in n.attribute)
+        allowzero = bool(self.attrs(n).get("allowzero", 0))
         dims = [x.shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(spec)]
         total = int(np.prod(x.shape))
         if dims.count(-1) == 1:
@@ -620,13 +792,17 @@ class _Builder:
 
     def transpose(self, n: onnx.NodeProto) -> None:
         x = self.value(n, n.input[0])
-        perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
+        perm = self.attrs(n).get("perm")
         if perm is None:
             perm = list(range(len(x.shape)))[::-1]
+        perm = [int(p) for p in perm]
+        if sorted(perm) != list(range(len(x.shape))):
+            raise self.fail(n, f"perm {perm} is not a permutation of {len(x.shape)} axes")
         shape = tuple(x.shape[p] for p in perm)
         self.emit("transpose", [n], [x.name], Value(n.output[0], x.dtype, shape), perm=tuple(perm))
 
     def identity(self, n: onnx.NodeProto) -> None:
+        self.attrs(n)
         x = self.value(n, n.input[0])
         self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
 
@@ -686,10 +862,22 @@ class _Builder:
         return info[name]
 
 
-def to_ir(model: str | Path | onnx.ModelProto) -> tuple[Graph, onnx.ModelProto]:
-    """Load, validate and lower an ONNX model. Returns (IR graph, validated ModelProto)."""
+def _type_name(t: int) -> str:
+    try:
+        return TensorProto.DataType.Name(int(t))
+    except ValueError:
+        return str(t)
+
+
+def to_ir(
+    model: str | Path | onnx.ModelProto, *, reference: ReferenceProfile = ONNX
+) -> tuple[Graph, onnx.ModelProto]:
+    """Load, validate and lower an ONNX model. Returns (IR graph, validated ModelProto).
+
+    Activation tables are ONNX Runtime's as `reference` defines them (its `mlas_fma`).
+    """
     m = load_model(model)
     for o in m.opset_import:
         if o.domain not in ("", "ai.onnx", MS_DOMAIN, PROJECT_DOMAIN):
             raise FrontendError(f"opset domain '{o.domain}' is not supported")
-    return _Builder(m).run(), m
+    return _Builder(m, reference).run(), m

@@ -1,10 +1,12 @@
-"""Activation tables taken from ONNX Runtime itself.
+"""Activation tables: ONNX Runtime's meaning of a quantized activation, from the kernel model.
 
 ONNX Runtime evaluates the logistic function its own way (see DESIGN.md: about 1
-entry in 50,000 differs from a plain float sigmoid), so the meaning of a quantized
-activation is the table ONNX Runtime computes: we run the operator on every value
-of its 8-bit input type and read the table off. The prover package may not import
-onnxruntime; the compiler may.
+entry in 50,000 differs from a plain float sigmoid), and which way depends on the CPU
+(MLAS's FMA or non-FMA kernel). So the table a check uses is built from the kernel's
+bit-exact model of ONNX Runtime (`prover.lut`) with the reference profile's `mlas_fma`
+flag, never by running ONNX Runtime on the host: a verdict must not depend on the
+machine that runs the check. `ort_table` still runs the host's ONNX Runtime on every
+input value; the conformance tests compare the two with the host's FMA flag.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from onnx import TensorProto
 from onnx import helper as oh
 
 from prover.inttypes import int_type
+from prover.lut import build_ort_leaky_relu_table, build_ort_qdq_table, build_ort_sigmoid_table
 
 _ONNX_TYPES = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
+_SCALE_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
+_NP_SCALE = {"float32": np.float32, "float16": np.float16}
 
 # QLinear activations of the com.microsoft domain and their function kinds.
 QLINEAR_FUNCTIONS = {"QLinearSigmoid": "sigmoid", "QLinearLeakyRelu": "leakyrelu"}
@@ -36,6 +41,55 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 
 @lru_cache(maxsize=1024)
+def reference_table(
+    form: str,
+    op_type: str,
+    in_scale: float,
+    in_zp: int,
+    in_type: str,
+    out_scale: float,
+    out_zp: int,
+    out_type: str,
+    alpha: float | None = None,
+    *,
+    fma: bool = True,
+    scale_type: str = "float32",
+    quantize_precision: str = "float32",
+) -> tuple[int, ...]:
+    """The 256-entry table (offset index order) ONNX Runtime computes, from the kernel model.
+
+    Arguments as for `ort_table`; `fma` selects MLAS's FMA or non-FMA logistic/tanh (the
+    reference profile's `mlas_fma`), `scale_type` the element type of a QDQ group's scales,
+    `quantize_precision` the type its QuantizeLinear divides in.
+    """
+    if form == "qlinear" and scale_type != "float32":
+        raise ValueError(f"{op_type} takes float32 scales only")
+    if form == "qlinear" and op_type == "QLinearSigmoid":
+        t = build_ort_sigmoid_table(
+            in_scale, in_zp, in_type, out_scale, out_zp, out_type, fused=fma
+        )
+    elif form == "qlinear" and op_type == "QLinearLeakyRelu":
+        a = 0.01 if alpha is None else float(alpha)
+        t = build_ort_leaky_relu_table(in_scale, in_zp, in_type, out_scale, out_zp, out_type, a)
+    elif form == "qdq" and op_type in QDQ_FUNCTIONS:
+        t = build_ort_qdq_table(
+            QDQ_FUNCTIONS[op_type],
+            in_scale,
+            in_zp,
+            in_type,
+            out_scale,
+            out_zp,
+            out_type,
+            fused=fma,
+            scale_type=scale_type,
+            quantize_precision=quantize_precision,
+        )
+    else:
+        raise ValueError(f"no table model for {form} {op_type}")
+    return tuple(int(v) for v in t)
+
+
+@lru_cache(maxsize=1024)
 def ort_table(
     form: str,
     op_type: str,
@@ -46,22 +100,25 @@ def ort_table(
     out_zp: int,
     out_type: str,
     alpha: float | None = None,
+    scale_type: str = "float32",
+    opset: int | None = None,
 ) -> tuple[int, ...]:
-    """The 256-entry table (offset index order) ONNX Runtime computes for one activation.
+    """The table (offset index order) this host's ONNX Runtime computes for one activation.
 
     `form` is `qlinear` (com.microsoft QLinear<Act>) or `qdq` (DequantizeLinear ->
-    <Act> -> QuantizeLinear).
+    <Act> -> QuantizeLinear, both scales of `scale_type`, default-domain `opset`). For conformance tests only:
+    checks use `reference_table`.
     """
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64).astype(it.numpy_dtype())
     consts = [
-        oh.make_tensor("xs", TensorProto.FLOAT, [], [np.float32(in_scale)]),
+        oh.make_tensor("xs", _SCALE_TYPES[scale_type], [], [_NP_SCALE[scale_type](in_scale)]),
         oh.make_tensor("xz", _ONNX_TYPES[in_type], [], [in_zp]),
-        oh.make_tensor("ys", TensorProto.FLOAT, [], [np.float32(out_scale)]),
+        oh.make_tensor("ys", _SCALE_TYPES[scale_type], [], [_NP_SCALE[scale_type](out_scale)]),
         oh.make_tensor("yz", _ONNX_TYPES[out_type], [], [out_zp]),
     ]
     kw = {} if alpha is None else {"alpha": float(alpha)}
-    opsets = [oh.make_opsetid("", 17)]
+    opsets = [oh.make_opsetid("", opset or (17 if scale_type == "float32" else 19))]
     if form == "qlinear":
         nodes = [
             oh.make_node(
@@ -85,6 +142,7 @@ def ort_table(
         consts,
     )
     m = oh.make_model(g, opset_imports=opsets)
+    m.ir_version = min(m.ir_version, 10)  # the newest IR version ORT 1.32 loads
     (y,) = session(m).run(None, {"x": xs})
     table = tuple(int(v) for v in np.asarray(y, dtype=np.int64))
     if min(table) < ot.min or max(table) > ot.max:
