@@ -49,6 +49,21 @@ def submodel(
     return oh.make_model(g, opset_imports=ops)
 
 
+def rename_host_value(node: Node, old: str, new: str) -> None:
+    """Rename value `old` to `new` inside a `host_onnx` node's serialized ONNX nodes.
+
+    A host node's IR inputs/outputs and the names its ONNX nodes read and write must
+    agree; a pass that renames an IR edge of a host node calls this too.
+    """
+    protos = [onnx.NodeProto.FromString(b) for b in node.attrs["nodes"]]
+    for p in protos:
+        for field in (p.input, p.output):
+            for k, name in enumerate(field):
+                if name == old:
+                    field[k] = new
+    node.attrs["nodes"] = [p.SerializeToString() for p in protos]
+
+
 def infer_host_outputs(nodes, inputs, consts, opsets) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Element type and static shape of every value `nodes` produce (ONNX shape inference)."""
     m = submodel(nodes, inputs, consts, None, opsets)

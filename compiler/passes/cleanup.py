@@ -7,6 +7,7 @@ preserving ops removed.
 
 from __future__ import annotations
 
+from ..host import rename_host_value
 from ..ir import Graph, Node
 
 
@@ -28,8 +29,13 @@ def _bypass(g: Graph, n: Node) -> bool:
         if p is None or src in g.outputs or len(g.users(src)) != 1:
             return False
         p.outputs = [out if o == src else o for o in p.outputs]
+        if p.op == "host_onnx":
+            rename_host_value(p, src, out)
         g.remove([n])
         return True
+    for u in g.users(out):
+        if u.op == "host_onnx":
+            rename_host_value(u, out, src)
     g.replace_uses(out, src)
     g.remove([n])
     return True
