@@ -182,6 +182,64 @@ def positive_float(text: str) -> float:
     return v
 
 
+def non_negative_float(text: str) -> float:
+    """argparse type: a float >= 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return v
+
+
+PROOFS_HELP = """proof store (the CI gate):
+  Nothing is read or written unless --proofs DIR names a store (then the mode defaults
+  to rw). A served record is never trusted on its word: a stored "proven" is re-decided
+  within --recheck-budget seconds (default 5), a stored refutation is replayed; a
+  "proven" that cannot be re-decided in the budget is served only with a valid
+  HMAC-SHA256 signature by the key in --proof-key-file or env NPUFUSION_PROOF_KEY
+  (records written with a key are signed), otherwise it counts as missing.
+"""
+
+
+def add_proof_store_options(p: argparse.ArgumentParser) -> None:
+    """--proofs, --proofs-mode, --proof-key-file, --recheck-budget and --solver."""
+    from prover.api import SOLVERS
+    from prover.proofstore import DEFAULT_RECHECK_BUDGET_S, KEY_ENV
+
+    p.add_argument(
+        "--proofs", metavar="DIR", default=None, help="proof store directory (default: none)"
+    )
+    p.add_argument(
+        "--proofs-mode",
+        choices=("rw", "ro", "off"),
+        default=None,
+        help="rw: read and record; ro: every obligation must have a trusted record (CI gate, "
+        "exit 5 otherwise); off: ignore the store (default: rw with --proofs, else off)",
+    )
+    p.add_argument(
+        "--proof-key-file",
+        metavar="FILE",
+        help=f"key that signs and verifies proof records (default: env {KEY_ENV})",
+    )
+    p.add_argument(
+        "--recheck-budget",
+        type=non_negative_float,
+        default=DEFAULT_RECHECK_BUDGET_S,
+        metavar="SECONDS",
+        help="time to re-decide each stored 'proven' before requiring a signature "
+        f"(default {DEFAULT_RECHECK_BUDGET_S:g}; 0 = always require one)",
+    )
+    p.add_argument(
+        "--solver",
+        default="auto",
+        choices=SOLVERS,
+        metavar="NAME",
+        help=f"decision procedure: {', '.join(SOLVERS)} (enum = enumerate; default auto)",
+    )
+
+
 def positive_int(text: str) -> int:
     """argparse type: an int >= 1."""
     try:

@@ -81,6 +81,10 @@ def report_json(r: Report) -> dict[str, Any]:
         out["tool"] = {"name": "prover", "version": r.tool_version}
     if r.ledger is not None:
         out["ledger"] = r.ledger
+    if r.proof_records:
+        out["proof_records"] = r.proof_records
+    if r.proof_misses:
+        out["proof_misses"] = r.proof_misses
     return out
 
 

@@ -32,6 +32,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2
     UNKNOWN = 3
     INTERNAL = 4
+    PROOF_MISSING = 5  # read-only gate: an obligation has no record that could be trusted
 
 
 # Stable reason codes (DESIGN.md) with a one-line description, used as SARIF rules.
@@ -134,7 +135,14 @@ class Report:
     sites: list[SiteReport]
     tool_version: str = ""
     ledger: dict[str, Any] | None = None
-    reference: dict[str, Any] | None = None  # the named reference profile (ReferenceProfile.to_dict)
+    # Per proof record served from the store: {"obligation", "record", "served"}
+    # where "served" says how it was checked ("re-decided by ...", "replayed", ...).
+    proof_records: list[dict[str, str]] = field(default_factory=list)
+    # Read-only gate: one line per obligation without a trusted record (exit 5).
+    proof_misses: list[str] = field(default_factory=list)
+    reference: dict[str, Any] | None = (
+        None  # the named reference profile (ReferenceProfile.to_dict)
+    )
     findings: list[dict[str, Any]] = field(default_factory=list)  # e.g. reference_divergence
 
     @property
@@ -152,10 +160,12 @@ class Report:
         )
 
     def exit_code(self) -> ExitCode:
-        """1 if anything is refuted, else 3 if anything is unknown, else 0."""
+        """1 if anything is refuted, else 5 on a proof-gate miss, else 3 if unknown, else 0."""
         s = self.summary
         if s.refuted:
             return ExitCode.REFUTED
+        if self.proof_misses:
+            return ExitCode.PROOF_MISSING
         if s.unknown:
             return ExitCode.UNKNOWN
         return ExitCode.OK

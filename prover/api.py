@@ -62,6 +62,8 @@ __all__ = [
     "StoreMiss",
     "StoreCorrupt",
     "PROCEDURES",
+    "SOLVERS",
+    "solver_name",
 ]
 
 Procedure = Callable[[Obligation, Budget, float], Decision]
@@ -74,6 +76,16 @@ PROCEDURES: dict[str, Procedure] = {
     "cvc5": lambda ob, b, dl: _smt.decide(ob, "cvc5", b, deadline=dl),
 }
 PORTFOLIO = ("segments", "enumerate", "bitwuzla", "z3", "cvc5")
+ALIASES = {"enum": "enumerate"}
+SOLVERS = ("auto", *PROCEDURES, *ALIASES)  # every name `--solver` accepts
+
+
+def solver_name(name: str) -> str:
+    """The procedure a solver name means ("auto" or a key of PROCEDURES); ValueError if none."""
+    name = ALIASES.get(name, name)
+    if name != "auto" and name not in PROCEDURES:
+        raise ValueError(f"unknown solver {name!r}; known: {', '.join(SOLVERS)}")
+    return name
 
 
 def _try(name: str, ob: Obligation, budget: Budget, deadline: float) -> Decision | None:
@@ -99,12 +111,11 @@ def decide(
     """Run the procedure(s); returns the decisions made (first = the answer)."""
     budget = budget or Budget()
     deadline = time.perf_counter() + budget.timeout_s
+    solver = solver_name(solver)
     if solver == "auto":
         order = PORTFOLIO
-    elif solver in PROCEDURES:
-        order = (solver,) + tuple(p for p in PORTFOLIO if p != solver) if cross_check else (solver,)
     else:
-        raise ValueError(f"unknown solver {solver!r}; known: auto, {', '.join(PROCEDURES)}")
+        order = (solver,) + tuple(p for p in PORTFOLIO if p != solver) if cross_check else (solver,)
     made: list[Decision] = []
     for name in order:
         d = _try(name, ob, budget, deadline)
@@ -200,6 +211,8 @@ def check(
         reason = (
             f"{_fmt(cex.assignment)}: before={cex.before} after={cex.after} (|diff|={cex.diff})"
         )
+        if cex.undefined:
+            reason = f"{_fmt(cex.assignment)}: before={cex.before}, implementation undefined: {cex.undefined}"
         v = Verdict(
             "refuted",
             ob.policy,
