@@ -7,6 +7,7 @@ store for the command-line tools; the report writers only see `report_model`.
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,10 @@ class CheckOptions:
 
     policy: Any = None  # prover.policy.Policy; None = bitwise
     target: str | None = None
-    proofs: str | None = "proofs"
-    proofs_mode: str = "rw"
+    proofs: str | None = None  # no store unless the user names one
+    proofs_mode: str | None = None  # None: rw with a store, else off
+    proof_key_file: str | None = None  # else env NPUFUSION_PROOF_KEY
+    recheck_budget_s: float | None = None  # None: the store's default
     timeout_s: float = 10.0
     solver: str = "auto"
     jobs: int = 1
@@ -38,6 +41,8 @@ class CheckOptions:
             target=args.target,
             proofs=args.proofs,
             proofs_mode=args.proofs_mode,
+            proof_key_file=getattr(args, "proof_key_file", None),
+            recheck_budget_s=getattr(args, "recheck_budget", None),
             timeout_s=args.timeout,
             solver=args.solver,
             jobs=getattr(args, "jobs", 1),
@@ -55,32 +60,52 @@ class CheckRun:
     target: Any
     policy: Any
     missing_proofs: list[str]
+    store: Any = None
 
 
-def open_store(directory: str | None, mode: str) -> Any:
-    """The proof store for `mode` ("rw", "ro", "off"); None when off.
+def open_store(
+    directory: str | None,
+    mode: str | None,
+    key_file: str | None = None,
+    recheck_budget_s: float | None = None,
+) -> Any:
+    """The proof store named by `--proofs`/`--proofs-mode`; None when there is none.
 
-    `ro` on a missing directory is bad input (the committed store is absent).
+    Without a directory nothing is read or written (mode off); naming `rw`/`ro`
+    without one is bad input, as is `ro` on a missing directory. The signing key
+    comes from `key_file`, else env NPUFUSION_PROOF_KEY.
     """
-    if mode == "off" or directory is None:
+    if mode is None:
+        mode = "off" if directory is None else "rw"
+    if mode == "off":
         return None
+    if directory is None:
+        raise UsageError(f"--proofs-mode {mode} needs a store: add --proofs DIR")
     p = Path(directory)
     if p.exists() and not p.is_dir():
         raise UsageError(f"--proofs is not a directory: {directory}")
     if mode == "ro" and not p.is_dir():
         raise UsageError(f"proof store not found (--proofs-mode ro): {directory}")
-    from prover.proofstore import ProofStore
+    from prover.proofstore import DEFAULT_RECHECK_BUDGET_S, ProofStore, resolve_key
 
-    return ProofStore(p, mode=mode)
+    if key_file is not None and not Path(key_file).is_file():
+        raise UsageError(f"proof key file not found: {key_file}")
+    try:
+        key = resolve_key(key_file)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    budget = DEFAULT_RECHECK_BUDGET_S if recheck_budget_s is None else recheck_budget_s
+    return ProofStore(p, mode=mode, key=key, recheck_budget_s=budget)
 
 
 def check_solver(name: str) -> str:
-    """Validate a --solver name against the prover's procedures."""
-    from prover.api import PROCEDURES
+    """Validate a --solver name (aliases allowed) against the prover's procedures."""
+    from prover.api import solver_name
 
-    if name != "auto" and name not in PROCEDURES:
-        raise UsageError(f"unknown solver {name!r}; known: auto, {', '.join(PROCEDURES)}")
-    return name
+    try:
+        return solver_name(name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _field(obj: Any, name: str, default: Any = None) -> Any:
@@ -161,14 +186,14 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     from prover.policy import Policy
 
     policy = opts.policy if opts.policy is not None else Policy.parse("bitwise")
-    check_solver(opts.solver)
+    solver = check_solver(opts.solver)
     check_model_file(model)
     target = resolve_target(opts.target)
     profile = resolve_reference_option(opts.reference)
-    store = open_store(opts.proofs, opts.proofs_mode)
+    store = open_store(opts.proofs, opts.proofs_mode, opts.proof_key_file, opts.recheck_budget_s)
     check_options: dict[str, Any] = {
         "timeout_s": opts.timeout_s,
-        "solver": opts.solver,
+        "solver": solver,
         "jobs": opts.jobs,
         "reference": profile,
     }
@@ -185,7 +210,10 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         reference=profile.to_dict(),
         findings=list(getattr(getattr(result, "context", None), "findings", None) or []),
     )
-    return CheckRun(report, result, target, policy, missing_proofs(result, store))
+    misses = missing_proofs(result, store)
+    report.proof_misses = [why for _, why in misses]
+    report.proof_records = served_records(result)
+    return CheckRun(report, result, target, policy, [h for h, _ in misses], store)
 
 
 def resolve_reference_option(name: str) -> Any:
@@ -198,10 +226,49 @@ def resolve_reference_option(name: str) -> Any:
         raise UsageError(f"--reference: {e}") from None
 
 
-def missing_proofs(result: Any, store: Any) -> list[str]:
-    """In `ro` mode: hashes of every obligation checked that has no record in the store."""
+def _verdicts(result: Any) -> dict[str, Any]:
+    ctx = getattr(result, "context", None)
+    return dict(getattr(ctx, "verdicts", {}) or {})
+
+
+def missing_proofs(result: Any, store: Any) -> list[tuple[str, str]]:
+    """In `ro` mode: (hash, why) of every obligation checked without a trusted record."""
+    from prover.errors import StoreMiss
+
     if store is None or getattr(store, "mode", None) != "ro":
         return []
-    ctx = getattr(result, "context", None)
-    hashes = sorted(getattr(ctx, "verdicts", {}) or {})
-    return [h for h in hashes if not store.path(h).exists()]
+    out = []
+    for h, v in _verdicts(result).items():
+        if isinstance(v, StoreMiss):
+            out.append((h, str(v)))
+        elif not isinstance(v, Exception) and not getattr(v, "cached", False):
+            out.append((h, f"no proof record for obligation {h} in {store.root}"))
+    return out
+
+
+def served_records(result: Any) -> list[dict[str, str]]:
+    """For each obligation answered from the store: its record and how it was checked."""
+    out = []
+    for h, v in _verdicts(result).items():
+        details = getattr(v, "details", None) or {}
+        if getattr(v, "cached", False) and "served" in details:
+            out.append(
+                {"obligation": h, "record": str(details["record"]), "served": details["served"]}
+            )
+    return out
+
+
+def print_store_summary(prog: str, run: CheckRun, model: str) -> None:
+    """On stderr: how each served record was checked, and the gate's verdict (ro mode)."""
+    if run.store is None:
+        return
+    for r in run.report.proof_records:
+        print(f"{prog}: proof record {r['record']}: {r['served']}", file=sys.stderr)
+    misses = run.report.proof_misses
+    if misses:
+        print(
+            f"{prog}: proof gate failed (exit 5): {len(misses)} obligation(s) without a "
+            f"trusted record in {run.store.root}; first: {misses[0]}; run `prover check "
+            f"{model} --proofs {run.store.root}` (rw) and commit the new records",
+            file=sys.stderr,
+        )

@@ -4,7 +4,8 @@
 NPU program file; `--report FILE` writes the JSON report (every site, its verdict,
 and the measured ledger of each applied fusion). `run` executes a program on the
 bit-exact simulator; inputs and outputs are keyed by the ONNX graph's names.
-Exit codes: 0 success, 2 bad usage or bad input, 4 internal error.
+Exit codes: 0 success, 2 bad usage or bad input, 4 internal error, 5 proof gate failed
+(`--proofs-mode ro` and an obligation without a trusted record; no program is written).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any
 
 from compiler import report_json
 from compiler.cli_common import (
+    PROOFS_HELP,
     Parser,
     UsageError,
+    add_proof_store_options,
     add_reference_option,
     argv_or_default,
     parse_policy,
@@ -31,6 +34,12 @@ from compiler.cli_common import (
 from compiler.report_model import ExitCode
 
 PROG = "npuc"
+EXIT_HELP = """exit codes:
+  0  program written (only proven fusions applied)
+  2  bad usage or bad input (one-line error on stderr)
+  4  internal error (rerun with --debug for the traceback)
+  5  proof gate failed (--proofs-mode ro): an obligation has no trusted record; nothing written
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,19 +48,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {tool_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    c = sub.add_parser("compile", help="compile an ONNX model to an NPU program file")
+    c = sub.add_parser(
+        "compile",
+        help="compile an ONNX model to an NPU program file",
+        epilog=PROOFS_HELP + "\n" + EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     c.add_argument("model", metavar="MODEL", help="ONNX model file")
     c.add_argument("-o", "--output", required=True, metavar="PROGRAM", help="program file to write")
     c.add_argument("--policy", type=parse_policy, default=None, metavar="bitwise|bounded:N")
     c.add_argument("--target", metavar="FILE", help="target TOML (or a shipped target name)")
     add_reference_option(c)
     c.add_argument("--report", metavar="FILE", help="write the JSON report (sites, ledger) here")
-    c.add_argument(
-        "--proofs", metavar="DIR", default="proofs", help="proof store (default proofs/)"
-    )
-    c.add_argument("--proofs-mode", choices=("rw", "ro", "off"), default="rw")
+    add_proof_store_options(c)
     c.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECONDS")
-    c.add_argument("--solver", default="auto", metavar="NAME")
     c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     c.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     c.set_defaults(func=_compile)
@@ -72,7 +82,7 @@ def _ledger_json(entries: Any) -> list[dict[str, Any]]:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from compiler.check_run import CheckOptions, run_pipeline
+    from compiler.check_run import CheckOptions, print_store_summary, run_pipeline
     from npu_backend.codegen import generate
     from npu_backend.ledger import ledger
 
@@ -81,6 +91,9 @@ def _compile(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise UsageError(f"-o is a directory, not a program file: {args.output}")
     run = run_pipeline(args.model, opts)
+    print_store_summary(PROG, run, args.model)
+    if run.report.proof_misses:
+        return ExitCode.PROOF_MISSING
     program = generate(run.result.lowered, run.target)
     out.parent.mkdir(parents=True, exist_ok=True)
     program.save(out)

@@ -1,7 +1,8 @@
 """`prover check MODEL ...`: prove or refute every candidate fusion site of an ONNX model.
 
 Exit codes: 0 every candidate decided and nothing refuted; 1 at least one refuted;
-3 at least one unknown and none refuted; 2 bad usage or bad input; 4 internal error.
+3 at least one unknown and none refuted; 2 bad usage or bad input; 4 internal error;
+5 read-only proof gate: an obligation has no trusted record in the store.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections.abc import Sequence
 
 from compiler import report_json, report_junit, report_sarif, report_text
 from compiler.cli_common import (
+    PROOFS_HELP,
     Parser,
+    add_proof_store_options,
     add_reference_option,
     argv_or_default,
     parse_policy,
@@ -22,7 +25,7 @@ from compiler.cli_common import (
     tool_version,
     write_output,
 )
-from compiler.report_model import ExitCode, Report
+from compiler.report_model import Report
 
 PROG = "prover"
 RENDERERS = {
@@ -37,6 +40,8 @@ EXIT_HELP = """exit codes:
   2  bad usage or bad input (one-line error on stderr; nothing written to the proof store)
   3  at least one site unknown (budget ran out) and none refuted
   4  internal error (rerun with --debug for the traceback)
+  5  proof gate failed (--proofs-mode ro): an obligation has no record in the store,
+     or one that could be neither re-decided in the budget nor verified by signature
 """
 
 
@@ -55,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="check every candidate fusion site of an ONNX model",
         description="Prove or refute every candidate fusion site of an ONNX model.",
-        epilog=EXIT_HELP,
+        epilog=PROOFS_HELP + "\n" + EXIT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     c.add_argument("model", metavar="MODEL", help="ONNX model file")
@@ -77,20 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write a replayable pytest module and .npz data per refuted site",
     )
-    c.add_argument(
-        "--proofs", metavar="DIR", default="proofs", help="proof store (default proofs/)"
-    )
-    c.add_argument(
-        "--proofs-mode",
-        choices=("rw", "ro", "off"),
-        default="rw",
-        help="rw: read and record; ro: every obligation must be in the store (CI); off",
-    )
+    add_proof_store_options(c)
     c.add_argument(
         "--timeout", type=positive_float, default=10.0, metavar="SECONDS", help="per obligation"
-    )
-    c.add_argument(
-        "--solver", default="auto", metavar="NAME", help="auto, z3, bitwuzla, cvc5, enum"
     )
     c.add_argument(
         "--jobs",
@@ -105,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from compiler.check_run import CheckOptions, run_pipeline
+    from compiler.check_run import CheckOptions, print_store_summary, run_pipeline
 
     opts = CheckOptions.from_args(args)
     run = run_pipeline(args.model, opts)
@@ -115,17 +109,8 @@ def _check(args: argparse.Namespace) -> int:
 
         emit_tests(report, args.model, args.emit_tests, opts)
     write_output(RENDERERS[args.format](report), args.output)
-    code = report.exit_code()
-    if run.missing_proofs:
-        n = len(run.missing_proofs)
-        print(
-            f"{PROG}: proof gate failed: {n} obligation(s) have no record in {args.proofs} "
-            f"(--proofs-mode ro), first {run.missing_proofs[0][:16]}; run `prover check "
-            f"{args.model} --proofs {args.proofs}` and commit the new records",
-            file=sys.stderr,
-        )
-        code = max(code, ExitCode.UNKNOWN) if code != ExitCode.REFUTED else code
-    return code
+    print_store_summary(PROG, run, args.model)
+    return report.exit_code()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
