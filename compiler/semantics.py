@@ -9,6 +9,8 @@ import numpy as np
 
 from prover.domain import NUMPY
 from prover.matmul import matmul_acc
+from prover.pair_saturation import pair_saturating_acc
+from prover.reference import Accumulation
 from prover.terms import Term, Var, evaluate, op
 
 from .errors import CompilerError
@@ -55,12 +57,31 @@ def chain_term(x: Term, chain: list[Node]) -> Term:
     return x
 
 
-def matmul_acc_of(node: Node, a: np.ndarray) -> np.ndarray:
-    """The exact int64 accumulator of a `matmul`/`fused` node on input `a`."""
+def is_u8s8(node: Node) -> bool:
+    """A matmul of uint8 activations by int8 weights (where ORT's x86 kernels differ)."""
+    at = node.attrs
+    return at.get("a_type") == "uint8" and at.get("w_type", "int8") == "int8"
+
+
+def pair_saturates(node: Node, reference: Any) -> bool:
+    """Whether `reference` sums this node's products in int16-saturated pairs.
+
+    Only the ONNX op (`matmul`) follows the profile: a `fused` node is the NPU's
+    MatMul, which accumulates exactly whatever the reference.
+    """
+    acc = getattr(reference, "u8s8_accumulation", Accumulation.EXACT)
+    return node.op == "matmul" and is_u8s8(node) and acc == Accumulation.PAIR_SATURATING_INT16
+
+
+def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarray:
+    """The int64 accumulator of a `matmul`/`fused` node on input `a` under `reference`.
+
+    `reference` is a `prover.reference.ReferenceProfile` (None: exact accumulation).
+    """
     at = node.attrs
     w_zp = np.asarray(at["w_zp"], dtype=np.int64)
-    acc = matmul_acc(np.asarray(a, dtype=np.int64), at["w"], np.int64(at["a_zp"]), w_zp, at["bias"])
-    return acc
+    acc_fn = pair_saturating_acc if pair_saturates(node, reference) else matmul_acc
+    return acc_fn(np.asarray(a, dtype=np.int64), at["w"], np.int64(at["a_zp"]), w_zp, at["bias"])
 
 
 def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
@@ -93,8 +114,13 @@ def from_natural(node: Node, y: np.ndarray) -> np.ndarray:
     return np.moveaxis(y, -1, 1) if node.attrs.get("layout") == "channels_first" else y
 
 
-def eval_node(node: Node, graph: Graph, env: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Concrete evaluation of one IR node (kernel semantics; host nodes via ONNX Runtime)."""
+def eval_node(
+    node: Node, graph: Graph, env: Mapping[str, np.ndarray], reference: Any = None
+) -> list[np.ndarray]:
+    """Concrete evaluation of one IR node (kernel semantics; host nodes via ONNX Runtime).
+
+    `reference`: the `ReferenceProfile` whose u8s8 accumulation a `matmul` follows.
+    """
     a = node.attrs
     if node.op == "host_onnx":
         from .host import run_host
@@ -102,7 +128,7 @@ def eval_node(node: Node, graph: Graph, env: Mapping[str, np.ndarray]) -> list[n
         return run_host(node, graph.values, graph.opsets, env)
     x = np.asarray(env[node.inputs[0]])
     if node.op in ("matmul", "fused"):
-        acc = matmul_acc_of(node, to_natural(node, x))
+        acc = matmul_acc_of(node, to_natural(node, x), reference)
         rq = a.get("requant")
         if node.op == "fused":
             y = eval_term_columns(acc, a["groups"])
@@ -126,16 +152,20 @@ def eval_node(node: Node, graph: Graph, env: Mapping[str, np.ndarray]) -> list[n
 
 
 def run_graph(
-    graph: Graph, inputs: Mapping[str, np.ndarray], keep_all: bool = False
+    graph: Graph, inputs: Mapping[str, np.ndarray], keep_all: bool = False, reference: Any = None
 ) -> dict[str, np.ndarray]:
-    """Evaluate the IR on concrete inputs; returns graph outputs (or every value)."""
+    """Evaluate the IR on concrete inputs; returns graph outputs (or every value).
+
+    `reference`: the `prover.reference.ReferenceProfile` the ONNX ops follow (None: the
+    exact, machine-independent default).
+    """
     env: dict[str, np.ndarray] = {}
     for name in graph.inputs:
         if name not in inputs:
             raise CompilerError(f"missing input '{name}'")
         env[name] = np.asarray(inputs[name])
     for n in graph.nodes:
-        for o, v in zip(n.outputs, eval_node(n, graph, env), strict=True):
+        for o, v in zip(n.outputs, eval_node(n, graph, env, reference), strict=True):
             dt = graph.values[o].dtype
             env[o] = np.asarray(v).astype(np.dtype(dt))
     if keep_all:

@@ -23,6 +23,8 @@ ACTIONS = {
     "grouped_codegen_unsupported": "change grouping: schedule this compute op as a structure the target can fuse ('plain')",
     "refuted": "keep the original, disable this fusion, or use a looser policy (bounded:N) if acceptable",
     "unknown": "keep the original; raise --timeout or try another --solver",
+    "reference_divergence": "keep the matmul on the host, or quantize with reduce_range=True "
+    "(7-bit weights) or as int8 x int8 / uint8 x uint8 so no int16 pair can saturate",
 }
 
 

@@ -21,7 +21,7 @@ from prover.obligation import Obligation
 from prover.parallel import check_many
 from prover.policy import Policy
 
-from .. import cex
+from .. import cex, divergence
 from ..layout import index_map_terms
 from ..policy_scope import effective_policy
 from ..site import Site
@@ -113,6 +113,11 @@ def decide_site(g, site: Site, ctx) -> None:
             "summation order, which is not an integer epilogue; proving it would need an approximation",
         )
         return
+    if divergence.saturating_reference(ctx.reference) and divergence.saturable_columns(
+        site.compute
+    ):
+        _decide_saturating(g, site, ctx)
+        return
     obs = obligations(g, site, ctx)
     verdicts = []
     for ob, cols, lift_col in obs:
@@ -159,11 +164,61 @@ def decide_site(g, site: Site, ctx) -> None:
         site.decide("proven")
 
 
+def _decide_saturating(g, site: Site, ctx) -> None:
+    """Under a pair-saturating reference, a site whose u8s8 pairs can saturate is refuted
+    with a replayed input where the outputs differ (the NPU sums exactly), else unknown."""
+    cols = divergence.saturable_columns(site.compute)
+    policy = effective_policy(g, site.activation.output, ctx.policy)
+    found = divergence.site_witness(site, policy.bound)
+    what = (
+        f"under reference {ctx.reference.name} uint8 x int8 pairs saturate int16 in "
+        f"{len(cols)} column(s) (first {cols[0]}) while the NPU accumulates exactly"
+    )
+    if found is None:
+        site.decide(
+            "unknown",
+            "reference_divergence",
+            f"{what}; no input found where the outputs differ beyond {policy}; {divergence.REMEDY}",
+        )
+        return
+    j, row, exact, sat, before, after = found
+    site.counterexample = cex.replay_row(
+        g,
+        site,
+        j,
+        row,
+        {"acc": exact, "acc_reference": sat},
+        before,
+        after,
+        ctx,
+        lambda t, s: apply_site(t, s, s.post, ctx.structure_of(s.compute.origin)),
+    )
+    site.decide(
+        "refuted",
+        "refuted",
+        f"{what}: column {j} accumulates {sat} in the reference and {exact} on the NPU "
+        f"(outputs {before} vs {after}); {divergence.REMEDY}",
+    )
+
+
+def _host_profile_or_none():
+    from ..reference_host import host_profile
+
+    try:
+        return host_profile()
+    except Exception:  # noqa: BLE001 - the finding then says "unknown on this host"
+        return None
+
+
 def _prefetch(g, sites: list[Site], ctx) -> None:
     """Decide every site's obligations up front in `ctx.jobs` processes (cached by hash)."""
     todo: dict[str, Obligation] = {}
     for site in sites:
         if site.compute.op == "host_onnx":
+            continue
+        if divergence.saturating_reference(ctx.reference) and divergence.saturable_columns(
+            site.compute
+        ):
             continue
         for ob, _, _ in obligations(g, site, ctx):
             if ob.hash not in ctx.verdicts:
@@ -183,6 +238,8 @@ def _prefetch(g, sites: list[Site], ctx) -> None:
 
 
 def run(g, ctx):
+    if any(divergence.saturable_columns(n) for n in g.nodes if n.op == "matmul"):
+        ctx.findings = divergence.findings(g, ctx.reference, _host_profile_or_none())
     pending = [s for s in ctx.sites if s.verdict is None]
     if ctx.jobs > 1:
         _prefetch(g, pending, ctx)

@@ -37,6 +37,7 @@ from prover.matmul import accumulator_range
 from prover.obligation import Obligation
 from prover.terms import Var, op
 
+from ..divergence import lowering_block
 from ..epilogue import SCHEME_OF
 from ..errors import CompilerError
 from ..host import host_model, submodel
@@ -127,6 +128,10 @@ class Lowerer:
         caps = self.t.compute(_kind(n))
         if n.op == "fused":
             self.place_matmul(n, a["post"], a["structure"])
+            return
+        blocked = lowering_block(n, self.ctx.reference)
+        if blocked is not None:
+            self.place_matmul(n, None, "plain", False, "reference_divergence", blocked)
             return
         rq = a["requant"]
         if caps is None:
