@@ -1,7 +1,9 @@
 """QLinearMatMul and MatMulInteger: the kernel (exact int accumulation + float32 requant) equals ORT.
 
 Documents the differences between ONNX Runtime and the ONNX spec / reference
-implementation found on the way; the kernel follows ONNX Runtime.
+implementation found on the way; the kernel follows ONNX Runtime. uint8 x int8 is
+compared through the reference profile this host's ORT has (`ort-host`: exact with
+VNNI, int16 pair saturation on x86 without it), so the tests hold on every CPU.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ import ort_models as M
 import pytest
 from onnx.reference import ReferenceEvaluator
 
+from compiler.reference_host import host_profile
 from prover.inttypes import int_type
 from prover.matmul import matmul_acc
+from prover.pair_saturation import pair_saturating_acc, saturation_excess
+from prover.reference import Accumulation
 from prover.requant import onnx_requant_scale, requant_float_concrete
 
 TYPE_PAIRS = [("uint8", "uint8"), ("uint8", "int8"), ("int8", "int8")]
@@ -28,9 +33,18 @@ def _rand(rng, dtype: str, shape) -> np.ndarray:
     return x.astype(dtype)
 
 
+def host_acc(a, b, a_zp=0, b_zp=0) -> np.ndarray:
+    """The accumulator ORT computes on this host: uint8 x int8 through the host's profile."""
+    u8s8 = np.asarray(a).dtype == np.uint8 and np.asarray(b).dtype == np.int8
+    saturating = host_profile().u8s8_accumulation == Accumulation.PAIR_SATURATING_INT16
+    if u8s8 and saturating:
+        return pair_saturating_acc(a, b, a_zp, b_zp)
+    return matmul_acc(a, b, a_zp, b_zp)
+
+
 def kernel_qlinear_matmul(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp, y_type):
-    """The kernel's QLinearMatMul: exact accumulator, per-column float32 requantization."""
-    acc = matmul_acc(a, b, a_zp, b_zp)
+    """The kernel's QLinearMatMul: the host's accumulator, per-column float32 requantization."""
+    acc = host_acc(a, b, a_zp, b_zp)
     scale = onnx_requant_scale(a_s, np.asarray(b_s, np.float32), y_s)
     return requant_float_concrete(acc, scale, y_zp, int_type(y_type)), acc
 
@@ -76,6 +90,28 @@ def test_qlinear_matmul(rng, a_type, b_type, per_column):
         total += got.size
         assert len(np.unique(got)) > 10  # not a saturated, trivially equal output
     assert total >= 2000
+
+
+def test_u8s8_data_reaches_pair_saturation(rng):
+    """The random u8s8 operands these tests use make exact and pair-saturating sums differ."""
+    a = _rand(rng, "uint8", (16, 64))
+    b = _rand(rng, "int8", (64, 24))
+    assert np.count_nonzero(saturation_excess(a, b)) > 16
+
+
+def test_host_profile_matches_ort_on_saturating_u8s8(rng):
+    """MatMulInteger u8s8 with every pair at its extreme: ORT equals the host profile's
+    accumulator and differs from the other profile's (so the probe is not vacuous)."""
+    b = np.array([[127, -128, 100], [127, -128, 100]] * 32, dtype=np.int8)
+    a = np.full((5, 64), 255, dtype=np.uint8)
+    a[1, ::3] = 0
+    for a_zp in (0, 3):  # a_zp = 0 on one row is MLAS's GEMV path
+        for m in (1, 5):
+            got = M.matmul_integer("uint8", b, a_zp, 0, m).run(None, {"a": a[:m]})[0]
+            exact = matmul_acc(a[:m], b, a_zp, 0)
+            saturating = pair_saturating_acc(a[:m], b, a_zp, 0)
+            assert not np.array_equal(exact, saturating)
+            assert np.array_equal(got.astype(np.int64), host_acc(a[:m], b, a_zp, 0))
 
 
 @pytest.mark.parametrize("a_type,b_type", [("uint8", "int8"), ("int8", "int8")])
@@ -139,7 +175,7 @@ def test_matmul_integer(rng, a_type, b_type):
         for b_zp in (int(rng.integers(bi.min, bi.max + 1)), rng.integers(bi.min, bi.max + 1, 11)):
             got = M.matmul_integer(a_type, b, a_zp, b_zp, 9).run(None, {"a": a})[0]
             assert got.dtype == np.int32
-            assert np.array_equal(matmul_acc(a, b, a_zp, b_zp), got.astype(np.int64))
+            assert np.array_equal(host_acc(a, b, a_zp, b_zp), got.astype(np.int64))
 
 
 def test_matmul_integer_per_row_a_zero_point_rejected_by_ort(rng):
