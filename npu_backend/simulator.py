@@ -1,7 +1,8 @@
 """A bit-exact simulator of NPU programs with traffic counters.
 
 Values follow the kernel's concrete semantics (each instruction's semantics in
-`npu_backend.isa`). The simulator keeps each memory's contents separately, so a
+`npu_backend.isa`), evaluated strictly: an input where a primitive's precondition
+fails (the hardware result is undefined) raises `UndefinedResult`. The simulator keeps each memory's contents separately, so a
 program that reads a tensor before its DMA, or uses a table slot or parameter
 record that was never loaded, fails with `SimulatorError` instead of computing.
 
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from prover.domain import NUMPY
-from prover.terms import evaluate
+from prover.terms import PreconditionViolation, evaluate
 
 from .host import HostError, run_host, store
 from .isa import (
@@ -45,6 +46,12 @@ class SimulatorError(RuntimeError):
 
 class SimulatorInputError(SimulatorError, ValueError):
     """The inputs given to `run` do not match the program's inputs (user error)."""
+
+
+class UndefinedResult(SimulatorError):
+    """An instruction met an input where its semantics' precondition fails (e.g. the
+    fixed-point requantizer's left shift overflowing int32): the hardware result is
+    undefined, so the simulator refuses instead of computing a value."""
 
 
 @dataclass
@@ -242,7 +249,11 @@ def run(program: Program, inputs: dict[str, np.ndarray]) -> tuple[dict[str, np.n
     """Execute `program` on `inputs`; returns (outputs by name, counters)."""
     m = Machine(program, _check_inputs(program, inputs))
     for ins in program.instructions:
-        m.step(ins)
+        try:
+            m.step(ins)
+        except PreconditionViolation as e:
+            who = getattr(ins, "name", None) or type(ins).__name__
+            raise UndefinedResult(f"{who}: {e}") from None
     outs = {}
     for name in program.outputs:
         if name not in m.mem["dram"]:

@@ -35,17 +35,35 @@ def rank_key(ob: Obligation, assignment: Mapping[str, int]) -> tuple[int, ...]:
 
 
 def evaluate_point(ob: Obligation, assignment: Mapping[str, int]):
-    """(before outputs, after outputs, preconditions hold) at one assignment, concretely."""
+    """(before outputs, after outputs, reference defined, implementation defined) at one point.
+
+    Where a side is not defined its outputs are whatever the kernel computes, which
+    means nothing (see `primitives` for the sides' rule).
+    """
     env = {k: np.array([int(v)], dtype=np.int64) for k, v in assignment.items()}
-    pre: list = []
-    b = tuple(
-        int(np.asarray(T.evaluate(t, NUMPY, env, pre)).reshape(-1)[0]) for t in ob.outputs_before
-    )
-    a = tuple(
-        int(np.asarray(T.evaluate(t, NUMPY, env, pre)).reshape(-1)[0]) for t in ob.outputs_after
-    )
-    ok = all(bool(np.all(p)) for p in pre)
-    return b, a, ok
+    pre_b: list = []
+    pre_a: list = []
+    with np.errstate(all="ignore"):
+        b = tuple(
+            int(np.asarray(T.evaluate(t, NUMPY, env, pre_b)).reshape(-1)[0])
+            for t in ob.outputs_before
+        )
+        a = tuple(
+            int(np.asarray(T.evaluate(t, NUMPY, env, pre_a)).reshape(-1)[0])
+            for t in ob.outputs_after
+        )
+    ok_b = all(bool(np.all(p)) for p in pre_b)
+    ok_a = all(bool(np.all(p)) for p in pre_a)
+    return b, a, ok_b, ok_a
+
+
+def undefined_at(ob: Obligation, assignment: Mapping[str, int]) -> str:
+    """Which implementation-side precondition fails at `assignment` ('' if none)."""
+    for t in ob.outputs_after:
+        why = T.first_violation(t, assignment)
+        if why:
+            return why
+    return ""
 
 
 def _unwrap(v: tuple[int, ...]):
@@ -53,21 +71,27 @@ def _unwrap(v: tuple[int, ...]):
 
 
 def replay(ob: Obligation, assignment: Mapping[str, int]) -> Counterexample:
-    """Replay a witness concretely; raise `ReplayMismatch` unless it violates the policy.
+    """Replay a witness concretely; raise `ReplayMismatch` unless it violates the obligation.
 
-    With a LiftSpec, the witness is also lifted to a whole input row, the row is
-    run through the kernel's matmul (`matmul.matmul_acc`, vectorised; tests check it equals
-    `matmul.dot`), and both sides are replayed on the value it produces.
+    A witness violates it where the reference is defined and the implementation is
+    undefined (a failing implementation-side precondition, named in `undefined`) or
+    differs beyond the policy. With a LiftSpec, the witness is also lifted to a whole
+    input row, the row is run through the kernel's matmul (`matmul.matmul_acc`,
+    vectorised; tests check it equals `matmul.dot`), and both sides are replayed on
+    the value it produces.
     """
     assignment = {n: int(assignment[n]) for n in ob.variables}
     for n, (lo, hi) in ob.ranges.items():
         if not lo <= assignment[n] <= hi:
             raise ReplayMismatch(f"witness {n}={assignment[n]} outside its range [{lo}, {hi}]")
-    b, a, ok = evaluate_point(ob, assignment)
-    if not ok:
-        raise ReplayMismatch(f"witness {assignment} violates a primitive precondition")
-    diff = max(abs(x - y) for x, y in zip(b, a, strict=True))
-    if ob.policy.allows(diff):
+    b, a, ok_b, ok_a = evaluate_point(ob, assignment)
+    if not ok_b:
+        raise ReplayMismatch(f"witness {assignment} violates a reference-side precondition")
+    undefined = "" if ok_a else undefined_at(ob, assignment)
+    if not ok_a and not undefined:
+        raise ReplayMismatch(f"witness {assignment}: implementation precondition not located")
+    diff = None if undefined else max(abs(x - y) for x, y in zip(b, a, strict=True))
+    if not undefined and ob.policy.allows(diff):
         raise ReplayMismatch(
             f"witness {assignment} does not reproduce: before={b} after={a} under {ob.policy}"
         )
@@ -82,10 +106,12 @@ def replay(ob: Obligation, assignment: Mapping[str, int]) -> Counterexample:
             got = row_value(ob.lift, row)
             env2 = dict(assignment)
             env2[ob.lift.var] = got
-            b2, a2, ok2 = evaluate_point(ob, env2)
-            if got != target or (b2, a2) != (b, a) or not ok2:
+            b2, a2, ok_b2, ok_a2 = evaluate_point(ob, env2)
+            same = (b2, ok_a2) == (b, ok_a) and (undefined or a2 == a)
+            if got != target or not same or not ok_b2:
                 raise ReplayMismatch(
                     f"lifted input row gives {ob.lift.var}={got} (wanted {target}), "
                     f"before={b2} after={a2}"
                 )
-    return Counterexample(assignment, _unwrap(b), _unwrap(a), diff, row, note)
+    after = None if undefined else _unwrap(a)
+    return Counterexample(assignment, _unwrap(b), after, diff, row, note, undefined)

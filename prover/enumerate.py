@@ -2,7 +2,9 @@
 
 Every assignment of the ranged variables is evaluated concretely (numpy,
 vectorised, in chunks) with the kernel's own `terms.evaluate`. Exact verdict,
-exact largest difference, and the canonical simplest counterexample.
+exact largest difference (over points where both sides are defined), and the
+canonical simplest counterexample. A point where the reference's preconditions
+fail is skipped; one where only the implementation's fail is a violation.
 """
 
 from __future__ import annotations
@@ -30,15 +32,34 @@ def _all_true(pre: list, n: int) -> np.ndarray:
 
 
 def evaluate_block(ob: Obligation, env: dict[str, np.ndarray], n: int):
-    """(valid mask, largest |before-after| per point) on a block of n assignments."""
-    pre: list = []
+    """(assumed, defined, diff) on a block of n assignments.
+
+    `assumed`: the reference side's preconditions hold (elsewhere the reference is
+    undefined and the point is outside the obligation); `defined`: the
+    implementation side's preconditions hold (elsewhere the point violates the
+    obligation whatever the values); `diff`: the largest |before-after|, meaningful
+    only where both hold. See `primitives` for why the sides differ.
+    """
+    pre_b: list = []
+    pre_a: list = []
     diff = np.zeros(n, dtype=np.int64)
     with np.errstate(all="ignore"):
         for tb, ta in zip(ob.outputs_before, ob.outputs_after, strict=True):
-            b = np.broadcast_to(np.asarray(T.evaluate(tb, NUMPY, env, pre), dtype=np.int64), (n,))
-            a = np.broadcast_to(np.asarray(T.evaluate(ta, NUMPY, env, pre), dtype=np.int64), (n,))
+            b = np.broadcast_to(np.asarray(T.evaluate(tb, NUMPY, env, pre_b), dtype=np.int64), (n,))
+            a = np.broadcast_to(np.asarray(T.evaluate(ta, NUMPY, env, pre_a), dtype=np.int64), (n,))
             diff = np.maximum(diff, np.abs(b - a))
-    return _all_true(pre, n), diff
+    return _all_true(pre_b, n), _all_true(pre_a, n), diff
+
+
+def violations(ob: Obligation, assumed: np.ndarray, defined: np.ndarray, diff: np.ndarray):
+    """Mask of points violating `ob`: reference defined, and implementation undefined or off."""
+    return assumed & (~defined | (diff > ob.policy.bound))
+
+
+def largest_diff(assumed: np.ndarray, defined: np.ndarray, diff: np.ndarray) -> int | None:
+    """Largest difference where both sides are defined (None where there is no such point)."""
+    ok = assumed & defined
+    return int(diff[ok].max()) if ok.any() else None
 
 
 def decide(ob: Obligation, limit: int = DEFAULT_LIMIT, deadline: float | None = None) -> Decision:
@@ -54,7 +75,6 @@ def decide(ob: Obligation, limit: int = DEFAULT_LIMIT, deadline: float | None = 
     sizes = [ob.ranges[n][1] - ob.ranges[n][0] + 1 for n in names]
     strides = np.cumprod([1] + sizes[::-1][:-1])[::-1]  # last variable fastest
     any_valid, max_diff, best, best_key = False, 0, None, None
-    bound = ob.policy.bound
     for start in range(0, size, CHUNK):
         if deadline is not None and time.perf_counter() > deadline:
             return Decision(
@@ -63,12 +83,14 @@ def decide(ob: Obligation, limit: int = DEFAULT_LIMIT, deadline: float | None = 
         idx = np.arange(start, min(size, start + CHUNK), dtype=np.int64)
         cols = [(idx // strides[i]) % sizes[i] + los[i] for i in range(len(names))]
         env = dict(zip(names, cols, strict=True))
-        valid, diff = evaluate_block(ob, env, idx.size)
-        if not valid.any():
+        assumed, defined, diff = evaluate_block(ob, env, idx.size)
+        if not assumed.any():
             continue
         any_valid = True
-        max_diff = max(max_diff, int(diff[valid].max()))
-        bad = np.nonzero(valid & (diff > bound))[0]
+        md = largest_diff(assumed, defined, diff)
+        if md is not None:
+            max_diff = max(max_diff, md)
+        bad = np.nonzero(violations(ob, assumed, defined, diff))[0]
         if bad.size:
             ranks = [rank_array(c[bad]) for c in cols]
             j = bad[np.lexsort(ranks[::-1])[0]]

@@ -4,6 +4,19 @@ Each entry names one kernel function and, where C semantics leave a case
 undefined, the precondition under which the function has a meaning.
 Parameters are plain JSON values (ints, floats, strings, tuples of ints) so a
 term has a canonical, hashable form.
+
+Preconditions and sides (the rule every decision procedure implements:
+segments, enumerate, the SMT encoding, and concrete replay). An obligation says `before` (the reference: the ONNX model's
+meaning) equals `after` (the implementation: the NPU's form). A precondition
+met while evaluating `after` is an obligation: a reachable input that violates
+it refutes the rewrite (the implementation's result there is undefined, and
+"proven" would be a claim about a value the hardware need not produce). A
+precondition met while evaluating `before` may be assumed, and only because
+the reference itself has no meaning there (C undefined behaviour in the
+gemmlowp/TFLite reference, a value outside the type the ONNX tensor holds):
+no reference output exists to compare with. Each primitive's `requires`
+says what its precondition is; its `doc` says why assuming it on the
+reference side is sound.
 """
 
 from __future__ import annotations
@@ -25,12 +38,18 @@ SEMANTICS_VERSION = "1"
 
 @dataclass(frozen=True)
 class Primitive:
-    """A kernel function usable in terms: `fn(d, *args, **params)`."""
+    """A kernel function usable in terms: `fn(d, *args, **params)`.
+
+    `precondition(d, *args, **params)` (a domain boolean) is where `fn` has a
+    meaning; `requires` states it in words. Obligation on the `after` side,
+    assumption on the `before` side (module docstring).
+    """
 
     name: str
     fn: Callable[..., Any]
     precondition: Callable[..., Any] | None = None
     doc: str = ""
+    requires: str = ""
 
 
 def _requant_double(d: Domain, acc, *, multiplier, shift, zp, out):
@@ -58,7 +77,10 @@ def _requant_float_pre(d: Domain, acc, *, scale, zp, out):
 
 
 def _lut_apply(d: Domain, x, *, table, in_type, index_order):
-    return _lut.apply_lut(d, table, x, int_type(in_type), index_order)
+    # Clamped so evaluating where the precondition fails stays total (its value is
+    # never used: the precondition decides those points).
+    t = int_type(in_type)
+    return _lut.apply_lut(d, table, d.clamp(x, t.min, t.max), t, index_order)
 
 
 def _lut_pre(d: Domain, x, *, table, in_type, index_order):
@@ -101,10 +123,45 @@ PRIMITIVES: dict[str, Primitive] = {
         Primitive("clip", _clip, doc="min(max(x, lo), hi)"),
         Primitive("saturate", lambda d, x, *, type: saturate(d, x, int_type(type))),
         Primitive("wrap", lambda d, x, *, type: wrap(d, x, int_type(type))),
-        Primitive("requant_double", _requant_double, _requant_double_pre),
-        Primitive("requant_single", _requant_single, _requant_single_pre),
-        Primitive("requant_float", _requant_float, _requant_float_pre),
-        Primitive("lut", _lut_apply, _lut_pre, doc="table[index(x)], x in in_type"),
+        Primitive(
+            "requant_double",
+            _requant_double,
+            _requant_double_pre,
+            doc="saturate(MBQM(acc, M, s) + zp). Reference side: assumed; the left shift "
+            "overflowing int32 is undefined behaviour in gemmlowp/TFLite's C, so the "
+            "reference has no value there. NPU side: an obligation (the hardware's result "
+            "is undefined).",
+            requires="acc * 2^max(shift,0) fits int32",
+        ),
+        Primitive(
+            "requant_single",
+            _requant_single,
+            _requant_single_pre,
+            doc="saturate(single_round(acc, M, s) + zp). Reference side: assumed; TFLite "
+            "DCHECKs an int32 input and result, beyond which its C has no defined value. "
+            "NPU side: an obligation.",
+            requires="acc is int32 and (acc*M + 2^(30-s)) >> (31-s) fits int32",
+        ),
+        Primitive(
+            "requant_float",
+            _requant_float,
+            _requant_float_pre,
+            doc="saturate(round_half_even(float32(acc) * scale) + zp). Reference side: "
+            "assumed; ONNX defines QLinearMatMul's accumulator as int32, and an overflowing "
+            "int32 sum has no value in the spec. NPU side: an obligation (the accumulator "
+            "register is int32).",
+            requires="acc is int32",
+        ),
+        Primitive(
+            "lut",
+            _lut_apply,
+            _lut_pre,
+            doc="table[index(x)], x in in_type. Reference side: assumed; the ONNX tensor "
+            "feeding the activation holds in_type values only, so no reference input lies "
+            "outside. NPU side: an obligation (an index outside the table reads memory "
+            "that is not the table).",
+            requires="x lies in in_type",
+        ),
         Primitive("dot", _dot),
         Primitive("floordiv_const", _floordiv_const, doc="floor(x / c), c > 0"),
         Primitive("mod_const", _mod_const, doc="x - c * floor(x / c), c > 0"),

@@ -31,10 +31,17 @@ violating point nearest to zero.
 
 Preconditions: those of primitives above the cuts are functions of the cuts,
 so constant per segment and evaluated per segment. Those inside a chain
-(`requant_double`: x*2^left fits int32; `requant_single`: result fits int32)
-hold on an interval of the chain's input, hence (chains are monotone) on an
-interval of the variable; they are checked at lo and hi, and the procedure
-declines (`NotApplicable`) unless they hold at both, i.e. on all of [lo, hi].
+(`requant_double`: x*2^left fits int32; `requant_single`: input and result fit
+int32; `requant_float`: input fits int32) bound the input of their primitive to
+an interval; that input is a monotone function of the variable wherever the
+chain below it is defined, so each holds exactly on an interval of the
+variable, whose ends are found by binary search and become segment bounds
+(`valid_interval`). Thresholds are computed inside that interval only (outside
+it the concrete values are undefined and need not be monotone). So on every
+segment each precondition is constant too, and evaluating one point per
+segment decides it with the sides' rule (`primitives`): a failing reference
+precondition excludes the segment, a failing implementation precondition
+makes it a violation.
 """
 
 from __future__ import annotations
@@ -48,10 +55,11 @@ from . import terms as T
 from .counterexample import rank
 from .decision import HOLDS, VIOLATED, Decision
 from .domain import NUMPY
-from .enumerate import evaluate_block
+from .enumerate import evaluate_block, largest_diff, violations
 from .errors import NotApplicable, VacuousObligation
 from .inttypes import INT32_MAX, INT32_MIN, int_type
 from .obligation import Obligation
+from .requant import single_round
 from .staircase import monotone_thresholds
 
 LEVEL_LIMIT = 1 << 20  # most distinct values one cut may take on [lo, hi]
@@ -121,22 +129,91 @@ def _chain_interval(t: T.Term, iv: Interval) -> Interval:
     return res
 
 
+def _requant_single_input(p: dict) -> Interval:
+    m, sh = int(p["multiplier"]), int(p["shift"])
+
+    def single(x):
+        return single_round(NUMPY, np.asarray(x, dtype=np.int64), m, sh)
+
+    lo = _first_at_least(single, INT32_MIN, INT32_MIN, INT32_MAX)
+    hi = _first_at_least(single, INT32_MAX + 1, INT32_MIN, INT32_MAX) - 1
+    return lo, hi
+
+
+# The input interval on which each chain primitive's precondition holds.
+PRE_INPUT: dict[str, Callable[[dict], Interval]] = {
+    "requant_double": lambda p: (
+        INT32_MIN >> max(int(p["shift"]), 0),
+        INT32_MAX >> max(int(p["shift"]), 0),
+    ),
+    "requant_single": _requant_single_input,
+    "requant_float": lambda p: (INT32_MIN, INT32_MAX),
+}
+
+
+def _first_at_least(f, level: int, a: int, b: int) -> int:
+    """Smallest x in [a, b] with f(x) >= level for a non-decreasing f (b + 1 if none)."""
+    hi = b + 1
+    while a < hi:
+        mid = a + (hi - a) // 2
+        if int(np.asarray(f(np.array([mid], dtype=np.int64))).reshape(-1)[0]) >= level:
+            hi = mid
+        else:
+            a = mid + 1
+    return a
+
+
+def valid_interval(cut: T.Term, var: str, lo: int, hi: int) -> Interval | None:
+    """The sub-interval of [lo, hi] where every precondition inside the chain holds (None: empty)."""
+    chain: list[T.Op] = []
+    t = cut
+    while isinstance(t, T.Op):
+        chain.append(t)
+        t = t.args[0]
+    chain.reverse()
+    va, vb = lo, hi
+    for i, o in enumerate(chain):
+        if o.prim not in PRE_INPUT:
+            continue
+        pa, pb = PRE_INPUT[o.prim](o.kwargs)
+        inner: T.Term = chain[i - 1] if i else T.Var(var)
+        _chain_interval(inner, (va, vb))
+
+        def f(x, inner=inner):
+            return T.evaluate(inner, NUMPY, {var: x})
+
+        a = _first_at_least(f, pa, va, vb)
+        b = _first_at_least(f, pb + 1, va, vb) - 1
+        va, vb = max(va, a), min(vb, b)
+        if va > vb:
+            return None
+    return va, vb
+
+
 def _thresholds(cut: T.Term, var: str, lo: int, hi: int) -> np.ndarray:
-    _chain_interval(cut, (lo, hi))
+    """Segment bounds of one chain on [lo, hi]: its precondition interval's ends and its steps."""
+    iv = valid_interval(cut, var, lo, hi)
+    if iv is None:
+        return np.array([], dtype=np.int64)
+    va, vb = iv
+    edges = np.array([va, vb + 1], dtype=np.int64)
+    _chain_interval(cut, (va, vb))
     pre: list = []
     ends = np.asarray(
-        T.evaluate(cut, NUMPY, {var: np.array([lo, hi], dtype=np.int64)}, pre), dtype=np.int64
+        T.evaluate(cut, NUMPY, {var: np.array([va, vb], dtype=np.int64)}, pre), dtype=np.int64
     )
     if not all(bool(np.all(p)) for p in pre):
-        raise NotApplicable("a precondition inside a monotone chain fails at an end of the range")
+        raise NotApplicable("internal: a chain precondition fails inside its valid interval")
     vmin, vmax = int(ends[0]), int(ends[1])
     if vmax < vmin:
         raise NotApplicable("internal: chain decreasing between the ends of the range")
     if vmax - vmin > LEVEL_LIMIT:
         raise NotApplicable(f"a monotone chain takes up to {vmax - vmin + 1} values")
     if isinstance(cut, T.Var):
-        return np.arange(lo + 1, hi + 1, dtype=np.int64)
-    return bracketed_thresholds(lambda x: T.evaluate(cut, NUMPY, {var: x}), vmin, vmax, lo, hi)
+        steps = np.arange(va + 1, vb + 1, dtype=np.int64)
+    else:
+        steps = bracketed_thresholds(lambda x: T.evaluate(cut, NUMPY, {var: x}), vmin, vmax, va, vb)
+    return np.concatenate([edges, np.asarray(steps, dtype=np.int64)])
 
 
 GRID = 4096
@@ -188,14 +265,15 @@ def decide(ob: Obligation, deadline: float | None = None) -> Decision:
     bounds = [np.array([lo], dtype=np.int64)]
     for c in sorted(cs, key=lambda c: T.canonical(T.to_json(c))):
         th = _thresholds(c, var, lo, hi)
-        bounds.append(th[th <= hi])
+        bounds.append(th[(th >= lo) & (th <= hi)])
     starts = np.unique(np.concatenate(bounds))
     ends = np.append(starts[1:] - 1, hi)
-    valid, diff = evaluate_block(ob, {var: starts}, starts.size)
-    if not valid.any():
-        raise VacuousObligation("no value in the range satisfies the primitive preconditions")
-    max_diff = int(diff[valid].max())
-    bad = np.nonzero(valid & (diff > ob.policy.bound))[0]
+    assumed, defined, diff = evaluate_block(ob, {var: starts}, starts.size)
+    if not assumed.any():
+        raise VacuousObligation("no value in the range satisfies the reference's preconditions")
+    md = largest_diff(assumed, defined, diff)
+    max_diff = 0 if md is None else md
+    bad = np.nonzero(violations(ob, assumed, defined, diff))[0]
     ms = (time.perf_counter() - t0) * 1000
     ver = f"numpy {np.__version__}"
     stats = {"segments": int(starts.size), "cuts": len(cs)}

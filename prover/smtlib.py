@@ -1,7 +1,8 @@
 """The SMT encoding of an obligation (QF_BV) and its SMT-LIB2 export.
 
-The obligation holds iff `ranges /\\ preconditions /\\ violation` is unsat, where
-`violation` says some output pair differs by more than the policy's bound.
+The obligation holds iff `ranges /\\ reference preconditions /\\ violation` is
+unsat, where `violation` says an implementation precondition fails or some
+output pair differs by more than the policy's bound.
 Terms are interpreted with the kernel's `Z3` domain (64-bit signed bit-vectors,
 wide enough for every intermediate the kernel forms), so the SMT meaning is
 the kernel's meaning; the text is then handed unchanged to every backend.
@@ -36,7 +37,12 @@ def rank(v: z3.BitVecRef) -> z3.BitVecRef:
 
 @dataclass
 class Encoding:
-    """Z3 terms of one obligation: variables, domain constraints and output differences."""
+    """Z3 terms of one obligation: variables, domain constraints and output differences.
+
+    The domain is the ranges and the reference side's preconditions (assumed);
+    the implementation side's preconditions (`defined`) are part of what must be
+    proven, so `violation` holds where they fail (see `primitives`).
+    """
 
     ob: Obligation
 
@@ -47,12 +53,14 @@ class Encoding:
         dom = []
         for name, (lo, hi) in self.ob.ranges.items():
             dom += [xs[name] >= lo, xs[name] <= hi]
-        pre: list = []
-        bs = [T.evaluate(t, d, xs, pre) for t in self.ob.outputs_before]
-        as_ = [T.evaluate(t, d, xs, pre) for t in self.ob.outputs_after]
-        dom += [_bool(p) for p in pre]
+        pre_b: list = []
+        pre_a: list = []
+        bs = [T.evaluate(t, d, xs, pre_b) for t in self.ob.outputs_before]
+        as_ = [T.evaluate(t, d, xs, pre_a) for t in self.ob.outputs_after]
+        dom += [_bool(p) for p in pre_b]
+        defined = [_bool(p) for p in pre_a]
         diffs = [absdiff(d.lift(b), d.lift(a)) for b, a in zip(bs, as_, strict=True)]
-        return xs, dom, diffs
+        return xs, dom, diffs, defined
 
     @property
     def vars(self) -> dict[str, z3.BitVecRef]:
@@ -60,21 +68,38 @@ class Encoding:
 
     @property
     def domain(self) -> list[z3.BoolRef]:
-        """Ranges and primitive preconditions."""
+        """Ranges and the reference side's preconditions."""
         return self._built[1]
 
     @property
     def diffs(self) -> list[z3.BitVecRef]:
         return self._built[2]
 
+    @property
+    def defined(self) -> z3.BoolRef:
+        """The implementation side's preconditions all hold."""
+        parts = self._built[3]
+        if not parts:
+            return z3.BoolVal(True)
+        return parts[0] if len(parts) == 1 else z3.And(parts)
+
     def violation(self, at_least: int | None = None) -> z3.BoolRef:
-        """Some output differs by more than the bound (or by at least `at_least`)."""
+        """The implementation is undefined or some output differs by more than the bound.
+
+        With `at_least`: the implementation is defined and some output differs by at
+        least `at_least` (the largest-difference search).
+        """
         if at_least is None:
             parts = [dd > self.ob.policy.bound for dd in self.diffs]
         else:
             parts = [dd >= at_least for dd in self.diffs]
         # A one-argument `or` is not SMT-LIB (Bitwuzla rejects it).
-        return parts[0] if len(parts) == 1 else z3.Or(parts)
+        off = parts[0] if len(parts) == 1 else z3.Or(parts)
+        if z3.is_true(z3.simplify(self.defined)):
+            return off
+        if at_least is not None:
+            return z3.And(self.defined, off)
+        return z3.Or(z3.Not(self.defined), off)
 
     def rank_at_most(self, name: str, r: int) -> z3.BoolRef:
         return z3.ULE(rank(self.vars[name]), r)

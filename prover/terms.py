@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .domain import Domain, KernelError
+from .domain import NUMPY, Domain, KernelError, NumpyDomain
 from .primitives import primitive
 
 
@@ -108,12 +108,31 @@ def free_vars(t: Term) -> set[str]:
     return out
 
 
-def evaluate(t: Term, d: Domain, env: Mapping[str, Any], preconds: list | None = None) -> Any:
+class PreconditionViolation(KernelError):
+    """A primitive was applied where its precondition fails: the result is undefined."""
+
+
+def evaluate(
+    t: Term,
+    d: Domain,
+    env: Mapping[str, Any],
+    preconds: list | None = None,
+    *,
+    strict: bool | None = None,
+) -> Any:
     """Interpret `t` in domain `d` with variables bound by `env`.
 
     Preconditions of the primitives met on the way are appended to `preconds`
-    (when given) as domain booleans.
+    (when given) as domain booleans; the caller decides what they mean (see
+    `primitives`: a side's preconditions are assumed for the reference and
+    are obligations for the implementation), and values computed where one
+    fails mean nothing. Strict evaluation (the default for a concrete domain
+    when `preconds` is not given) raises `PreconditionViolation` where a
+    precondition fails instead of computing an undefined value: the NPU
+    simulator, host kernels and constant folding never see such a value.
     """
+    if strict is None:
+        strict = preconds is None and isinstance(d, NumpyDomain)
     memo: dict[int, Any] = {}
 
     def go(u: Term) -> Any:
@@ -130,10 +149,37 @@ def evaluate(t: Term, d: Domain, env: Mapping[str, Any], preconds: list | None =
             p = primitive(u.prim)
             args = [go(a) for a in u.args]
             kw = u.kwargs
-            if preconds is not None and p.precondition is not None:
-                preconds.append(p.precondition(d, *args, **kw))
+            if p.precondition is not None and (preconds is not None or strict):
+                ok = p.precondition(d, *args, **kw)
+                if preconds is not None:
+                    preconds.append(ok)
+                if strict and not bool(np.all(ok)):
+                    raise PreconditionViolation(_violation_text(u, p, args, ok))
             val = p.fn(d, *args, **kw)
         memo[key] = val
         return val
 
     return go(t)
+
+
+def _violation_text(u: Op, p: Any, args: list, ok: Any) -> str:
+    okv = np.atleast_1d(np.asarray(ok, dtype=bool))
+    arrs = [np.atleast_1d(np.asarray(a, dtype=np.int64)) for a in args]
+    shape = np.broadcast_shapes(okv.shape, *(a.shape for a in arrs))
+    i = int(np.flatnonzero(~np.broadcast_to(okv, shape))[0])
+    first = ", ".join(str(int(np.broadcast_to(a, shape).reshape(-1)[i])) for a in arrs)
+    return (
+        f"{u.prim}: precondition '{p.requires}' fails at input {first} (out of range); "
+        "the result is undefined"
+    )
+
+
+def first_violation(t: Term, env: Mapping[str, int]) -> str | None:
+    """At one concrete point: a description of the first failing precondition in `t`, else None."""
+    point = {k: np.array([int(v)], dtype=np.int64) for k, v in env.items()}
+    try:
+        with np.errstate(all="ignore"):
+            evaluate(t, NUMPY, point, strict=True)
+    except PreconditionViolation as e:
+        return str(e)
+    return None

@@ -18,25 +18,32 @@ class Counterexample:
     `before`/`after` are ints (tuples of ints for several outputs). `lifted_input`
     is a whole input row of the compute op producing `assignment[lift.var]`,
     or None when the obligation has no LiftSpec (or no row reaches that value,
-    explained in `lift_note`).
+    explained in `lift_note`). `undefined` names the implementation-side
+    precondition that fails at the input (e.g. a fixed-point left shift
+    overflowing int32); then the implementation has no result there, and
+    `after` and `diff` are None.
     """
 
     assignment: Mapping[str, int]
     before: Any
     after: Any
-    diff: int
+    diff: int | None
     lifted_input: tuple[int, ...] | None = None
     lift_note: str = ""
+    undefined: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "assignment": dict(self.assignment),
             "before": _jsonable(self.before),
-            "after": _jsonable(self.after),
+            "after": None if self.after is None else _jsonable(self.after),
             "diff": self.diff,
             "lifted_input": None if self.lifted_input is None else list(self.lifted_input),
             "lift_note": self.lift_note,
         }
+        if self.undefined:  # absent otherwise, so older records keep their bytes
+            out["undefined"] = self.undefined
+        return out
 
     @classmethod
     def from_dict(cls, j: Mapping[str, Any]) -> Counterexample:
@@ -44,10 +51,11 @@ class Counterexample:
         return cls(
             {k: int(v) for k, v in j["assignment"].items()},
             _unjson(j["before"]),
-            _unjson(j["after"]),
-            int(j["diff"]),
+            None if j["after"] is None else _unjson(j["after"]),
+            None if j["diff"] is None else int(j["diff"]),
             None if li is None else tuple(int(v) for v in li),
             j.get("lift_note", ""),
+            j.get("undefined", ""),
         )
 
 
