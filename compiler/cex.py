@@ -17,6 +17,7 @@ import numpy as np
 from prover.errors import LiftError
 from prover.lift import lift_row, row_value
 from prover.obligation import LiftSpec
+from prover.terms import PreconditionViolation
 
 from .errors import InternalError
 from .frontend import PROJECT_DOMAIN
@@ -151,8 +152,10 @@ def whole_model(
     cx = verdict.counterexample
     acc = int(cx.assignment["acc"])
     j, row = find_row(site.compute, columns, acc, cx.lifted_input, lift_col)
+    undefined = getattr(cx, "undefined", "")
+    after = None if undefined else int(cx.after)
     return replay_row(
-        g, site, j, row, dict(cx.assignment), int(cx.before), int(cx.after), ctx, apply
+        g, site, j, row, dict(cx.assignment), int(cx.before), after, ctx, apply, undefined
     )
 
 
@@ -163,9 +166,10 @@ def replay_row(
     row,
     assignment: dict[str, int],
     before: int,
-    after: int,
+    after: int | None,
     ctx,
     apply,
+    undefined: str = "",
 ) -> WholeModelCounterexample:
     """Place `row` in the compute input, replay the original graph (under the chosen
     reference) and the fused form, and check column `j` of the site's output gives
@@ -190,7 +194,7 @@ def replay_row(
         None,
         dict(assignment),
         int(before),
-        int(after),
+        None if after is None else int(after),
         {"value": out_name, "column": j},
     )
     if feeds is None:
@@ -199,10 +203,33 @@ def replay_row(
     env0 = run_graph(g, feeds, keep_all=True, reference=reference)
     trial = g.clone()
     apply(trial, site)
-    env1 = run_graph(trial, feeds, keep_all=True)
     shape = g.values[out_name].shape
     idx = tuple(int(v) for v in np.unravel_index(flat, shape))
     b = int(np.asarray(env0[out_name]).reshape(-1)[flat])
+    if undefined:
+        # The fused form has no value here (an NPU-side precondition fails): the
+        # replay must refuse exactly as the simulator does.
+        try:
+            run_graph(trial, feeds, keep_all=True)
+        except PreconditionViolation:
+            pass
+        else:
+            raise InternalError(f"site {site.id}: fused form defined at an 'undefined' input")
+        if b != int(before):
+            raise InternalError(
+                f"site {site.id}: counterexample does not reproduce on the whole model "
+                f"(prover before {before}, replay {b} at {out_name}{list(idx)})"
+            )
+        expected = {o: env0[o] for o in g.outputs}
+        expected_by = "ir-reference"
+        if ctx.model is not None and not _uses_project_domain(ctx.model):
+            expected, expected_by = _against_ort(g, site, feeds, env0, ctx, base)
+        base.inputs, base.expected = feeds, expected
+        base.element = {"value": out_name, "index": list(idx), "column": j}
+        base.expected_by, base.actual_by = expected_by, "kernel"
+        base.note = f"the fused form's result is undefined at this input: {undefined}"
+        return base
+    env1 = run_graph(trial, feeds, keep_all=True)
     a = int(np.asarray(env1[out_name]).reshape(-1)[flat])
     if (b, a) != (int(before), int(after)):
         raise InternalError(

@@ -21,6 +21,7 @@ it, accepted on a valid HMAC signature; `details["served"]` says which.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -321,7 +322,7 @@ def _liftable_witness(
     """
     var = ob.lift.var
     lo, hi = ob.ranges[var]
-    pending = [(lo, bad - 1), (bad + 1, hi)]
+    pending = _split_reachable(ob.lift, lo, hi, bad)
     while pending and attempts > 0:
         a, b = pending.pop(0)
         if a > b:
@@ -341,8 +342,22 @@ def _liftable_witness(
         if cex.lifted_input is not None:
             return cex
         w = cex.assignment[var]
-        pending += [(a, w - 1), (w + 1, b)]
+        pending += _split_reachable(ob.lift, a, b, w)
     return None
+
+
+def _split_reachable(lift: LiftSpec, a: int, b: int, w: int) -> list[tuple[int, int]]:
+    """[a, b] without the unreachable `w`, each part trimmed to the nearest value a row can reach.
+
+    Every row gives `bias` modulo g = gcd(w_k - w_zp), so values in between are skipped
+    (e.g. a column of equal weights reaches only multiples of that weight).
+    """
+    g = math.gcd(*(int(v) - lift.w_zp for v in lift.weights))
+    if g == 0:
+        return []
+    below = w - 1 - ((w - 1 - lift.bias) % g)
+    above = w + 1 + ((lift.bias - w - 1) % g)
+    return [(a, below), (above, b)]
 
 
 def _fmt(a: dict[str, int]) -> str:
