@@ -31,6 +31,7 @@ from npu_backend.lowered import (
 from npu_backend.postprocess import LutParams, PostProcess, RequantParams
 from npu_backend.target import requant_from_scale
 from npu_backend.validate import validate_step
+from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.lut import build_lut
 from prover.matmul import accumulator_range
@@ -149,7 +150,16 @@ class Lowerer:
         ok, code, msg = True, "", ""
         for cols in requant_groups(rq, N):
             scale = rq["scale"][cols[0]] if isinstance(rq["scale"], tuple) else rq["scale"]
-            p = PostProcess(requant_from_scale(scale, rq["zp"], rq["out"], caps.requant_scheme))
+            try:
+                p = PostProcess(requant_from_scale(scale, rq["zp"], rq["out"], caps.requant_scheme))
+            except KernelError as e:
+                # The target's requantizer cannot represent this scale: the op is not
+                # NPU-runnable, so it stays on the host; the rest of the model goes on.
+                why = (
+                    f"the {caps.requant_scheme} requantizer of '{self.t.name}' cannot take it: {e}"
+                )
+                self.place_matmul(n, None, "plain", False, "unsupported_op", why)
+                return
             for j in cols:
                 posts[j] = p
             for _, lo, hi in components(cols, r.lo, r.hi):
