@@ -13,6 +13,7 @@ kernel's semantics (SEMANTICS_VERSION changes every obligation hash).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -59,17 +60,35 @@ def regenerate(store: Path = PROOFS, examples: Path = EXAMPLES) -> int:
         fresh = Path(tmp)
         for model, policy, target in configs(examples):
             _run(model, policy, target, fresh, "rw")
+        records = sorted(fresh.glob("??/*.json"))
+        keep = {r.name for r in records}
         for old in store.glob("??/*.json"):
-            old.unlink()
+            if old.name not in keep:
+                old.unlink()
         for d in store.glob("??"):
             if d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
-        records = sorted(fresh.glob("??/*.json"))
         for rec in records:
             dest = store / rec.parent.name / rec.name
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(rec, dest)
+            if not _same_verdict(rec, dest):  # only timings differ: keep the file (no churn)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(rec, dest)
     return len(records)
+
+
+def _same_verdict(new: Path, old: Path) -> bool:
+    if not old.exists():
+        return False
+    try:
+        a, b = json.loads(new.read_text()), json.loads(old.read_text())
+    except ValueError:
+        return False
+    fields = ("status", "max_diff", "counterexample", "solver")
+    return (
+        a.get("obligation") == b.get("obligation")
+        and ("signature" in a) == ("signature" in b)
+        and all(a["verdict"].get(f) == b.get("verdict", {}).get(f) for f in fields)
+    )
 
 
 def verify(store: Path = PROOFS, examples: Path = EXAMPLES) -> list[str]:
