@@ -1,0 +1,84 @@
+"""An Identity or no-op Reshape next to a host node (issue 10, finding 6): cleanup removes it
+and renames the host node's ONNX inputs/outputs too (was: exit 4, "Node input ... is not a
+graph input, initializer, or output of a previous node")."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from models import OPSETS, const, weights
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+from qdq_models import check_end_to_end, ort_run
+
+from compiler.frontend import to_ir
+from compiler.passes import cleanup
+from compiler.semantics import run_graph
+
+
+def _model(layout: str, where: str) -> onnx.ModelProto:
+    """float x -> [layout] -> QuantizeLinear (host) -> QLinearMatMul -> [layout] -> DQ (host).
+
+    `where`: `before` (between input and QuantizeLinear), `after` (between the matmul and
+    DequantizeLinear) or `output` (after DequantizeLinear, producing the graph output).
+    """
+    inits = [nh.from_array(weights(16, 4), "W")] + [
+        const(n, v, t)
+        for n, v, t in [("s", 0.02, "float32"), ("z", 0, "int8"), ("ws", 0.01, "float32"),
+                        ("ys", 0.05, "float32")]
+    ]  # fmt: skip
+    inits.append(nh.from_array(np.array([2, 16], np.int64), "shp16"))
+    inits.append(nh.from_array(np.array([2, 4], np.int64), "shp4"))
+
+    def noop(inp: str, out: str, shape: str) -> onnx.NodeProto:
+        if layout == "identity":
+            return oh.make_node("Identity", [inp], [out], name=f"noop_{out}")
+        return oh.make_node("Reshape", [inp, shape], [out], name=f"noop_{out}")
+
+    nodes, cur = [], "xf"
+    if where == "before":
+        nodes.append(noop(cur, "xi", "shp16"))
+        cur = "xi"
+    nodes.append(oh.make_node("QuantizeLinear", [cur, "s", "z"], ["xq"], name="quant"))
+    nodes.append(
+        oh.make_node("QLinearMatMul", ["xq", "s", "z", "W", "ws", "z", "ys", "z"], ["h"], name="mm")
+    )
+    cur = "h"
+    if where == "after":
+        nodes.append(noop(cur, "h2", "shp4"))
+        cur = "h2"
+    out = "y" if where != "output" else "yd"
+    nodes.append(oh.make_node("DequantizeLinear", [cur, "ys", "z"], [out], name="dq"))
+    if where == "output":
+        nodes.append(noop(out, "y", "shp4"))
+    g = oh.make_graph(
+        nodes,
+        "t",
+        [oh.make_tensor_value_info("xf", TP.FLOAT, [2, 16])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [2, 4])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=OPSETS)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+CASES = [(lay, w) for lay in ("identity", "reshape") for w in ("before", "after", "output")]
+
+
+@pytest.mark.parametrize("layout, where", CASES)
+def test_cleanup_keeps_host_nodes_runnable(layout, where):
+    m = _model(layout, where)
+    g, _ = to_ir(m)
+    g = cleanup.run(g)
+    assert not any(n.op in ("identity", "reshape") for n in g.nodes)  # really removed
+    feeds = {"xf": np.random.default_rng(0).uniform(-3, 3, (2, 16)).astype(np.float32)}
+    np.testing.assert_array_equal(run_graph(g, feeds)["y"], ort_run(m, feeds)[0])
+
+
+@pytest.mark.parametrize("layout, where", [("identity", "before"), ("reshape", "after")])
+def test_noop_next_to_host_node_end_to_end(layout, where, tmp_path):
+    feeds = {"xf": np.random.default_rng(1).uniform(-3, 3, (2, 16)).astype(np.float32)}
+    check_end_to_end(_model(layout, where), feeds, tmp_path)
