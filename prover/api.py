@@ -30,6 +30,7 @@ from dataclasses import replace
 from . import enumerate as _enum
 from . import segments as _seg
 from . import smtdecide as _smt
+from .bounds import fits
 from .counterexample import replay
 from .decision import HOLDS, UNKNOWN, VIOLATED, Decision
 from .errors import (
@@ -180,6 +181,14 @@ def check(
     if first.status == HOLDS:
         v = Verdict(
             "proven", ob.policy, ob.hash, first.procedure, ms, first.max_diff, details=details
+        )
+    elif not fits(ob, 1 << 63):
+        why = (
+            f"{first.procedure} found a violation at {_fmt(first.witness)}, but the obligation's "
+            "values exceed 64 bits and the concrete replay cannot confirm it"
+        )
+        return Verdict(
+            UNKNOWN, ob.policy, ob.hash, first.procedure, ms, reason=why, details=details
         )
     else:
         cex = replay(ob, first.witness)

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from . import terms as T
+from .bounds import fits
 from .counterexample import rank_array
 from .decision import HOLDS, UNKNOWN, VIOLATED, Decision
 from .domain import NUMPY
@@ -71,6 +72,8 @@ def decide(ob: Obligation, limit: int = DEFAULT_LIMIT, deadline: float | None = 
         raise VacuousObligation(f"empty variable range in {dict(ob.ranges)}")
     if size > limit:
         raise NotApplicable(f"domain of {size} points exceeds the enumeration limit {limit}")
+    if not fits(ob):
+        raise NotApplicable("values may leave the int64 range numpy computes in")
     los = np.array([ob.ranges[n][0] for n in names], dtype=np.int64)
     sizes = [ob.ranges[n][1] - ob.ranges[n][0] + 1 for n in names]
     strides = np.cumprod([1] + sizes[::-1][:-1])[::-1]  # last variable fastest

@@ -52,6 +52,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import terms as T
+from .bounds import fits
 from .counterexample import rank
 from .decision import HOLDS, VIOLATED, Decision
 from .domain import NUMPY
@@ -259,6 +260,8 @@ def decide(ob: Obligation, deadline: float | None = None) -> Decision:
     lo, hi = ob.ranges[var]
     if lo > hi:
         raise VacuousObligation(f"empty range [{lo}, {hi}] for {var}")
+    if not fits(ob):
+        raise NotApplicable("values may leave the int64 range numpy computes in")
     cs: set = set()
     for t in ob.outputs_before + ob.outputs_after:
         cuts(t, cs)

@@ -40,7 +40,8 @@ class _Session:
             return SatResult("unknown", reason="time budget ran out")
         self.queries += 1
         b = Budget(timeout_s=left, rlimit=self.budget.rlimit)
-        return run(self.backend, self.enc.script(*constraints), self.ob.variables, b)
+        text = self.enc.script(*constraints)
+        return run(self.backend, text, self.ob.variables, b, width=self.enc.width)
 
 
 def _minimise(s: _Session, witness: dict[str, int]) -> tuple[dict[str, int], bool]:

@@ -3,9 +3,10 @@
 The obligation holds iff `ranges /\\ reference preconditions /\\ violation` is
 unsat, where `violation` says an implementation precondition fails or some
 output pair differs by more than the policy's bound.
-Terms are interpreted with the kernel's `Z3` domain (64-bit signed bit-vectors,
-wide enough for every intermediate the kernel forms), so the SMT meaning is
-the kernel's meaning; the text is then handed unchanged to every backend.
+Terms are interpreted with the kernel's `Z3` domain: 64-bit signed bit-vectors,
+or wider where `bounds.bits_needed` finds a range, constant or intermediate that
+would not fit (never a silent wrap), so the SMT meaning is the kernel's meaning;
+the text is then handed unchanged to every backend.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from functools import cached_property
 import z3
 
 from . import terms as T
+from .bounds import bits_needed
 from .domain import Z3Domain
 from .obligation import Obligation
 
@@ -47,8 +49,13 @@ class Encoding:
     ob: Obligation
 
     @cached_property
+    def width(self) -> int:
+        """64 bits, or wider where a range, constant or intermediate would not fit."""
+        return bits_needed(self.ob, WIDTH)
+
+    @cached_property
     def _built(self):
-        d = Z3Domain(WIDTH)
+        d = Z3Domain(self.width)
         xs = {name: d.var(name) for name in self.ob.variables}
         dom = []
         for name, (lo, hi) in self.ob.ranges.items():

@@ -36,12 +36,16 @@ class SatResult:
     time_ms: float = 0.0
 
 
-def _signed(v: int) -> int:
-    return v - (1 << WIDTH) if v >= 1 << (WIDTH - 1) else v
+def _signed(v: int, width: int = WIDTH) -> int:
+    return v - (1 << width) if v >= 1 << (width - 1) else v
 
 
 def run_z3(
-    text: str, names: Sequence[str], budget: Budget, tactic: str | None = "qfbv"
+    text: str,
+    names: Sequence[str],
+    budget: Budget,
+    tactic: str | None = "qfbv",
+    width: int = WIDTH,
 ) -> SatResult:
     """Z3 on the SMT-LIB2 text; `tactic=None` is Z3's default strategy."""
     s = z3.Tactic(tactic).solver() if tactic else z3.Solver()
@@ -53,15 +57,15 @@ def run_z3(
         m = s.model()
         model = {}
         for n in names:
-            val = m.eval(z3.BitVec(n, WIDTH), model_completion=True)
-            model[n] = _signed(val.as_long())
+            val = m.eval(z3.BitVec(n, width), model_completion=True)
+            model[n] = _signed(val.as_long(), width)
         return SatResult("sat", model)
     if r == z3.unsat:
         return SatResult("unsat")
     return SatResult("unknown", reason=f"z3: {s.reason_unknown()}")
 
 
-def run_bitwuzla(text: str, names: Sequence[str], budget: Budget) -> SatResult:
+def run_bitwuzla(text: str, names: Sequence[str], budget: Budget, width: int = WIDTH) -> SatResult:
     """Bitwuzla (PyPI) parsing the SMT-LIB2 text in process."""
     import bitwuzla as bw
 
@@ -76,14 +80,16 @@ def run_bitwuzla(text: str, names: Sequence[str], budget: Budget) -> SatResult:
     r = solver.check_sat()
     if r == bw.Result.SAT:
         funs = {str(f.symbol()): f for f in parser.get_declared_funs()}
-        model = {n: _signed(int(solver.get_value(funs[n]).value(10))) for n in names if n in funs}
+        model = {
+            n: _signed(int(solver.get_value(funs[n]).value(10)), width) for n in names if n in funs
+        }
         return SatResult("sat", model)
     if r == bw.Result.UNSAT:
         return SatResult("unsat")
     return SatResult("unknown", reason="bitwuzla: time limit reached")
 
 
-def run_cvc5(text: str, names: Sequence[str], budget: Budget) -> SatResult:
+def run_cvc5(text: str, names: Sequence[str], budget: Budget, width: int = WIDTH) -> SatResult:
     """cvc5 (PyPI) parsing the SMT-LIB2 text in process."""
     import cvc5
 
@@ -106,7 +112,7 @@ def run_cvc5(text: str, names: Sequence[str], budget: Budget) -> SatResult:
         model = {}
         for n in names:
             if n in terms:
-                model[n] = _signed(int(solver.getValue(terms[n]).getBitVectorValue(10)))
+                model[n] = _signed(int(solver.getValue(terms[n]).getBitVectorValue(10)), width)
         return SatResult("sat", model)
     if r.isUnsat():
         return SatResult("unsat")
@@ -120,12 +126,14 @@ BACKENDS: dict[str, Callable[[str, Sequence[str], Budget], SatResult]] = {
 }
 
 
-def run(name: str, text: str, names: Sequence[str], budget: Budget) -> SatResult:
-    """Run backend `name`; the result carries its wall time."""
+def run(
+    name: str, text: str, names: Sequence[str], budget: Budget, width: int = WIDTH
+) -> SatResult:
+    """Run backend `name` (variables are `width`-bit); the result carries its wall time."""
     if name not in BACKENDS:
         raise ValueError(f"unknown SMT backend {name!r}; known: {sorted(BACKENDS)}")
     t0 = time.perf_counter()
-    res = BACKENDS[name](text, names, budget)
+    res = BACKENDS[name](text, names, budget, width=width)
     res.time_ms = (time.perf_counter() - t0) * 1000
     return res
 

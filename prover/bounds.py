@@ -1,0 +1,154 @@
+"""How large the integers of an obligation can get: interval bounds per primitive.
+
+The concrete procedures compute in int64 and the SMT encoding in fixed-width
+bit-vectors; a value that does not fit would wrap silently and the verdict would
+be about other numbers. `magnitude(ob)` bounds |v| for every variable, constant,
+primitive input and output of both sides (and their differences), so a procedure
+can decline (numpy) or widen its words (SMT) instead.
+
+Inside a requantizer the intermediates are at most 2^62 wherever its
+precondition holds (an int32 input times a multiplier below 2^31); where it fails
+the value is undefined and never used (see `primitives`), so only the input and
+the output range count. A primitive without a transfer rule here gives no bound
+(None): callers then stay with their default width, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import terms as T
+from .inttypes import int_type
+from .obligation import Obligation
+
+Interval = tuple[int, int]
+
+
+def _hull(*vals: int) -> Interval:
+    return min(vals), max(vals)
+
+
+def _type_iv(name: str) -> Interval:
+    t = int_type(name)
+    return t.min, t.max
+
+
+def _clamp(iv: Interval, lo: int, hi: int) -> Interval:
+    return min(max(iv[0], lo), hi), min(max(iv[1], lo), hi)
+
+
+def _dot(ivs: list[Interval], p: dict) -> Interval:
+    lo = hi = int(p.get("bias", 0))
+    for (a, b), w in zip(ivs, p["weights"], strict=True):
+        c = int(w) - int(p["w_zp"])
+        z = int(p["x_zp"])
+        t = _hull((a - z) * c, (b - z) * c)
+        lo, hi = lo + t[0], hi + t[1]
+    return lo, hi
+
+
+def _floordiv(iv: Interval, c: int) -> Interval:
+    return iv[0] // c, iv[1] // c
+
+
+RULES: dict[str, Callable[[list[Interval], dict], Interval]] = {
+    "add": lambda v, p: (v[0][0] + v[1][0], v[0][1] + v[1][1]),
+    "sub": lambda v, p: (v[0][0] - v[1][1], v[0][1] - v[1][0]),
+    "add_const": lambda v, p: (v[0][0] + int(p["c"]), v[0][1] + int(p["c"])),
+    "mul_const": lambda v, p: _hull(v[0][0] * int(p["c"]), v[0][1] * int(p["c"])),
+    "clip": lambda v, p: _clamp(v[0], int(p["lo"]), int(p["hi"])),
+    "saturate": lambda v, p: _clamp(v[0], *_type_iv(p["type"])),
+    "wrap": lambda v, p: _type_iv(p["type"]),
+    "requant_double": lambda v, p: _type_iv(p["out"]),
+    "requant_single": lambda v, p: _type_iv(p["out"]),
+    "requant_float": lambda v, p: _type_iv(p["out"]),
+    "lut": lambda v, p: _hull(*(int(x) for x in p["table"])),
+    "dot": _dot,
+    "floordiv_const": lambda v, p: _floordiv(v[0], int(p["c"])),
+    "mod_const": lambda v, p: (min(0, int(p["c"]) - 1), max(0, int(p["c"]) - 1)),
+}
+
+
+def magnitude(ob: Obligation) -> int | None:
+    """An upper bound on |v| over every value the obligation's evaluation forms.
+
+    Includes the ranges, constants, every primitive's inputs and outputs, and the
+    output differences; None where some primitive has no rule (bound unknown).
+    """
+    peak = 0
+    known = True
+    memo: dict[int, Interval | None] = {}
+
+    def see(iv: Interval) -> None:
+        nonlocal peak
+        peak = max(peak, abs(iv[0]), abs(iv[1]))
+
+    def go(t: T.Term) -> Interval | None:
+        nonlocal known
+        if id(t) in memo:
+            return memo[id(t)]
+        if isinstance(t, T.Var):
+            iv: Interval | None = tuple(ob.ranges[t.name])
+        elif isinstance(t, T.Const):
+            iv = (int(t.value), int(t.value))
+        else:
+            args = [go(a) for a in t.args]
+            rule = RULES.get(t.prim)
+            if rule is None or any(a is None for a in args):
+                known = False
+                iv = None
+            else:
+                iv = rule(args, t.kwargs)
+        if iv is not None:
+            see(iv)
+        memo[id(t)] = iv
+        return iv
+
+    for lo, hi in ob.ranges.values():
+        see((lo, hi))
+    for tb, ta in zip(ob.outputs_before, ob.outputs_after, strict=True):
+        b, a = go(tb), go(ta)
+        if b is not None and a is not None:
+            see((0, max(abs(b[0]), abs(b[1])) + max(abs(a[0]), abs(a[1]))))
+    return peak if known else None
+
+
+def _bound(ob: Obligation) -> int:
+    m = magnitude(ob)
+    if m is None:  # some primitive without a rule: ranges and constants at least
+        m = max([abs(v) for r in ob.ranges.values() for v in r] + [abs(c) for c in _consts(ob)])
+    return m
+
+
+def fits(ob: Obligation, limit: int = 1 << 62) -> bool:
+    """Every value the evaluation forms is below `limit` in magnitude (as far as known)."""
+    return _bound(ob) < limit
+
+
+def bits_needed(ob: Obligation, default: int = 64) -> int:
+    """Signed bit-vector width holding every value, and twice it (the rank order).
+
+    `default` when everything fits it, else the next multiple of 32 that does.
+    """
+    need = (2 * _bound(ob) + 1).bit_length() + 1
+    if need <= default:
+        return default
+    return -(-need // 32) * 32
+
+
+def _consts(ob: Obligation) -> list[int]:
+    out: list[int] = []
+
+    def go(t: T.Term) -> None:
+        if isinstance(t, T.Const):
+            out.append(int(t.value))
+        elif isinstance(t, T.Op):
+            for _k, v in t.params:
+                if isinstance(v, int) and not isinstance(v, bool):
+                    out.append(v)
+            for a in t.args:
+                go(a)
+
+    for t in ob.outputs_before + ob.outputs_after:
+        go(t)
+    return out
