@@ -10,7 +10,10 @@ requantization and ORT's own QLinearSigmoid.
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -24,7 +27,7 @@ from onnx import numpy_helper
 
 from compiler.api import compile_model
 from compiler.ort_tables import session
-from compiler.reference_host import host_profile, probe_u8s8_accumulation
+from compiler.reference_host import host_profile
 from compiler.semantics import run_graph
 from prover.inttypes import UINT8
 from prover.pair_saturation import column_accs, pair_saturating_acc
@@ -166,8 +169,11 @@ def test_ort_host_resolves_by_probing(saturable, tmp_path):
     p = prover("check", path, "--reference", "ort-host", "--no-progress", "--format", "json")
     ref = json.loads(p.stdout)["reference"]
     assert ref["name"].startswith("ort-host=")
-    assert ref["u8s8_accumulation"] == str(probe_u8s8_accumulation())
-    assert ref["name"] == host_profile().name
+    # probed in a process of the same kind as the CLI's (under qemu-user only the test
+    # process itself is emulated)
+    probe = "from compiler.reference_host import host_profile as h; print(h().to_dict())"
+    same = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert ref == ast.literal_eval(same.stdout.strip())
 
 
 def test_bogus_reference_is_a_one_line_error(saturable, tmp_path):
@@ -182,3 +188,26 @@ def test_bogus_reference_is_a_one_line_error(saturable, tmp_path):
 def test_help_documents_the_reference_option():
     for p in (prover("check", "--help"), npuc("compile", "--help")):
         assert "--reference {onnx,ort-x86-avx2,ort-host}" in p.stdout
+
+
+def test_emitted_replay_under_avx2_holds_on_this_host(saturable, tmp_path):
+    """--emit-tests under ort-x86-avx2 records the reference; the replay checks pass on
+    any host (a divergent host is compared through its own profile) and catch a forgery."""
+    from compiler.replay import check_compiled, check_original
+
+    path = tmp_path / "u8s8.onnx"
+    onnx.save(saturable, path)
+    out = tmp_path / "cex"
+    p = prover("check", path, "--reference", "ort-x86-avx2", "--no-progress", "--emit-tests", out)
+    assert p.returncode == 1, p.stderr
+    (d,) = [m.parent for m in out.glob("*/meta.json")]
+    assert json.loads((d / "meta.json").read_text())["reference"] == ORT_X86_AVX2.to_dict()
+    check_original(d)
+    check_compiled(d)
+    with np.load(d / "counterexample.npz") as z:
+        data = dict(z)
+    data["expected_0"] = data["expected_0"].copy()
+    data["expected_0"].flat[0] ^= 1
+    np.savez(d / "counterexample.npz", **data)
+    with pytest.raises(AssertionError):
+        check_original(d)
