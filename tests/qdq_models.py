@@ -85,19 +85,20 @@ def ort_run(m: onnx.ModelProto, feeds: dict, level: str = "off") -> list[np.ndar
 
 
 def check_end_to_end(
-    m: onnx.ModelProto, feeds: dict, tmp: Path, verdict: str | None = None
+    m: onnx.ModelProto, feeds: dict, tmp: Path, verdict: str | None = None, args: tuple = ()
 ) -> dict[str, np.ndarray]:
     """`prover check`, `npuc compile`, `npuc run` on `m`; asserts the program equals ORT.
 
     `verdict` (e.g. "REFUTED"): the check must report it (exit 1 for REFUTED), else exit 0.
+    `args`: extra options of `prover check` and `npuc compile` (e.g. `--reference`).
     Returns the program's outputs.
     """
     path, prog, inp, out = tmp / "m.onnx", tmp / "m.npuprog", tmp / "in.npz", tmp / "out.npz"
     onnx.save(m, path)
-    r = prover("check", path, "--proofs-mode", "off", "--no-progress")
+    r = prover("check", path, "--proofs-mode", "off", "--no-progress", *args)
     assert r.returncode == (1 if verdict == "REFUTED" else 0), (r.stdout, r.stderr)
     assert verdict is None or verdict in r.stdout, r.stdout
-    r = npuc("compile", path, "-o", prog, "--proofs-mode", "off", "--no-progress")
+    r = npuc("compile", path, "-o", prog, "--proofs-mode", "off", "--no-progress", *args)
     assert r.returncode == 0, (r.stdout, r.stderr)
     np.savez(inp, **feeds)
     r = npuc("run", prog, "--input", inp, "-o", out)

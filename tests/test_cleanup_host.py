@@ -82,3 +82,23 @@ def test_cleanup_keeps_host_nodes_runnable(layout, where):
 def test_noop_next_to_host_node_end_to_end(layout, where, tmp_path):
     feeds = {"xf": np.random.default_rng(1).uniform(-3, 3, (2, 16)).astype(np.float32)}
     check_end_to_end(_model(layout, where), feeds, tmp_path)
+
+
+def test_identity_before_a_matmul_that_falls_back_to_the_host(tmp_path):
+    """u8s8 MatMulInteger whose pairs can saturate: under `ort-x86-avx2` it stays on the host,
+    rebuilt from the original ONNX nodes, which must read the input cleanup renamed."""
+    nodes = [
+        oh.make_node("Identity", ["x"], ["xi"], name="id"),
+        oh.make_node("MatMulInteger", ["xi", "W"], ["y"], name="mm"),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "t",
+        [oh.make_tensor_value_info("x", TP.UINT8, [2, 16])],
+        [oh.make_tensor_value_info("y", TP.INT32, [2, 4])],
+        [nh.from_array(np.full((16, 4), 127, np.int8), "W")],
+    )
+    m = oh.make_model(g, opset_imports=OPSETS)
+    onnx.checker.check_model(m, full_check=True)
+    feeds = {"x": np.full((2, 16), 255, np.uint8)}
+    check_end_to_end(m, feeds, tmp_path, args=("--reference", "ort-x86-avx2"))

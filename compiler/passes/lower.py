@@ -18,6 +18,7 @@ import onnx
 from onnx import helper as oh
 from onnx import numpy_helper
 
+from npu_backend.codegen import memory_issues, storage_dtype
 from npu_backend.lowered import (
     HostKernel,
     HostOnnx,
@@ -85,6 +86,15 @@ def fused_step(g: Graph, site, groups, ctx) -> NpuMatMul:
     )
 
 
+def _nbytes(v: Value) -> int:
+    return int(np.prod(v.shape, dtype=np.int64)) * np.dtype(storage_dtype(v.dtype)).itemsize
+
+
+def _step_tensors(step) -> tuple[str, ...]:
+    names = ("a", "x", "w", "bias", "out")
+    return tuple(getattr(step, k) for k in names if getattr(step, k, None) is not None)
+
+
 class Lowerer:
     def __init__(self, g: Graph, ctx) -> None:
         self.g, self.ctx, self.t = g, ctx, ctx.target
@@ -112,9 +122,20 @@ class Lowerer:
             f"{kind} obligation {ob.hash[:12]} {v.status} under {policy}: {v.reason}",
         )
 
+    def issues(self, step, values: tuple[Value, ...] = ()) -> list:
+        """The backend's objections to `step`: validation, then buffers that cannot fit.
+
+        Tensor sizes come from the IR values (`values` adds ones not in the graph).
+        """
+        sizes = {v.name: _nbytes(v) for v in values}
+        for name in _step_tensors(step):
+            if name not in sizes and name in self.g.values:
+                sizes[name] = _nbytes(self.g.values[name])
+        return validate_step(step, self.t) + memory_issues(step, sizes, self.t)
+
     def npu_or_host(self, n: Node, step, ok: bool, code: str, msg: str, host) -> None:
         if ok:
-            issues = validate_step(step, self.t)
+            issues = self.issues(step)
             if not issues:
                 self.steps.append(step)
                 return
@@ -203,7 +224,14 @@ class Lowerer:
             _kind(n),
         )
         if ok:
-            issues = validate_step(step, self.t)
+            w = np.asarray(a["w"])
+            sizes = (
+                nat_in,
+                out,
+                Value(step.w, a.get("w_type", "int8"), w.shape),
+                *([Value(bias, "int32", (w.shape[1],))] if bias is not None else []),
+            )
+            issues = self.issues(step, sizes)
             if issues:
                 ok, code, msg = False, issues[0].code, issues[0].message
         if not ok:
@@ -373,6 +401,14 @@ class Lowerer:
         inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         produced = {o for p in protos for o in p.output}
         consts = {i: inits[i] for p in protos for i in p.input if i in inits}
+        # cleanup may have renamed the IR inputs (a bypassed Identity/no-op Reshape): read them
+        ext = list(dict.fromkeys(i for p in protos for i in p.input if i and i not in produced))
+        ext = [i for i in ext if i not in consts]
+        if len(ext) == len(n.inputs):
+            ren = dict(zip(ext, n.inputs, strict=True))
+            protos = [onnx.NodeProto.FromString(p.SerializeToString()) for p in protos]
+            for p in protos:
+                p.input[:] = [ren.get(i, i) for i in p.input]
         if protos and protos[-1].output[0] != n.output:
             protos.append(oh.make_node("Identity", [protos[-1].output[0]], [n.output]))
         ins = {i: self.g.values[i] for i in n.inputs if i not in produced}
