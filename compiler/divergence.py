@@ -24,6 +24,7 @@ from prover.terms import Var, evaluate
 from .ir import Graph, Node
 from .semantics import is_u8s8
 
+MAX_COLUMNS_TRIED = 8  # per column group: the witness search is the costly part
 REMEDY = (
     "quantize the weights with reduce_range=True (7-bit), or use int8 x int8 (s8s8) or "
     "uint8 x uint8 (u8u8) quantization"
@@ -54,10 +55,9 @@ def site_witness(site, bound: int) -> tuple[int, tuple[int, ...], int, int, int,
     """(column, row, exact acc, saturating acc, before, after) where the site's original
     chain on the saturating accumulator and the fused NPU epilogue on the exact one differ
     by more than `bound`; None if no such row was found."""
+    cols = saturable_columns(site.compute)
     for grp in site.post:
-        for j in saturable_columns(site.compute):
-            if j not in grp.columns:
-                continue
+        for j in [c for c in cols if c in set(grp.columns)][:MAX_COLUMNS_TRIED]:
             w, w_zp, a_zp, bias = _col_params(site.compute, j)
             before, after = grp.before, grp.post.epilogue_term(Var("acc"))
 
