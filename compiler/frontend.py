@@ -646,7 +646,8 @@ class _Builder:
             ot = DTYPES.get(out_dtype, _type_name(out_dtype)) if out_dtype else "uint8"
             yz = 0
         if ot not in EIGHT_BIT:
-            raise self.fail(q, f"output type {ot} not supported; supported: int8, uint8")
+            why = "y_zero_point" if yz_arr is not None else "attribute 'output_dtype'"
+            raise self.fail(q, f"output type {ot} ({why}) not supported; supported: int8, uint8")
         if out_dtype and DTYPES.get(out_dtype) != ot:
             raise self.fail(
                 q, f"attribute 'output_dtype' = {_type_name(out_dtype)} but y_zero_point is {ot}"
