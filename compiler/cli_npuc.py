@@ -104,6 +104,10 @@ def _compile(args: argparse.Namespace) -> int:
         if site.verdict.value == "proven" and mine:
             site.ledger = mine[0]
     s = run.report.summary
+    applied = sum(1 for site in run.report.sites if site.ledger is not None)
+    for d in getattr(run.result, "diagnostics", ()):
+        if getattr(d, "code", "") == "buffers_exceed_memory":  # a proven fusion not applied
+            print(f"{PROG}: {d.message}", file=sys.stderr)
     if args.report:
         rp = Path(args.report)
         rp.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +115,7 @@ def _compile(args: argparse.Namespace) -> int:
         data["program"] = str(out)
         rp.write_text(json.dumps(data, indent=2, default=report_json._default) + "\n")
     print(
-        f"wrote {out}: {s.proven} of {s.candidates} candidate fusions applied "
+        f"wrote {out}: {applied} of {s.candidates} candidate fusions applied "
         f"({s.refuted} refuted, {s.unknown} unknown, {s.rejected} rejected; "
         f"policy {run.report.policy}, target {run.report.target})"
     )

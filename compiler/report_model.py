@@ -47,6 +47,7 @@ REASON_CODES: dict[str, str] = {
     "layout_mismatch": "Element correspondence or memory layout differs (e.g. a hidden transpose).",
     "incomplete_parameters": "LUT, table address, header, encodings or enable flag missing.",
     "grouped_codegen_unsupported": "The chosen scheduling structure cannot generate the fused op.",
+    "buffers_exceed_memory": "The op's buffers do not fit the target's memories at once; it stays on the host.",
     "refuted": "The prover found an input on which the results differ.",
     "unknown": "The prover could not decide within its budget.",
 }

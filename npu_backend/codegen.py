@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,7 +55,7 @@ from .lowered import (
 from .postprocess import PostProcess, posts_of
 from .program import Program
 from .target import Target
-from .validate import ValidationError, validate_program, validate_step
+from .validate import ValidationError, ValidationIssue, validate_program, validate_step
 
 ALIGN = 64
 
@@ -70,6 +71,43 @@ def storage_dtype(type_name: str) -> str:
 
 def nbytes(spec: TensorSpec) -> int:
     return int(math.prod(spec.shape)) * np.dtype(spec.dtype).itemsize
+
+
+def aligned(n: int) -> int:
+    """Bytes an allocation of `n` bytes occupies (at least one ALIGN block)."""
+    return max(ALIGN, -(-n // ALIGN) * ALIGN)
+
+
+def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[ValidationIssue]:
+    """Why the buffers `step` needs at once cannot fit the target's memories (empty if they fit).
+
+    An NPU step reads its input and writes its output in sram at the same time; a
+    MatMul's weights and bias sit in wmem. `sizes` gives bytes per tensor name (names
+    missing from it count 0). Host steps need no NPU memory. Codegen spills other
+    resident tensors to dram, so a step that passes this check always gets its buffers.
+    """
+    if isinstance(step, NpuMatMul):
+        sram_names, wmem_names = [step.a, step.out], [step.w, step.bias]
+    elif isinstance(step, NpuLut | NpuRequant | NpuClip):
+        sram_names, wmem_names = [step.x, step.out], []
+    else:
+        return []
+    issues = []
+    for mem, names in (("sram", sram_names), ("wmem", wmem_names)):
+        need = {n: sizes.get(n, 0) for n in dict.fromkeys(x for x in names if x is not None)}
+        total = sum(aligned(b) for b in need.values() if b)
+        have = target.memory_size(mem)
+        if total > have:
+            parts = " + ".join(f"{n!r} {b}" for n, b in need.items())
+            issues.append(
+                ValidationIssue(
+                    "buffers_exceed_memory",
+                    step.name,
+                    f"its {mem} buffers ({parts} bytes, {total} aligned) exceed the target's "
+                    f"{mem} of {have} bytes",
+                )
+            )
+    return issues
 
 
 def table_key(table: tuple[int, ...]) -> str:
@@ -276,24 +314,43 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         assert s is not None
         return s
 
+    def sram_alloc(name: str, keep: set[str]) -> int:
+        """Allocate `name` in sram, first spilling residents the current step does not use."""
+        try:
+            return sram.alloc(name, nbytes(spec(name)))
+        except CodegenError:
+            for other in sorted(in_sram - keep):
+                if other not in in_dram:
+                    prog.append(DmaOut(other, sram.blocks[other][0], nbytes(spec(other))))
+                    in_dram.add(other)
+                sram.free(other)
+                in_sram.discard(other)
+            return sram.alloc(name, nbytes(spec(name)))
+
     def to_sram(name: str) -> int:
         if name not in in_sram:
             if name not in in_dram:
                 raise CodegenError(f"tensor {name!r} is neither in dram nor in sram")
-            addr = sram.alloc(name, nbytes(spec(name)))
+            addr = sram_alloc(name, {name})
             prog.append(DmaIn(name, "sram", addr, nbytes(spec(name))))
             in_sram.add(name)
         return sram.blocks[name][0]
 
-    def const_to_wmem(name: str | None) -> None:
+    def const_to_wmem(name: str | None, keep: set[str | None]) -> None:
         if name is None or name in loaded_consts:
             return
-        addr = wmem.alloc(name, nbytes(spec(name)))
+        try:
+            addr = wmem.alloc(name, nbytes(spec(name)))
+        except CodegenError:  # constants stay in dram: evicting one only costs a reload
+            for other in sorted(loaded_consts - keep):
+                wmem.free(other)
+                loaded_consts.discard(other)
+            addr = wmem.alloc(name, nbytes(spec(name)))
         prog.append(DmaIn(name, "wmem", addr, nbytes(spec(name))))
         loaded_consts.add(name)
 
-    def new_out(name: str) -> int:
-        addr = sram.alloc(name, nbytes(spec(name)))
+    def new_out(name: str, x: str) -> int:
+        addr = sram_alloc(name, {name, x})
         in_sram.add(name)
         return addr
 
@@ -320,8 +377,8 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     for i, st in enumerate(steps):
         if isinstance(st, NpuMatMul):
             a_addr = to_sram(st.a)
-            const_to_wmem(st.w)
-            const_to_wmem(st.bias)
+            const_to_wmem(st.w, {st.w, st.bias})
+            const_to_wmem(st.bias, {st.w, st.bias})
             post = st.post
             param_addr = slot = taddr = None
             function = inter = None
@@ -335,7 +392,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 out_type, out_zp = first.output_type, first.output_zp
             else:
                 out_type, out_zp = "int32", 0
-            out_addr = new_out(st.out)
+            out_addr = new_out(st.out, st.a)
             prog.append(
                 MatMul(
                     st.name,
@@ -364,7 +421,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         elif isinstance(st, NpuLut):
             x_addr = to_sram(st.x)
             slot, taddr = load_table(i, tuple(int(v) for v in st.table))
-            out_addr = new_out(st.out)
+            out_addr = new_out(st.out, st.x)
             prog.append(
                 Activation(
                     st.name,
@@ -385,11 +442,11 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
             x_addr = to_sram(st.x)
             rqs = st.requant if isinstance(st.requant, tuple) else (st.requant,)
             param_addr = load_record(tuple(PostProcess(rq) for rq in rqs))
-            out_addr = new_out(st.out)
+            out_addr = new_out(st.out, st.x)
             prog.append(Requant(st.name, st.x, st.out, x_addr, out_addr, param_addr, st.requant))
         elif isinstance(st, NpuClip):
             x_addr = to_sram(st.x)
-            out_addr = new_out(st.out)
+            out_addr = new_out(st.out, st.x)
             prog.append(Clip(st.name, st.x, st.out, x_addr, out_addr, st.lo, st.hi, st.dtype))
         else:
             prog.append(HostCall(st.name, st))

@@ -18,6 +18,7 @@ import onnx
 from onnx import helper as oh
 from onnx import numpy_helper
 
+from npu_backend.codegen import memory_issues, storage_dtype
 from npu_backend.lowered import (
     HostKernel,
     HostOnnx,
@@ -85,6 +86,15 @@ def fused_step(g: Graph, site, groups, ctx) -> NpuMatMul:
     )
 
 
+def _nbytes(v: Value) -> int:
+    return int(np.prod(v.shape, dtype=np.int64)) * np.dtype(storage_dtype(v.dtype)).itemsize
+
+
+def _step_tensors(step) -> tuple[str, ...]:
+    names = ("a", "x", "w", "bias", "out")
+    return tuple(getattr(step, k) for k in names if getattr(step, k, None) is not None)
+
+
 class Lowerer:
     def __init__(self, g: Graph, ctx) -> None:
         self.g, self.ctx, self.t = g, ctx, ctx.target
@@ -112,9 +122,20 @@ class Lowerer:
             f"{kind} obligation {ob.hash[:12]} {v.status} under {policy}: {v.reason}",
         )
 
+    def issues(self, step, values: tuple[Value, ...] = ()) -> list:
+        """The backend's objections to `step`: validation, then buffers that cannot fit.
+
+        Tensor sizes come from the IR values (`values` adds ones not in the graph).
+        """
+        sizes = {v.name: _nbytes(v) for v in values}
+        for name in _step_tensors(step):
+            if name not in sizes and name in self.g.values:
+                sizes[name] = _nbytes(self.g.values[name])
+        return validate_step(step, self.t) + memory_issues(step, sizes, self.t)
+
     def npu_or_host(self, n: Node, step, ok: bool, code: str, msg: str, host) -> None:
         if ok:
-            issues = validate_step(step, self.t)
+            issues = self.issues(step)
             if not issues:
                 self.steps.append(step)
                 return
@@ -203,7 +224,14 @@ class Lowerer:
             _kind(n),
         )
         if ok:
-            issues = validate_step(step, self.t)
+            w = np.asarray(a["w"])
+            sizes = (
+                nat_in,
+                out,
+                Value(step.w, a.get("w_type", "int8"), w.shape),
+                *([Value(bias, "int32", (w.shape[1],))] if bias is not None else []),
+            )
+            issues = self.issues(step, sizes)
             if issues:
                 ok, code, msg = False, issues[0].code, issues[0].message
         if not ok:
