@@ -15,7 +15,6 @@ r.lowered    # npu_backend.lowered.LoweredModel for npu_backend.codegen.generate
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -131,7 +130,7 @@ def compile_model(
         schedule=dict(schedule or {}),
         progress=progress,
     )
-    g, m = _to_ir(model, profile)
+    g, m = to_ir(model, reference=profile)
     ctx.model, ctx.original = m, g.clone()
     g = run_pipeline(g, ctx)
     return CompileResult(
@@ -143,13 +142,6 @@ def compile_model(
         ctx.log,
         ctx,
     )
-
-
-def _to_ir(model, profile):
-    # the frontend takes the profile (activation tables with its MLAS kernel) once it has it
-    if "reference" in inspect.signature(to_ir).parameters:
-        return to_ir(model, reference=profile)
-    return to_ir(model)
 
 
 def recompile(result: CompileResult) -> CompileResult:

@@ -69,7 +69,7 @@ def _ir_outputs(case: Case, profile: Any) -> dict[str, np.ndarray]:
     from compiler.frontend import to_ir
     from compiler.semantics import run_graph
 
-    g, _ = to_ir(str(case.dir / "model.onnx"))
+    g, _ = to_ir(str(case.dir / "model.onnx"), reference=profile)
     return run_graph(g, case.inputs, reference=profile)
 
 
