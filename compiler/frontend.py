@@ -546,6 +546,8 @@ class _Builder:
         w_zp = self.column_param(n, 5, "w_zero_point", N)
         y_scale = self.scalar(n, 6, "y_scale")
         y_zp_arr = self.const(n, 7, "y_zero_point")
+        if y_zp_arr.size != 1:
+            raise self.fail(n, "y_zero_point must be a scalar (per-tensor)")
         bias_arr = self.const(n, 8, "B", optional=True)
         bias = None if bias_arr is None else tuple(int(v) for v in bias_arr.reshape(-1))
         if bias is not None and len(bias) != N:
@@ -597,6 +599,10 @@ class _Builder:
         xz = int(self.scalar(n, 2, "X_zero_point", default=0))
         ys = float(self.scale(n, 3, "Y_scale")[0])
         yz = int(self.scalar(n, 4, "Y_zero_point", default=0))
+        for idx, what in ((2, "X_zero_point"), (4, "Y_zero_point")):
+            z = self.const(n, idx, what, optional=True)
+            if z is not None and z.dtype.name != it:
+                raise self.fail(n, f"{what} has type {z.dtype.name}; the input is {it}")
         alpha = attrs.get("alpha")
         if n.op_type == "QLinearLeakyRelu" and alpha is None:
             alpha = 0.01
@@ -860,6 +866,12 @@ class _Builder:
             raise self.fail(n, f"shape inference failed: {_one_line(e)}") from None
         if name not in info:
             raise self.fail(n, f"cannot infer the type and shape of '{name}'")
+        if info[name][0] not in DTYPES.values():
+            raise self.fail(
+                n,
+                f"output '{name}' has type {info[name][0]}; "
+                f"supported: {', '.join(sorted(set(DTYPES.values())))}",
+            )
         return info[name]
 
 

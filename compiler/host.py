@@ -65,14 +65,18 @@ def rename_host_value(node: Node, old: str, new: str) -> None:
 
 
 def infer_host_outputs(nodes, inputs, consts, opsets) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Element type and static shape of every value `nodes` produce (ONNX shape inference)."""
+    """Element type and static shape of every value `nodes` produce (ONNX shape inference).
+
+    A type the IR has no name for is given by its ONNX name (e.g. `FLOAT16`).
+    """
     m = submodel(nodes, inputs, consts, None, opsets)
     m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
     out = {}
     for vi in list(m.graph.value_info) + list(m.graph.output):
         tt = vi.type.tensor_type
-        if tt.elem_type in NAME_OF and all(d.HasField("dim_value") for d in tt.shape.dim):
-            out[vi.name] = (NAME_OF[tt.elem_type], tuple(int(d.dim_value) for d in tt.shape.dim))
+        if tt.elem_type and all(d.HasField("dim_value") for d in tt.shape.dim):
+            name = NAME_OF.get(tt.elem_type) or TensorProto.DataType.Name(tt.elem_type)
+            out[vi.name] = (name, tuple(int(d.dim_value) for d in tt.shape.dim))
     return out
 
 

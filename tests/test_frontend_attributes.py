@@ -306,3 +306,30 @@ def test_constant_string_is_rejected_by_name():
     m.graph.node.insert(0, oh.make_node("Constant", [], ["txt"], name="s", value_string="hi"))
     with pytest.raises(FrontendError, match="node 's' \\(Constant\\): attribute 'value_string'"):
         to_ir(m)
+
+
+# -- host-run QuantizeLinear/DequantizeLinear: ORT interprets attributes; types named -------
+
+
+def test_host_quantize_types_the_ir_cannot_carry_are_rejected_by_name():
+    x = [oh.make_tensor_value_info("x", TP.FLOAT, [4])]
+    s = oh.make_tensor("s", TP.FLOAT, [], [0.1])
+    q4 = oh.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q4", output_dtype=TP.INT4)
+    m = finish([q4], x, [oh.make_tensor_value_info("y", TP.INT4, [4])], [s], 21)
+    with pytest.raises(FrontendError, match="node 'q4' .*output 'y' has type INT4"):
+        to_ir(m)
+    s16 = oh.make_tensor("s", TP.FLOAT16, [], [0.1])
+    z = nh.from_array(np.array(0, np.int8), "z")
+    dq = oh.make_node("DequantizeLinear", ["x8", "s", "z"], ["y"], name="dq16")
+    x8 = [oh.make_tensor_value_info("x8", TP.INT8, [4])]
+    m = finish([dq], x8, [oh.make_tensor_value_info("y", TP.FLOAT16, [4])], [s16, z], 21)
+    with pytest.raises(FrontendError, match="node 'dq16' .*output 'y' has type FLOAT16"):
+        to_ir(m)
+
+
+def test_qlinear_activation_zero_point_of_another_type_is_rejected():
+    m = _with_attr("QLinearSigmoid", {}, "com.microsoft")
+    m.graph.initializer.append(const("zu", 128, "uint8"))
+    m.graph.node[0].input[4] = "zu"
+    with pytest.raises(FrontendError, match="Y_zero_point has type uint8; the input is int8"):
+        to_ir(m)
