@@ -24,11 +24,11 @@ class NotApplicable(ProverError):
 
 
 class StoreMiss(ProverError):
-    """Read-only proof store has no record for an obligation."""
+    """Read-only proof store has no record for an obligation, or none that can be trusted."""
 
 
 class StoreCorrupt(ProverError):
-    """A proof record whose content does not match its hash or digest."""
+    """A proof record whose content does not match its hash or digest, or that a re-decision contradicts."""
 
 
 class LiftError(ProverError):
