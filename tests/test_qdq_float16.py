@@ -57,7 +57,7 @@ def _random_case(rng):
     return dict(in_type=it, x_scale=xs, x_zp=xz, out_type=ot, y_scale=ys, y_zp=yz)
 
 
-@pytest.mark.parametrize("opset", [19, 21, 23])
+@pytest.mark.parametrize("opset", [19, 21, 23, 25])
 @pytest.mark.parametrize("act", ACTS)
 def test_float16_table_model_equals_onnxruntime_at_both_levels(act, opset):
     """Random float16 scale pairs from 3e-8 to 3e4 (subnormal to overflowing products)."""
