@@ -1,0 +1,167 @@
+"""The reference side of the differential fuzzer: what ONNX Runtime computes.
+
+- `OrtReference.values(feeds)`: every integer value of the graph, computed by ONNX
+  Runtime with graph optimisations off (the whole graph, its intermediates exposed),
+  the project's `Requantize` (which ONNX Runtime does not know) by the kernel's
+  definition of it;
+- `OrtReference.outputs(model, feeds, level)`: the whole graph at an optimisation level
+  ("off" or "default": at the default level ORT's QDQ transformers run integer kernels);
+- `host_u8s8_saturates()`: whether this machine's ONNX Runtime sums uint8 x int8 pairs
+  with int16 saturation (x86 without VNNI), probed with a crafted MatMulInteger.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+
+from prover.domain import NUMPY
+from prover.terms import Var, evaluate, op
+
+PROJECT_DOMAIN = "ai.npufusion"
+FLOAT_PRODUCERS = ("DequantizeLinear", "Sigmoid", "Tanh", "Relu", "MatMul", "Gemm")
+LEVELS = {
+    "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "default": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+class ReferenceUndefined(Exception):
+    """The reference itself is undefined on this input (a Requantize precondition fails)."""
+
+
+def session(model_bytes: bytes, level: str = "off") -> ort.InferenceSession:
+    """A single-threaded CPU session at an optimisation level (quiet logging)."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = LEVELS[level]
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 4
+    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+
+class OrtReference:
+    """ONNX Runtime on one model, with sessions cached per node and per level."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.consts = {i.name: nh.to_array(i) for i in model.graph.initializer}
+        self.opsets = list(model.opset_import)
+        self._node_sessions: dict[tuple[int, ...], ort.InferenceSession] = {}
+        self._sessions: dict[str, ort.InferenceSession] = {}
+
+    def outputs(self, feeds: dict[str, np.ndarray], level: str) -> dict[str, np.ndarray]:
+        """Graph outputs of the whole model at `level` ("off" | "default")."""
+        if level not in self._sessions:
+            self._sessions[level] = session(self.model.SerializeToString(), level)
+        sess = self._sessions[level]
+        names = [o.name for o in sess.get_outputs()]
+        return dict(zip(names, sess.run(names, feeds), strict=True))
+
+    def values(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Graph inputs, integer intermediates and outputs, at optimisation level off.
+
+        Runs of standard nodes run as one graph (not node by node: at every level ORT
+        keeps a float16 chain such as DequantizeLinear -> Sigmoid -> QuantizeLinear in
+        float32 between nodes, which single-node sessions would round to float16), with
+        every integer value exposed as an extra output; a project `Requantize` between
+        runs is evaluated by the kernel.
+        """
+        env = dict(feeds)
+        run: list[tuple[int, onnx.NodeProto]] = []
+        for i, n in enumerate(self.model.graph.node):
+            if n.domain == PROJECT_DOMAIN:
+                self._run_segment(run, env)
+                run = []
+                env[n.output[0]] = self._requantize(n, env[n.input[0]])
+            else:
+                run.append((i, n))
+        self._run_segment(run, env)
+        return env
+
+    def _run_segment(self, run: list[tuple[int, onnx.NodeProto]], env: dict) -> None:
+        if not run:
+            return
+        key = tuple(i for i, _ in run)
+        nodes = [n for _, n in run]
+        produced = [o for n in nodes for o in n.output]
+        graph_outs = {o.name for o in self.model.graph.output}
+        outs = [
+            o
+            for n in nodes
+            for o in n.output
+            if n.op_type not in FLOAT_PRODUCERS or o in graph_outs
+        ]
+        needed = [x for n in nodes for x in n.input if x and x not in self.consts]
+        ins = list(dict.fromkeys(x for x in needed if x not in produced))
+        sess = self._node_sessions.get(key)
+        if sess is None:
+            vis = [
+                oh.make_tensor_value_info(
+                    x, oh.np_dtype_to_tensor_dtype(env[x].dtype), list(env[x].shape)
+                )
+                for x in ins
+            ]
+            used = {x for n in nodes for x in n.input}
+            inits = [nh.from_array(v, k) for k, v in self.consts.items() if k in used]
+            vouts = [onnx.ValueInfoProto(name=o) for o in outs]
+            g = oh.make_graph(nodes, "segment", vis, vouts, inits)
+            m = oh.make_model(g, opset_imports=self.opsets)
+            m.ir_version = self.model.ir_version
+            sess = session(m.SerializeToString(), "off")
+            self._node_sessions[key] = sess
+        vals = sess.run(outs, {x: env[x] for x in ins})
+        env.update(zip(outs, vals, strict=True))
+
+    @staticmethod
+    def _requantize(n: onnx.NodeProto, x: np.ndarray) -> np.ndarray:
+        a = {at.name: oh.get_attribute_value(at) for at in n.attribute}
+        text = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in a.items()}
+        out = text.get("output_type", "int8")
+        zp = int(a.get("zero_point", 0))
+        rounding = text.get("rounding", "double")
+        if rounding == "float":
+            t = op("requant_float", Var("x"), scale=float(np.float32(a["scale"])), zp=zp, out=out)
+        else:
+            prim = {"double": "requant_double", "single": "requant_single"}[rounding]
+            t = op(
+                prim,
+                Var("x"),
+                multiplier=int(a["multiplier"]),
+                shift=int(a["shift"]),
+                zp=zp,
+                out=out,
+            )
+        pre: list[Any] = []
+        y = evaluate(t, NUMPY, {"x": np.asarray(x, np.int64)}, pre)
+        for p in pre:
+            if not np.all(p):
+                raise ReferenceUndefined(f"Requantize '{n.name}' precondition fails on this input")
+        return np.asarray(y).astype(out)
+
+
+@lru_cache(maxsize=1)
+def host_u8s8_saturates() -> bool:
+    """True when this machine's ORT sums uint8 x int8 pairs with int16 saturation.
+
+    255*127 + 255*127 = 64770 does not fit int16: exact hardware (VNNI, ARM) gives
+    64770, `vpmaddubsw` (x86 without VNNI) gives 32767.
+    """
+    node = oh.make_node("MatMulInteger", ["a", "b"], ["y"])
+    g = oh.make_graph(
+        [node],
+        "probe",
+        [oh.make_tensor_value_info("a", TP.UINT8, [1, 2])],
+        [oh.make_tensor_value_info("y", TP.INT32, [1, 1])],
+        [nh.from_array(np.full((2, 1), 127, np.int8), "b")],
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 13)])
+    m.ir_version = 7
+    y = session(m.SerializeToString()).run(None, {"a": np.full((1, 2), 255, np.uint8)})[0]
+    return int(y.reshape(-1)[0]) != 64770
