@@ -145,3 +145,23 @@ def test_kernels_on_the_real_model(name, split):
         assert (got == want).all(), f"{name}: node {n.name} ({n.op_type}) differs from ORT"
         checked += 1
     assert checked >= 3
+
+
+@pytest.mark.slow
+def test_script_rebuilds_the_committed_files(tmp_path, monkeypatch):
+    """make_digits.py --check: the committed files are what the script builds (same versions)."""
+    pytest.importorskip("sklearn")
+    pytest.importorskip("skl2onnx")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_digits", DIGITS / "make_digits.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.check() == 0
+    for p in DIGITS.iterdir():
+        if p.suffix in (".onnx", ".npz"):
+            (tmp_path / p.name).write_bytes(p.read_bytes())
+    stale = tmp_path / "digits_gemm_qop_u8s8_pc.onnx"
+    stale.write_bytes(stale.read_bytes()[:-1] + b"\x00")
+    monkeypatch.setattr(mod, "HERE", tmp_path)
+    assert mod.check() == 1

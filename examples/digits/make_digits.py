@@ -3,6 +3,7 @@
     pip install -e ".[examples]"
     python examples/digits/make_digits.py            # writes examples/digits/*.onnx, *.npz
     python examples/digits/make_digits.py --accuracy # only re-measure the committed models
+    python examples/digits/make_digits.py --check    # exit 1 if a rebuild differs
 
 scikit-learn's MLPClassifier (64 -> 64 -> 32 -> 10, logistic hidden layers) is trained on
 the bundled `load_digits` data (pixels scaled to [0, 1]; 1437 training, 360 test samples,
@@ -193,37 +194,52 @@ def report(x_test: np.ndarray, y_test: np.ndarray) -> None:
         print(f"{p.name:34s} {acc_def:11.4f} {acc_off:11.4f} {int((y_def != ref).sum()):9d}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--accuracy", action="store_true", help="only measure the committed models")
-    args = ap.parse_args(argv)
-    if args.accuracy:
-        data = np.load(HERE / "digits_test.npz")
-        report(data[INPUT], data["labels"])
-        return 0
+def build(out: Path) -> None:
+    """Train, convert and quantize into `out` (every file `model_paths` names, and the npz)."""
     x_train, x_test, y_train, y_test = load_split()
     clf = train(x_train, y_train)
     print(f"scikit-learn test accuracy: {clf.score(x_test, y_test):.4f}")
-    np.savez(HERE / "digits_test.npz", **{INPUT: x_test, "labels": y_test})
+    np.savez(out / "digits_test.npz", **{INPUT: x_test, "labels": y_test})
     float_models = {"matmul": to_onnx(clf)}
     float_models["gemm"] = matmul_add_to_gemm(float_models["matmul"])
     with tempfile.TemporaryDirectory() as tmp:
         for kind, m in float_models.items():
-            float_path = HERE / f"digits_{kind}_float.onnx"
-            onnx.save(m, float_path)
-            # quantize_static's shape inference works on a copy, never the committed file
-            src = Path(tmp) / float_path.name
+            onnx.save(m, out / f"digits_{kind}_float.onnx")
+            # quantize_static's shape inference works on a copy, never the written file
+            src = Path(tmp) / f"digits_{kind}_float.onnx"
             onnx.save(m, src)
             for fmt, types, gran in VARIANTS:
-                quantize(
-                    src,
-                    HERE / f"digits_{kind}_{fmt}_{types}_{gran}.onnx",
-                    x_train,
-                    fmt,
-                    types,
-                    gran,
-                )
-    report(x_test, y_test)
+                dst = out / f"digits_{kind}_{fmt}_{types}_{gran}.onnx"
+                quantize(src, dst, x_train, fmt, types, gran)
+
+
+def check() -> int:
+    """Rebuild in a temporary directory; 1 if a committed file differs (versions matter)."""
+    stale = []
+    with tempfile.TemporaryDirectory() as tmp:
+        build(Path(tmp))
+        for p in [*model_paths(), HERE / "digits_test.npz"]:
+            if not p.exists() or p.read_bytes() != (Path(tmp) / p.name).read_bytes():
+                stale.append(p.name)
+    for name in stale:
+        print(f"stale: {name}", file=sys.stderr)
+    return 1 if stale else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--accuracy", action="store_true", help="only measure the committed models")
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1 if a rebuild differs from the committed files"
+    )
+    args = ap.parse_args(argv)
+    if args.check:
+        return check()
+    if not args.accuracy:
+        build(HERE)
+    data = np.load(HERE / "digits_test.npz")
+    report(data[INPUT], data["labels"])
     return 0
 
 
