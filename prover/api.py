@@ -182,10 +182,10 @@ def check(
         v = Verdict(
             "proven", ob.policy, ob.hash, first.procedure, ms, first.max_diff, details=details
         )
-    elif not fits(ob, 1 << 63):
+    elif not fits(replace(ob, ranges={**ob.ranges, **_point(first.witness)}), 1 << 63):
         why = (
-            f"{first.procedure} found a violation at {_fmt(first.witness)}, but the obligation's "
-            "values exceed 64 bits and the concrete replay cannot confirm it"
+            f"{first.procedure} found a violation at {_fmt(first.witness)}, but values there "
+            "exceed 64 bits and the concrete replay cannot confirm it"
         )
         return Verdict(
             UNKNOWN, ob.policy, ob.hash, first.procedure, ms, reason=why, details=details
@@ -367,6 +367,10 @@ def _split_reachable(lift: LiftSpec, a: int, b: int, w: int) -> list[tuple[int, 
     below = w - 1 - ((w - 1 - lift.bias) % g)
     above = w + 1 + ((lift.bias - w - 1) % g)
     return [(a, below), (above, b)]
+
+
+def _point(w: dict[str, int]) -> dict[str, tuple[int, int]]:
+    return {k: (int(v), int(v)) for k, v in w.items()}
 
 
 def _fmt(a: dict[str, int]) -> str:
