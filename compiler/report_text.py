@@ -53,9 +53,10 @@ def site_line(s: SiteReport) -> str:
 
 def render(r: Report) -> str:
     """The whole text report, header to summary, with a trailing newline."""
-    lines = [f"{r.model}: policy {r.policy}, target {r.target}"]
+    head = f"{r.model}: policy {r.policy}, target {r.target}"
     if r.reference is not None:
-        lines.append(f"reference: {r.reference['name']} ({r.reference['summary']})")
+        head += f", reference {r.reference['name']} ({r.reference['summary']})"
+    lines = [head]
     lines += [site_line(s) for s in r.sites]
     if not r.sites:
         lines.append("no candidate sites")

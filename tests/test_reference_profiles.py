@@ -153,7 +153,7 @@ def test_reference_named_in_every_report_format(saturable, tmp_path):
     assert any(f["code"] == "reference_divergence" for f in j["findings"])
     assert j["sites"][0]["counterexample"]["inputs"]["x"]["dtype"] == "uint8"
     text = prover(*common).stdout
-    assert "reference: ort-x86-avx2 (" in text.splitlines()[1]
+    assert ", reference ort-x86-avx2 (" in text.splitlines()[0]
     sarif = json.loads(prover(*common, "--format", "sarif").stdout)
     assert sarif["runs"][0]["properties"]["reference"]["name"] == "ort-x86-avx2"
     junit = ET.fromstring(prover(*common, "--format", "junit").stdout)
