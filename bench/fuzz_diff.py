@@ -431,6 +431,45 @@ def write_reproducer(out_dir: Path, res: ModelResult, f: Finding, model_bytes: b
     return d
 
 
+def confirm_with_cli(d: Path) -> dict[str, Any]:
+    """Replay a reproducer with the real commands (`prover check`, `npuc compile`, `npuc
+    run`, proof store off) and ORT at level off; the outcome is added to its meta.json."""
+    import subprocess
+
+    meta = json.loads((d / "meta.json").read_text())
+    common = ["--target", meta["target"], "--policy", meta["policy"], "--proofs-mode", "off"]
+    common.append("--no-progress")
+
+    def tool(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", *args], cwd=d, capture_output=True, text=True, timeout=300
+        )
+
+    out: dict[str, Any] = {}
+    p = tool("compiler.cli_prover", "check", "model.onnx", *common)
+    out["prover_check_exit"] = p.returncode
+    p = tool("compiler.cli_npuc", "compile", "model.onnx", "-o", "p.npuprog", *common)
+    out["npuc_compile_exit"] = p.returncode
+    if p.returncode == 0 and (d / "inputs.npz").is_file():
+        p = tool("compiler.cli_npuc", "run", "p.npuprog", "--input", "inputs.npz", "-o", "out.npz")
+        out["npuc_run_exit"] = p.returncode
+        if p.returncode == 0:
+            import onnx
+
+            with np.load(d / "inputs.npz") as z:
+                feeds = {k: z[k] for k in z.files}
+            model = onnx.load(str(d / "model.onnx"))
+            env = R.OrtReference(model).values(feeds)
+            want = {o.name: env[o.name] for o in model.graph.output}
+            with np.load(d / "out.npz") as z:
+                out["npuc_run_max_diff"] = {k: _diff(z[k], want[k]) for k in z.files if k in want}
+    if p.returncode not in (0, 1, 2, 3):
+        out["stderr"] = p.stderr.strip().splitlines()[-1:] if p.stderr else []
+    meta["cli"] = out
+    (d / "meta.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    return out
+
+
 @dataclass
 class Summary:
     """Every model's result, and the run's parameters."""
@@ -455,8 +494,12 @@ def run(
     timeout_s: float = 2.0,
     exclude: Callable[[set[str]], bool] | None = None,
     log: Callable[[str], None] | None = None,
+    confirm: bool = False,
 ) -> Summary:
-    """Check `models` generated models (skipping those `exclude(tags)` drops)."""
+    """Check `models` generated models (skipping those `exclude(tags)` drops).
+
+    `confirm`: replay every reproducer with the real commands (`confirm_with_cli`).
+    """
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="fuzz_diff_"))
     results: list[ModelResult] = []
     t0 = time.perf_counter()
@@ -474,8 +517,9 @@ def run(
             if f.failure:
                 d = write_reproducer(out, res, f, G.build(res.spec).SerializeToString())
                 res.reproducers.append(str(d))
+                cli = confirm_with_cli(d) if confirm else ""
                 if log:
-                    log(f"FAIL {f.category} model {index}: {f.detail} -> {d}")
+                    log(f"FAIL {f.category} model {index}: {f.detail} -> {d} {cli}")
         index += 1
     return Summary(seed, results, time.perf_counter() - t0, out)
 
@@ -552,6 +596,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=2.0, help="seconds per obligation")
     p.add_argument("--json", type=Path, default=None, help="write per-model results here")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per model")
+    p.add_argument(
+        "--confirm",
+        action="store_true",
+        help="replay each failure with `prover check`, `npuc compile` and `npuc run`",
+    )
     args = p.parse_args(argv)
     if args.models < 1 or args.timeout <= 0:
         p.error("--models and --timeout must be positive")
@@ -559,7 +608,14 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    s = run(args.models, args.seed, out_dir=args.out, timeout_s=args.timeout, log=log)
+    s = run(
+        args.models,
+        args.seed,
+        out_dir=args.out,
+        timeout_s=args.timeout,
+        log=log,
+        confirm=args.confirm,
+    )
     if args.verbose:
         for r in s.results:
             print(f"{r.index:5d} {r.status:8s} {r.seconds:6.2f}s {dict(r.verdicts)} "
