@@ -11,7 +11,8 @@ scalar: the operand is broadcast along the innermost output dimension). With
 
 - fixed = f32(zp_c) - fma(r_p, zp_p, f32(r_q * zp_q)), then for a scalar
   `q`: fixed = fma(q, r_q, fixed); the value is `fma(p, r_p, fixed)`; for a span `q`:
-  `fma(p, r_p, fma(q, r_q, fixed))`. These fused forms are the AVX2/FMA kernel as ORT's
+  `fma(p, r_p, fma(q, r_q, fixed))` (the same value: with FMA only the roles of p and q
+  matter, not whether q is a scalar). These fused forms are the AVX2/FMA kernel as ORT's
   x86-64 build compiles it (the compiler contracts the C++ `a*b + c*d` and the
   scalar fold into FMAs: measured, the plain-C reading is off on rare ties);
 - without FMA (the SSE2 kernel) every product and sum is rounded separately and the

@@ -358,3 +358,45 @@ def test_bad_parameters_are_kernel_errors():
     p = QLinearBinaryParams(a_scale=1, a_zp=0, b_scale=1, b_zp=0, c_scale=1, c_zp=0, dtype="int8")
     with pytest.raises(KernelError):
         qlinear_binary(BinaryOp.ADD, np.array([200]), np.array([1]), p)
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape,mode",
+    [
+        ((256, 16), (16,), SpanMode.GENERAL),
+        ((256, 1), (256, 16), SpanMode.A_SCALAR),
+        ((2, 1, 16), (2, 256, 1), SpanMode.B_SCALAR),
+    ],
+)
+def test_span_operand_is_the_one_ort_picks(a_shape, b_shape, mode):
+    """Which operand is the kernel's span `p` matters; ORT's choice is `span_mode`'s.
+
+    (With FMA the span-span and span-scalar formulas coincide; the roles do not.)
+    """
+    from prover.qlinear_binary import qladd_kernel
+
+    rng = np.random.default_rng(17)
+    assert span_mode(a_shape, b_shape) is mode
+    for _ in range(20000):
+        p = _params(rng, "uint8")
+        a = rng.integers(0, 256, a_shape)
+        b = rng.integers(0, 256, b_shape)
+        ab, bb = np.broadcast_arrays(a, b)
+        scales = (p.a_scale, p.a_zp, p.b_scale, p.b_zp)
+        swapped = (p.b_scale, p.b_zp, p.a_scale, p.a_zp)
+        if mode is SpanMode.A_SCALAR:  # the wrong reading: A as the span
+            alt = qladd_kernel(
+                ab, bb, *scales, p.c_scale, p.c_zp, p.out, q_scalar=True, fma=HOST_FMA
+            )
+        else:  # the wrong reading: B as the span
+            alt = qladd_kernel(
+                bb, ab, *swapped, p.c_scale, p.c_zp, p.out,
+                q_scalar=mode is SpanMode.GENERAL, fma=HOST_FMA,
+            )  # fmt: skip
+        want = qlinear_binary(BinaryOp.ADD, a, b, p, fma=HOST_FMA)
+        if (alt != want).any():
+            got = _run(BinaryOp.ADD, a, b, p)
+            assert (got == want).all()
+            assert (got != alt).any()
+            return
+    pytest.fail("no parameters distinguish the two operand roles")
