@@ -6,9 +6,10 @@ interface below. `NUMPY` evaluates it concretely on int64 arrays (vectorised);
 enough for every int32 x int32 product the kernel forms).
 
 Integers are mathematical integers in both interpretations: the kernel keeps
-every intermediate inside int64 (documented per primitive), so no silent
-wrap-around happens in either domain. Wrap-around is only ever explicit
-(`wrap_to`).
+every intermediate inside int64 (documented per primitive) wherever the
+primitive's precondition holds, and `bounds.py` bounds every value of an
+obligation, so the numpy procedures decline and the SMT encoding widens its
+bit-vectors rather than wrap. Wrap-around is only ever explicit (`wrap`).
 """
 
 from __future__ import annotations

@@ -121,8 +121,16 @@ PRIMITIVES: dict[str, Primitive] = {
         Primitive("add_const", lambda d, a, *, c: a + int(c), doc="a + c"),
         Primitive("mul_const", lambda d, a, *, c: a * int(c), doc="a * c"),
         Primitive("clip", _clip, doc="min(max(x, lo), hi)"),
-        Primitive("saturate", lambda d, x, *, type: saturate(d, x, int_type(type))),
-        Primitive("wrap", lambda d, x, *, type: wrap(d, x, int_type(type))),
+        Primitive(
+            "saturate",
+            lambda d, x, *, type: saturate(d, x, int_type(type)),
+            doc="clamp into type; total (no precondition)",
+        ),
+        Primitive(
+            "wrap",
+            lambda d, x, *, type: wrap(d, x, int_type(type)),
+            doc="two's complement wrap into type; total (no precondition)",
+        ),
         Primitive(
             "requant_double",
             _requant_double,
@@ -162,7 +170,12 @@ PRIMITIVES: dict[str, Primitive] = {
             "that is not the table).",
             requires="x lies in in_type",
         ),
-        Primitive("dot", _dot),
+        Primitive(
+            "dot",
+            _dot,
+            doc="sum (x_k - x_zp)(w_k - w_zp) + bias, the exact integer; no precondition of its "
+            "own: an accumulator beyond int32 is caught by the requantizer consuming it",
+        ),
         Primitive("floordiv_const", _floordiv_const, doc="floor(x / c), c > 0"),
         Primitive("mod_const", _mod_const, doc="x - c * floor(x / c), c > 0"),
     )

@@ -81,6 +81,8 @@ def mbqm(d: Domain, x: Any, multiplier: int, shift: int) -> Any:
 def mbqm_precondition(d: Domain, x: Any, shift: int) -> Any:
     """Where `x * 2^max(shift,0)` fits int32 (C leaves the overflow undefined).
 
+    An obligation on the implementation (NPU) side, assumed only on the reference
+    side, where the C reference itself has no value (see `primitives`).
     Written as bounds on `x` itself: forming `x * 2^left` could wrap the 64-bit
     symbolic word for a huge `x` and make the check pass.
     """
@@ -101,6 +103,8 @@ def single_round(d: Domain, x: Any, multiplier: int, shift: int) -> Any:
 def single_round_precondition(d: Domain, x: Any, multiplier: int, shift: int) -> Any:
     """Where `x` is an int32 and the single-rounding result fits int32 (TFLite DCHECKs it).
 
+    An obligation on the implementation side, assumed only on the reference side.
+
     For an int32 `x` the int64 product cannot wrap, so the result check is exact.
     """
     r = single_round(d, x, multiplier, shift)
@@ -109,7 +113,11 @@ def single_round_precondition(d: Domain, x: Any, multiplier: int, shift: int) ->
 
 
 def int32_precondition(d: Domain, x: Any) -> Any:
-    """Where `x` is an int32 (the accumulator type every requantizer is defined on)."""
+    """Where `x` is an int32 (the accumulator type every requantizer is defined on).
+
+    An obligation on the implementation side (an int32 accumulator register), assumed
+    only on the reference side (ONNX gives an overflowing int32 sum no value).
+    """
     return d.land(x >= INT32_MIN, x <= INT32_MAX)
 
 
