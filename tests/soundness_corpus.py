@@ -61,9 +61,12 @@ class RecordingStore(ProofStore):
         super().__init__("recording-store-never-written", mode="off")
         self.obligations: dict[str, Obligation] = {}
 
-    def get(self, ob: Obligation):
+    def lookup(self, ob: Obligation):  # what prover.api.check asks the store
         self.obligations[ob.hash] = ob
         return None
+
+    def get(self, ob: Obligation):
+        return self.lookup(ob)
 
     def put(self, ob: Obligation, v, extra=None):
         return None
