@@ -20,6 +20,8 @@ def counterexample_summary(c: Counterexample) -> str:
         ba = ""
         if c.before is not None and c.after is not None:
             ba = f": original {c.before}, fused {c.after}"
+        elif c.before is not None:  # an NPU-side precondition fails: no fused value exists
+            ba = f": original {c.before}, fused undefined"
         parts.append(f"at {local}{ba}")
     diffs = c.differing()
     if diffs:

@@ -233,6 +233,7 @@ def test_k1024_cli_check_does_not_say_proven(tmp_path):
     r = prover("check", str(p), "--target", str(FIXED.path), "--proofs-mode", "off")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REFUTED" in r.stdout and "PROVEN" not in r.stdout
+    assert "fused undefined" in r.stdout
 
 
 # --- a scale the fixed-point quantiser cannot represent -----------------------------------
