@@ -168,9 +168,10 @@ def _violation_text(u: Op, p: Any, args: list, ok: Any) -> str:
     shape = np.broadcast_shapes(okv.shape, *(a.shape for a in arrs))
     i = int(np.flatnonzero(~np.broadcast_to(okv, shape))[0])
     first = ", ".join(str(int(np.broadcast_to(a, shape).reshape(-1)[i])) for a in arrs)
+    params = ", ".join(f"{k}={v}" for k, v in u.params if not isinstance(v, tuple))
     return (
-        f"{u.prim}: precondition '{p.requires}' fails at input {first} (out of range); "
-        "the result is undefined"
+        f"{u.prim}({params}): precondition '{p.requires}' fails at input {first} "
+        "(out of range); the result is undefined"
     )
 
 
