@@ -113,6 +113,12 @@ def tags(spec: dict[str, Any]) -> set[str]:
         t.add(f"requantize:{spec['requantize']['rounding']}")
     if spec.get("raw_int32"):
         t.add("raw_int32")
+    if spec.get("float_input"):
+        t.add("float_input")
+        if spec["float_input"]["output_dtype"]:
+            t.add("output_dtype")
+    if spec.get("qdq_op") == "Gemm":
+        t.add("qdq_gemm")
     if spec.get("clip"):
         t.add("clip")
     if spec.get("reshape_unit"):
@@ -337,15 +343,16 @@ class Checker:
 
 def _minimise(checker: Checker, f: Finding) -> Finding:
     """Keep one row of the failing input (others at the zero point) if it still fails."""
-    if f.feeds is None or "x" not in f.feeds:
+    if f.feeds is None or len(f.feeds) != 1:
         return f
-    x = f.feeds["x"]
+    ((key, x),) = f.feeds.items()
+    fill = checker.spec["a_zp"] if x.dtype.kind in "iu" else 0
     for r in range(x.shape[0]):
-        y = np.full_like(x, checker.spec["a_zp"])
+        y = np.full_like(x, fill)
         y[r] = x[r]
-        found = [g for g in checker.compare({"x": y}, "minimised") if g.category == f.category]
+        found = [g for g in checker.compare({key: y}, "minimised") if g.category == f.category]
         if found:
-            return Finding(f.category, found[0].detail, {"x": y}, f.where)
+            return Finding(f.category, found[0].detail, {key: y}, f.where)
     return f
 
 

@@ -81,6 +81,7 @@ def random_spec(rng: np.random.Generator) -> Spec:
     """Draw one model description (deterministic for the generator's state)."""
     opset = int(rng.integers(13, 22))
     compute = _pick(rng, ("qlinear", "integer", "qdq", "none"), p=(0.4, 0.2, 0.25, 0.15))
+    qdq_gemm = bool(rng.random() < 0.3)
     a_type = _pick(rng, ("int8", "uint8"))
     w_type = _pick(rng, ("int8", "uint8"))
     if compute == "qlinear" and a_type == "int8" and w_type == "uint8" and rng.random() < 0.9:
@@ -98,6 +99,8 @@ def random_spec(rng: np.random.Generator) -> Spec:
         "target": _pick(rng, ("npu_float", "npu_fixed")),
         "policy": _pick(rng, ("bitwise", "bounded:1", "bounded:2"), p=(0.6, 0.3, 0.1)),
     }
+    if compute == "qdq" and qdq_gemm:
+        spec["qdq_op"] = "Gemm"
     cur_type = a_type
     cur_scale = _scale(rng, 0.02)
     spec["a_scale"] = cur_scale
@@ -179,7 +182,19 @@ def random_spec(rng: np.random.Generator) -> Spec:
         acts.append(act)
         cur_type, cur_scale = out_type, act["out_scale"]
     spec["acts"] = acts
+    _float_input(rng, spec)
     return spec
+
+
+def _float_input(rng: np.random.Generator, spec: Spec) -> None:
+    """Sometimes a float32 graph input quantized by a QuantizeLinear (at opset 21, maybe by
+    `output_dtype` without a zero point)."""
+    if rng.random() >= 0.15:
+        return
+    fi = {"output_dtype": bool(spec["opset"] >= 21 and rng.random() < 0.4)}
+    if fi["output_dtype"]:
+        spec["a_zp"] = 0  # no zero point input: it is 0
+    spec["float_input"] = fi
 
 
 def _requantize(rng: np.random.Generator, real: float, out_type: str) -> dict[str, Any]:
@@ -215,6 +230,17 @@ def build(spec: Spec) -> onnx.ModelProto:
     at = spec["a_type"]
     inputs = [oh.make_tensor_value_info("x", TPT[at], [M, K])]
     cur, cur_type, shape = "x", at, [M, K]
+    fi = spec.get("float_input")
+    if fi is not None:
+        inputs = [oh.make_tensor_value_info("x_in", TP.FLOAT, [M, K])]
+        inits.append(_c("q_s", spec["a_scale"], np.float32))
+        if fi["output_dtype"]:
+            q = oh.make_node("QuantizeLinear", ["x_in", "q_s"], ["x"], name="quant")
+            q.attribute.append(oh.make_attribute("output_dtype", TPT[at]))
+        else:
+            inits.append(_c("q_z", spec["a_zp"], NP[at]))
+            q = oh.make_node("QuantizeLinear", ["x_in", "q_s", "q_z"], ["x"], name="quant")
+        nodes.append(q)
     compute = spec["compute"]
     if compute != "none":
         wt = spec["w_type"]
@@ -247,7 +273,7 @@ def build(spec: Spec) -> onnx.ModelProto:
             nodes += [
                 oh.make_node("DequantizeLinear", ["x", "a_s", "a_z"], ["x_f"], name="dq_x"),
                 oh.make_node("DequantizeLinear", ["W", "w_s", "w_z"], ["w_f"], name="dq_w", **axis),
-                oh.make_node("MatMul", ["x_f", "w_f"], ["mm_f"], name="mm"),
+                oh.make_node(spec.get("qdq_op", "MatMul"), ["x_f", "w_f"], ["mm_f"], name="mm"),
                 oh.make_node("QuantizeLinear", ["mm_f", "y_s", "y_z"], ["mm_out"], name="q_mm"),
             ]
             cur_type = yt

@@ -1,14 +1,15 @@
 """Input batches for the differential fuzzer: random, extreme and half-step.
 
-Every batch is a full feed `{"x": array[M, K]}` of the model's input type, with a
-`kind`:
+Every batch is a full feed `{"x": array[M, K]}` of the model's input type (or, for a
+float input, `{"x_in": float32[M, K]}` quantizing to those values), with a `kind`:
 - `random`: uniform over the type;
 - `extreme`: every element at the type's min or max, at the zero point, and per
   output column the rows reaching that column's largest and smallest accumulator;
 - `half_step`: rows lifted (`prover.lift.lift_row`) to accumulators on both sides of
   the first requantization's rounding thresholds (where the float32 product crosses
   q + 1/2; exact ties are among them when the scale is a power of two);
-- `exhaustive` (no compute op): all 256 input values, spread over the tensor.
+- `exhaustive` (no compute op): all 256 input values, spread over the tensor;
+- `quant_tie` (float input): values exactly half a step between two quantized values.
 """
 
 from __future__ import annotations
@@ -139,4 +140,20 @@ def batches(spec: dict, rng: np.random.Generator, n_random: int = 2) -> list[Bat
     limit = 4 * M if M > 1 else 6
     half = _half_step_rows(spec, rng, limit)
     out += [Batch("half_step", {"x": a}) for a in _fill(half, M, K, spec["a_zp"], at)]
+    if spec.get("float_input") is not None:
+        out = _to_float(spec, rng, out)
+    return out
+
+
+def _to_float(spec: dict, rng: np.random.Generator, batches: list[Batch]) -> list[Batch]:
+    """Float inputs that the model's QuantizeLinear maps to the integer batches (random ones
+    jittered within a step), plus one batch exactly on the quantizer's half steps."""
+    s, zp = np.float32(spec["a_scale"]), spec["a_zp"]
+    out = []
+    for b in batches:
+        q = b.feeds["x"].astype(np.float64) - zp
+        jitter = rng.uniform(-0.45, 0.45, q.shape) if b.kind == "random" else 0.0
+        out.append(Batch(b.kind, {"x_in": ((q + jitter) * s).astype(np.float32)}))
+    q = batches[0].feeds["x"].astype(np.float64) - zp
+    out.append(Batch("quant_tie", {"x_in": ((q + 0.5) * s).astype(np.float32)}))
     return out
