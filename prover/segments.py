@@ -60,6 +60,7 @@ from .enumerate import evaluate_block, largest_diff, violations
 from .errors import NotApplicable, VacuousObligation
 from .inttypes import INT32_MAX, INT32_MIN, int_type
 from .obligation import Obligation
+from .primitives import primitive
 from .requant import single_round
 from .staircase import monotone_thresholds
 
@@ -175,6 +176,8 @@ def valid_interval(cut: T.Term, var: str, lo: int, hi: int) -> Interval | None:
     va, vb = lo, hi
     for i, o in enumerate(chain):
         if o.prim not in PRE_INPUT:
+            if primitive(o.prim).precondition is not None:
+                raise NotApplicable(f"no precondition interval known for {o.prim}")
             continue
         pa, pb = PRE_INPUT[o.prim](o.kwargs)
         inner: T.Term = chain[i - 1] if i else T.Var(var)
