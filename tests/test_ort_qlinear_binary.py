@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 from prover.domain import NumpyDomain, Z3Domain
 from prover.inttypes import int_type
 from prover.matmul import matmul_acc
+from prover.mlas import host_uses_fma
 from prover.qlinear_binary import (
     BinaryOp,
     QLinearBinaryParams,
@@ -38,11 +39,7 @@ def _host_fma() -> bool | None:
     """Whether ORT runs its FMA QLinearAdd kernel here; None on a non-x86-64 host."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return None
-    try:
-        flags = open("/proc/cpuinfo").read().split()
-    except OSError:
-        return None
-    return "fma" in flags and "avx2" in flags
+    return host_uses_fma()  # AVX2 + FMA3 select the same MLAS kernels as for the logistic
 
 
 HOST_FMA = _host_fma()
