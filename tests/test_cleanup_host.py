@@ -102,3 +102,52 @@ def test_identity_before_a_matmul_that_falls_back_to_the_host(tmp_path):
     onnx.checker.check_model(m, full_check=True)
     feeds = {"x": np.full((2, 16), 255, np.uint8)}
     check_end_to_end(m, feeds, tmp_path, args=("--reference", "ort-x86-avx2"))
+
+
+@pytest.mark.parametrize("layout", ["identity", "reshape"])
+def test_host_fallback_of_a_fused_site_reincludes_the_bypassed_layout_op(layout):
+    """QLinearMatMul -> Identity|no-op Reshape -> QLinearSigmoid fuses; if the fused step must
+    stay on the host (e.g. buffers beyond SRAM), its original ONNX nodes read the bypassed
+    op's output: the fallback subgraph includes that op and equals ONNX Runtime."""
+    from compiler.api import compile_model
+    from compiler.passes.lower import Lowerer
+
+    inits = [nh.from_array(weights(16, 4), "W"), nh.from_array(np.array([3, 4], np.int64), "shp")]
+    inits += [
+        const(n, v, t)
+        for n, v, t in [("s", 0.02, "float32"), ("z", 0, "int8"), ("ws", 0.01, "float32"),
+                        ("ys", 0.05, "float32"), ("os", 1 / 256, "float32"), ("oz", -128, "int8")]
+    ]  # fmt: skip
+    mid = (
+        oh.make_node("Identity", ["h"], ["h2"], name="mid")
+        if layout == "identity"
+        else oh.make_node("Reshape", ["h", "shp"], ["h2"], name="mid")
+    )
+    nodes = [
+        oh.make_node("QLinearMatMul", ["x", "s", "z", "W", "ws", "z", "ys", "z"], ["h"], name="mm"),
+        mid,
+        oh.make_node(
+            "QLinearSigmoid",
+            ["h2", "ys", "z", "os", "oz"],
+            ["y"],
+            name="act",
+            domain="com.microsoft",
+        ),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "t",
+        [oh.make_tensor_value_info("x", TP.INT8, [3, 16])],
+        [oh.make_tensor_value_info("y", TP.INT8, [3, 4])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=OPSETS)
+    onnx.checker.check_model(m, full_check=True)
+    r = compile_model(m)
+    fused = next(n for n in r.graph.nodes if n.op == "fused")
+    (step,) = Lowerer(r.graph, r.context).host_origin(fused)
+    import onnxruntime as ort
+
+    feeds = {"x": np.random.default_rng(2).integers(-128, 128, (3, 16)).astype(np.int8)}
+    got = ort.InferenceSession(step.model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_array_equal(got[0], ort_run(m, feeds)[0])

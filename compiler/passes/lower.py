@@ -95,6 +95,10 @@ def _step_tensors(step) -> tuple[str, ...]:
     return tuple(getattr(step, k) for k in names if getattr(step, k, None) is not None)
 
 
+# ONNX ops cleanup may bypass (plus Constant): a host fallback re-includes them.
+_VALUE_PRESERVING = ("Identity", "Reshape", "Transpose", "Constant")
+
+
 class Lowerer:
     def __init__(self, g: Graph, ctx) -> None:
         self.g, self.ctx, self.t = g, ctx, ctx.target
@@ -397,18 +401,31 @@ class Lowerer:
     def host_origin(self, n: Node) -> list:
         """The node's original ONNX nodes as a host subgraph (exactly what ONNX Runtime runs)."""
         model = self.ctx.model
-        protos = [p for p in model.graph.node if (p.name or p.output[0]) in n.origin]
+        nodes = list(model.graph.node)
+        pos = {id(p): k for k, p in enumerate(nodes)}
+        producer = {o: p for p in nodes for o in p.output}
         inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-        produced = {o for p in protos for o in p.output}
+        protos = [p for p in nodes if (p.name or p.output[0]) in n.origin]
+        # Identity / no-op Reshape / Transpose nodes that cleanup bypassed (and Constants)
+        # between the IR inputs and the origin nodes: ONNX Runtime runs them too.
+        while True:
+            produced = {o for p in protos for o in p.output}
+            missing = [
+                i
+                for p in protos
+                for i in p.input
+                if i and i not in produced and i not in inits and i not in n.inputs
+            ]
+            add = {
+                id(producer[i]): producer[i]
+                for i in missing
+                if i in producer and producer[i].op_type in _VALUE_PRESERVING
+            }
+            if not add:
+                break
+            protos += add.values()
+        protos.sort(key=lambda p: pos[id(p)])
         consts = {i: inits[i] for p in protos for i in p.input if i in inits}
-        # cleanup may have renamed the IR inputs (a bypassed Identity/no-op Reshape): read them
-        ext = list(dict.fromkeys(i for p in protos for i in p.input if i and i not in produced))
-        ext = [i for i in ext if i not in consts]
-        if len(ext) == len(n.inputs):
-            ren = dict(zip(ext, n.inputs, strict=True))
-            protos = [onnx.NodeProto.FromString(p.SerializeToString()) for p in protos]
-            for p in protos:
-                p.input[:] = [ren.get(i, i) for i in p.input]
         if protos and protos[-1].output[0] != n.output:
             protos.append(oh.make_node("Identity", [protos[-1].output[0]], [n.output]))
         ins = {i: self.g.values[i] for i in n.inputs if i not in produced}
