@@ -85,12 +85,17 @@ def ort_run(m: onnx.ModelProto, feeds: dict, level: str = "off") -> list[np.ndar
 
 
 def check_end_to_end(
-    m: onnx.ModelProto, feeds: dict, tmp: Path, verdict: str | None = None, args: tuple = ()
+    m: onnx.ModelProto,
+    feeds: dict,
+    tmp: Path,
+    verdict: str | None = None,
+    args: tuple = ("--reference", "ort-host"),
 ) -> dict[str, np.ndarray]:
     """`prover check`, `npuc compile`, `npuc run` on `m`; asserts the program equals ORT.
 
     `verdict` (e.g. "REFUTED"): the check must report it (exit 1 for REFUTED), else exit 0.
-    `args`: extra options of `prover check` and `npuc compile` (e.g. `--reference`).
+    `args`: extra options of `prover check` and `npuc compile`; by default the reference is
+    this host's ORT (what the outputs are compared with).
     Returns the program's outputs.
     """
     path, prog, inp, out = tmp / "m.onnx", tmp / "m.npuprog", tmp / "in.npz", tmp / "out.npz"

@@ -15,6 +15,7 @@ from qdq_models import check_end_to_end, finish, ort_run, qdq_table_model
 
 from compiler.errors import FrontendError
 from compiler.frontend import to_ir
+from compiler.reference_host import host_profile
 from compiler.semantics import run_graph
 
 ALL_INT8 = {"x": np.arange(-128, 128, dtype=np.int8)}
@@ -82,7 +83,7 @@ def test_qdq_table_opsets_and_output_dtype_equal_onnxruntime(opset, q_attrs):
         "Tanh", x_scale=0.03, x_zp=3, y_scale=1 / 100, y_zp=None, out_type=out_t,
         opset=opset, q_attrs=attrs,
     )  # fmt: skip
-    g, _ = to_ir(m)
+    g, _ = to_ir(m, reference=host_profile())
     lut = next(n for n in g.nodes if n.op == "lut")
     assert lut.attrs["out_type"] == out_t
     np.testing.assert_array_equal(run_graph(g, ALL_INT8)["y"], ort_run(m, ALL_INT8)[0])
@@ -90,7 +91,7 @@ def test_qdq_table_opsets_and_output_dtype_equal_onnxruntime(opset, q_attrs):
 
 def test_output_dtype_with_matching_zero_point_is_accepted():
     m = qdq_table_model("Sigmoid", y_zp=-128, out_type="int8", q_attrs={"output_dtype": TP.INT8})
-    g, _ = to_ir(m)
+    g, _ = to_ir(m, reference=host_profile())
     np.testing.assert_array_equal(run_graph(g, ALL_INT8)["y"], ort_run(m, ALL_INT8)[0])
 
 
