@@ -46,7 +46,7 @@ def load_case(d: str | Path) -> Case:
 
 def profile_of(d: dict[str, Any] | None) -> Any:
     """The `ReferenceProfile` recorded in meta.json (None: the default `onnx`)."""
-    from prover.reference import ONNX, Accumulation, ReferenceProfile
+    from prover.reference import ONNX, Accumulation, QdqReading, ReferenceProfile
 
     if d is None:
         return ONNX
@@ -55,6 +55,8 @@ def profile_of(d: dict[str, Any] | None) -> Any:
         u8s8_accumulation=Accumulation(d["u8s8_accumulation"]),
         mlas_fma=bool(d["mlas_fma"]),
         summary=str(d.get("summary", "")),
+        # records written before QDQ readings existed were lowered the float way
+        qdq_reading=QdqReading(d.get("qdq_reading", QdqReading.FLOAT)),
     )
 
 

@@ -31,7 +31,7 @@ from compiler.reference_host import host_profile
 from compiler.semantics import run_graph
 from prover.inttypes import UINT8
 from prover.pair_saturation import column_accs, pair_saturating_acc
-from prover.reference import ONNX, ORT_X86_AVX2, Accumulation
+from prover.reference import DEFAULT_PROFILE, ONNX, ORT_X86_AVX2, Accumulation, get_profile
 from prover.requant import onnx_requant_scale, requant_float_concrete
 
 
@@ -187,7 +187,10 @@ def test_bogus_reference_is_a_one_line_error(saturable, tmp_path):
 
 def test_help_documents_the_reference_option():
     for p in (prover("check", "--help"), npuc("compile", "--help")):
-        assert "--reference {onnx,ort-x86-avx2,ort-host}" in p.stdout
+        flat = " ".join(p.stdout.split())
+        assert (
+            "--reference {onnx,ort-x86-avx2,onnx-qdq-float,ort-x86-avx2-qdq-float,ort-host}" in flat
+        )
 
 
 def test_emitted_replay_under_avx2_holds_on_this_host(saturable, tmp_path):
@@ -211,3 +214,17 @@ def test_emitted_replay_under_avx2_holds_on_this_host(saturable, tmp_path):
     np.savez(d / "counterexample.npz", **data)
     with pytest.raises(AssertionError):
         check_original(d)
+
+
+def test_qdq_reading_defaults_to_integer_and_float_profiles_exist():
+    """The default profile reads QDQ groups as ORT's default-level integer kernels; each
+    machine profile has a float-reading twin differing only in that field."""
+    from prover.reference import ONNX_QDQ_FLOAT, QdqReading
+
+    assert get_profile(DEFAULT_PROFILE).qdq_reading is QdqReading.INTEGER
+    assert ONNX_QDQ_FLOAT.qdq_reading is QdqReading.FLOAT
+    for name in ("onnx", "ort-x86-avx2"):
+        i, f = get_profile(name), get_profile(f"{name}-qdq-float")
+        assert (i.u8s8_accumulation, i.mlas_fma) == (f.u8s8_accumulation, f.mlas_fma)
+        assert f.to_dict()["qdq_reading"] == "float" and i.to_dict()["qdq_reading"] == "integer"
+        assert "float graph" in f.summary and "integer kernels" in i.summary
