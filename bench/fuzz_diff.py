@@ -323,7 +323,8 @@ class Checker:
                 continue
             bad = []
             allowed = self.bound(s.activation.output)
-            if abs(int(cx.before) - int(cx.after)) <= allowed:
+            # after None: the fused form is undefined there (an NPU precondition fails)
+            if cx.after is not None and abs(int(cx.before) - int(cx.after)) <= allowed:
                 bad.append(f"before {cx.before} / after {cx.after} differ by at most {allowed}")
             for name, v in (cx.expected or {}).items():
                 if name in ref and _diff(v, ref[name]) != 0:
@@ -466,8 +467,12 @@ def confirm_with_cli(d: Path) -> dict[str, Any]:
             with np.load(d / "inputs.npz") as z:
                 feeds = {k: z[k] for k in z.files}
             model = onnx.load(str(d / "model.onnx"))
-            env = R.OrtReference(model).values(feeds)
-            want = {o.name: env[o.name] for o in model.graph.output}
+            try:
+                env = R.OrtReference(model).values(feeds)
+            except Exception as e:  # noqa: BLE001 - ORT may have no kernel for the model
+                out["ort"] = str(e).splitlines()[0][:200]
+                env = {}
+            want = {o.name: env[o.name] for o in model.graph.output if o.name in env}
             with np.load(d / "out.npz") as z:
                 out["npuc_run_max_diff"] = {k: _diff(z[k], want[k]) for k in z.files if k in want}
     if p.returncode not in (0, 1, 2, 3):
