@@ -280,3 +280,14 @@ def test_a_constant_of_2_63_is_never_proven_equal_to_its_64_bit_wrap():
         assert smt.decide(ob, b, Budget(timeout_s=30)).status == "violated", b
     v = check(ob)
     assert v.status == "unknown" and "64 bits" in v.reason
+
+
+def test_an_undefined_refutation_round_trips_through_a_proof_store(tmp_path):
+    from prover.proofstore import ProofStore
+
+    before = op("requant_float", ACC, scale=4096.0, zp=0, out="int8")
+    ob = Obligation("lowering", before, _mbqm(), {"acc": (-1000, 300_000)})
+    v1 = check(ob, store=ProofStore(tmp_path, mode="rw"))
+    v2 = check(ob, store=ProofStore(tmp_path, mode="ro"))  # served: replayed, not re-decided
+    assert v2.cached and v2.refuted and v2.counterexample == v1.counterexample
+    assert v2.counterexample.undefined and v2.counterexample.after is None
