@@ -357,6 +357,17 @@ def _minimise(checker: Checker, f: Finding) -> Finding:
     return f
 
 
+def _zero_feeds(model: Any) -> dict[str, np.ndarray]:
+    from onnx import helper as oh
+
+    out = {}
+    for vi in model.graph.input:
+        tt = vi.type.tensor_type
+        shape = [d.dim_value for d in tt.shape.dim]
+        out[vi.name] = np.zeros(shape, oh.tensor_dtype_to_np_dtype(tt.elem_type))
+    return out
+
+
 def check_model(index: int, seed: int, timeout_s: float = 2.0) -> tuple[ModelResult, Any]:
     """Generate model `index` of `seed` and check it; returns (result, checker or None)."""
     from compiler.cli_common import expected_errors
@@ -379,14 +390,14 @@ def check_model(index: int, seed: int, timeout_s: float = 2.0) -> tuple[ModelRes
         res.seconds = time.perf_counter() - t0
         return res, checker
     res.verdicts.update(s.verdict for s in checker.result.sites)
-    if not checker.project:
-        try:
-            R.session(model.SerializeToString(), "off")
-        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own classes
-            msg = str(e).splitlines()[0][:200]
-            res.findings.append(Finding("ort_rejects", msg))
-            res.seconds = time.perf_counter() - t0
-            return res, checker
+    try:  # can ONNX Runtime run this model at all? (with the project's Requantize too)
+        checker.ref.values(_zero_feeds(model))
+    except R.ReferenceUndefined:
+        pass
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own classes
+        res.findings.append(Finding("ort_rejects", str(e).splitlines()[0][:200]))
+        res.seconds = time.perf_counter() - t0
+        return res, checker
     feeds: dict[str, np.ndarray] | None = None
     try:
         found, cex_feeds = checker.refutations()
