@@ -21,7 +21,7 @@ Failures (exit 1, one reproducer directory each under --out):
 Not failures, counted: `rejected` (the frontend said exit 2; grouped by message),
 `ort_rejects` (ONNX Runtime cannot run a model the frontend accepts), `ort_default_differs`
 (ORT's default optimisation level differs from level off: QDQ groups run as integer
-kernels), `host_u8s8_divergence` (this CPU's ORT saturates u8s8 pairs, the checked
+kernels), `ort_default_fails` (ORT's own default-level optimiser breaks the model), `host_u8s8_divergence` (this CPU's ORT saturates u8s8 pairs, the checked
 reference does not), `reference_undefined` (a Requantize precondition fails on the input).
 """
 
@@ -60,6 +60,7 @@ FAILURES = (
 INFO = (
     "ort_rejects",
     "ort_default_differs",
+    "ort_default_fails",
     "host_u8s8_divergence",
     "reference_undefined",
     "refutation_not_lifted",
@@ -235,7 +236,11 @@ class Checker:
             for name, v in off.items():
                 if _diff(v, ref[name]) != 0:  # the exposed intermediates changed the graph?
                     return [Finding("fuzzer_error", f"reference values differ on {name}", feeds)]
-            dflt = self.ref.outputs(feeds, "default")
+            try:
+                dflt = self.ref.outputs(feeds, "default")
+            except Exception as e:  # noqa: BLE001 - ORT's own optimiser may break the model
+                out.append(Finding("ort_default_fails", str(e).splitlines()[0][:200], feeds))
+                dflt = {}
             for name, v in dflt.items():
                 d = _diff(v, off[name])
                 if d:
@@ -610,6 +615,11 @@ def render(summary: Summary) -> str:
     return "\n".join(lines)
 
 
+def _tag_filter(only: set[str], skip: set[str]) -> Callable[[set[str]], bool]:
+    """`exclude` for `run`: drop models lacking a tag of `only` or having one of `skip`."""
+    return lambda tags: not only <= tags or bool(skip & tags)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line; exit 0 when no failure was found, 1 otherwise."""
     p = argparse.ArgumentParser(prog="fuzz_diff", description=__doc__.splitlines()[0])
@@ -619,6 +629,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=2.0, help="seconds per obligation")
     p.add_argument("--json", type=Path, default=None, help="write per-model results here")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per model")
+    p.add_argument(
+        "--only", action="append", default=[], metavar="TAG", help="only models with this tag"
+    )
+    p.add_argument(
+        "--skip", action="append", default=[], metavar="TAG", help="skip models with this tag"
+    )
     p.add_argument(
         "--confirm",
         action="store_true",
@@ -638,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
         log=log,
         confirm=args.confirm,
+        exclude=_tag_filter(set(args.only), set(args.skip)) if args.only or args.skip else None,
     )
     if args.verbose:
         for r in s.results:
