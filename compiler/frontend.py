@@ -20,6 +20,8 @@ message naming the node (and the attribute or type).
 
 from __future__ import annotations
 
+import dataclasses
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +32,20 @@ from onnx import TensorProto, numpy_helper
 from prover.domain import KernelError
 from prover.inttypes import TYPES, int_type
 from prover.matmul import accumulator_range
+from prover.qgemm import QGemmParams, output_scales
+from prover.qlinear_binary import QLinearBinaryParams, span_mode
 from prover.reference import ONNX, ReferenceProfile
 from prover.requant import check_multiplier, onnx_requant_scale
 
+from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
 from .errors import FrontendError, node_label
 from .ir import Graph, Node, Value
 from .ort_tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, reference_table
 
 PROJECT_DOMAIN = "ai.npufusion"
 MS_DOMAIN = "com.microsoft"
+ML_DOMAIN = "ai.onnx.ml"
+KNOWN_DOMAINS = ("", "ai.onnx", MS_DOMAIN, PROJECT_DOMAIN, ML_DOMAIN)
 
 DTYPES = {
     TensorProto.INT8: "int8",
@@ -78,6 +85,9 @@ INTERPRETED_ATTRIBUTES: dict[str, frozenset[str]] = {
     "Sigmoid": frozenset(),
     "Tanh": frozenset(),
     "Relu": frozenset(),
+    "QLinearAdd": frozenset(),
+    "QLinearMul": frozenset(),
+    "QGemm": frozenset({"alpha", "transA", "transB"}),
 }
 # Scale element types a QDQ activation table models exactly (prover.lut.build_ort_qdq_table).
 QDQ_SCALE_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
@@ -405,15 +415,54 @@ class _Builder:
             }.get(n.op_type)
             if handler is None and n.op_type in HOST_FLOAT_OPS:
                 handler = self.float_op
+            if n.op_type in ("Cast", "Dropout"):
+                handler = self.cast if n.op_type == "Cast" else self.dropout
         elif dom == MS_DOMAIN:
-            handler = self.qlinear_activation if n.op_type in QLINEAR_FUNCTIONS else None
+            handler = {
+                "QLinearAdd": self.qlinear_binary,
+                "QLinearMul": self.qlinear_binary,
+                "QGemm": self.qgemm,
+            }.get(n.op_type)
+            if n.op_type in QLINEAR_FUNCTIONS:
+                handler = self.qlinear_activation
         elif dom == PROJECT_DOMAIN:
             handler = self.requantize if n.op_type == "Requantize" else None
         else:
             handler = None
         if handler is None:
-            raise self.fail(n, f"unsupported operator (domain '{dom or 'ai.onnx'}')")
+            if dom == PROJECT_DOMAIN:
+                raise self.fail(n, f"unsupported operator (domain '{dom}')")
+            return self.unsupported(n, f"{n.op_type} (domain '{dom or 'ai.onnx'}') has no NPU form")
         handler(n)
+
+    def unsupported(self, n: onnx.NodeProto, why: str) -> None:
+        """Keep `n` on the host (ONNX Runtime runs it) with an `unsupported_op` diagnostic."""
+        self.host([n], placement=f"{self.label(n)} runs on the host: {why}")
+
+    def cast(self, n: onnx.NodeProto) -> None:
+        """Cast to the input's own type is a no-op (`identity`); any other Cast is hosted."""
+        to = next((int(a.i) for a in n.attribute if a.name == "to"), None)
+        x = self.value(n, n.input[0])
+        if to is not None and DTYPES.get(to) == x.dtype:
+            self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
+            return
+        target = _type_name(to) if to is not None else "?"
+        self.unsupported(n, f"a Cast from {x.dtype} to {target} changes the type")
+
+    def dropout(self, n: onnx.NodeProto) -> None:
+        """Dropout in inference (no training_mode, or a constant false; mask unused) is a no-op."""
+        x = self.value(n, n.input[0])
+        mode = self.consts.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+        training = len(n.input) > 2 and n.input[2] and (mode is None or bool(np.any(mode)))
+        mask_used = (
+            len(n.output) > 1
+            and n.output[1]
+            and (self.onnx_users.get(n.output[1]) or n.output[1] in self.graph_outputs)
+        )
+        if training or mask_used:
+            self.unsupported(n, "a Dropout in training mode or with its mask used")
+            return
+        self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
 
     def weights(self, n: onnx.NodeProto, idx: int) -> np.ndarray:
         w = self.const(n, idx, "weights")
@@ -590,6 +639,159 @@ class _Builder:
         self.emit_matmul(
             n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=None
         )
+
+    def qlinear_binary(self, n: onnx.NodeProto) -> None:
+        """com.microsoft QLinearAdd/QLinearMul with one constant operand: `qlinear_binary`.
+
+        Other forms (two dynamic operands, a constant that is not one value per output
+        column, a span mode that depends on the batch size) stay on the host.
+        """
+        try:
+            self._qlinear_binary(n)
+        except FrontendError as e:
+            self.unsupported(n, str(e).split(": ", 1)[-1])
+
+    def _qlinear_binary(self, n: onnx.NodeProto) -> None:
+        self.attrs(n)
+        if len(n.input) < 8:
+            raise self.fail(n, "needs 8 inputs")
+        a_name, b_name = n.input[0], n.input[3]
+        a_const, b_const = a_name in self.consts, b_name in self.consts
+        if a_const == b_const:
+            raise self.fail(n, "only a form with exactly one constant operand has an NPU form")
+        x_is_a = not a_const
+        x = self.value(n, a_name if x_is_a else b_name)
+        it = self.expect_dtype(n, x.name, EIGHT_BIT)
+        c = self.consts[b_name if x_is_a else a_name]
+        if c.dtype.name != it:
+            raise self.fail(n, f"constant operand has type {c.dtype.name}; the input is {it}")
+        scales = {}
+        for idx, what in ((1, "A_scale"), (4, "B_scale"), (6, "C_scale")):
+            self.float32_scales(n, {idx: what})
+            scales[what] = float(self.scalar(n, idx, what))
+        zps = {}
+        for idx, what in ((2, "A_zero_point"), (5, "B_zero_point"), (7, "C_zero_point")):
+            z = self.const(n, idx, what, optional=True)
+            if z is not None and z.dtype.name != it:
+                raise self.fail(n, f"{what} has type {z.dtype.name}; the input is {it}")
+            zps[what] = int(self.scalar(n, idx, what, default=0))
+        a_shape = x.shape if x_is_a else tuple(c.shape)
+        b_shape = tuple(c.shape) if x_is_a else x.shape
+        try:
+            out_shape = tuple(np.broadcast_shapes(a_shape, b_shape))
+        except ValueError:
+            raise self.fail(
+                n, f"shapes {list(a_shape)} and {list(b_shape)} do not broadcast"
+            ) from None
+        N = out_shape[-1] if out_shape else 1
+        if (
+            out_shape != x.shape
+            or any(d != 1 for d in c.shape[:-1])
+            or (c.ndim and c.shape[-1] not in (1, N))
+        ):
+            raise self.fail(
+                n, f"constant operand of shape {list(c.shape)} is not one value per column"
+            )
+        const = tuple(int(v) for v in np.broadcast_to(c.reshape(-1), (N,)))
+        mode = span_mode(a_shape, b_shape)
+        if x.shape and n.op_type == "QLinearAdd":
+            modes = set()
+            for rows in (1, 2):
+                xs = (rows,) + tuple(x.shape[1:])
+                modes.add(
+                    span_mode(xs, tuple(c.shape)) if x_is_a else span_mode(tuple(c.shape), xs)
+                )
+            if len(modes) > 1:
+                raise self.fail(n, "ONNX Runtime's operand roles depend on the batch size here")
+        try:
+            params = QLinearBinaryParams(
+                a_scale=scales["A_scale"], a_zp=zps["A_zero_point"],
+                b_scale=scales["B_scale"], b_zp=zps["B_zero_point"],
+                c_scale=scales["C_scale"], c_zp=zps["C_zero_point"], dtype=it,
+            )  # fmt: skip
+        except KernelError as e:
+            raise self.fail(n, str(e)) from None
+        self.emit(
+            "qlinear_binary",
+            [n],
+            [x.name],
+            Value(n.output[0], it, x.shape),
+            binary=n.op_type,
+            const=const,
+            x_is_a=x_is_a,
+            mode=str(mode.value),
+            params=dataclasses.asdict(params),
+            fma=bool(self.reference.mlas_fma),
+        )
+
+    def qgemm(self, n: onnx.NodeProto) -> None:
+        """com.microsoft QGemm with y_scale: the integer `matmul` with bias and QGemm's scale.
+
+        transA, a float output (no y_scale) or a bias varying by row stay on the host.
+        """
+        try:
+            self._qgemm(n)
+        except FrontendError as e:
+            self.unsupported(n, str(e).split(": ", 1)[-1])
+
+    def _qgemm(self, n: onnx.NodeProto) -> None:
+        attrs = self.attrs(n)
+        if int(attrs.get("transA", 0)):
+            raise self.fail(n, "transA=1 (a transposed activation) has no NPU form")
+        if len(n.input) < 8 or not n.input[7]:
+            raise self.fail(n, "a QGemm without y_scale has a float output")
+        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
+        a = self.value(n, n.input[0])
+        B = self.const(n, 3, "B")
+        if B.dtype.name not in EIGHT_BIT or B.ndim != 2:
+            raise self.fail(n, f"B must be a 2-D 8-bit constant, got {B.dtype.name}{list(B.shape)}")
+        w = (B.T if int(attrs.get("transB", 0)) else B).astype(np.int64)
+        self.w_dtype = B.dtype.name
+        N = w.shape[1]
+        self.float32_scales(n, {1: "a_scale", 4: "b_scale", 7: "y_scale"})
+        b_scale = self.const(n, 4, "b_scale").reshape(-1)
+        b_zp_arr = self.const(n, 5, "b_zero_point", optional=True)
+        b_zp = np.zeros(b_scale.shape, np.int64) if b_zp_arr is None else b_zp_arr.reshape(-1)
+        y_zp_arr = self.const(n, 8, "y_zero_point", optional=True)
+        if y_zp_arr is not None and y_zp_arr.size != 1:
+            raise self.fail(n, "y_zero_point must be a scalar (per-tensor)")
+        try:
+            p = QGemmParams(
+                a_type=at,
+                b_type=B.dtype.name,
+                a_scale=float(self.scalar(n, 1, "a_scale")),
+                a_zp=int(self.scalar(n, 2, "a_zero_point", default=0)),
+                b_scale=tuple(float(v) for v in b_scale),
+                b_zp=tuple(int(v) for v in b_zp),
+                y_scale=float(self.scalar(n, 7, "y_scale")),
+                y_zp=0 if y_zp_arr is None else int(y_zp_arr.reshape(()).item()),
+                y_type=at if y_zp_arr is None else y_zp_arr.dtype.name,
+                alpha=float(attrs.get("alpha", 1.0)),
+                trans_b=bool(int(attrs.get("transB", 0))),
+            )
+        except KernelError as e:
+            raise self.fail(n, str(e)) from None
+        if len(p.b_scale) not in (1, N):
+            raise self.fail(n, f"b_scale must have 1 or {N} entries")
+        C = self.const(n, 6, "C", optional=True)
+        bias = None
+        if C is not None:
+            if C.dtype.name != "int32":
+                raise self.fail(n, f"bias C has type {C.dtype.name}; QGemm's is int32")
+            if any(d != 1 for d in C.shape[:-1]) or (C.ndim and C.shape[-1] not in (1, N)):
+                raise self.fail(n, f"bias C of shape {list(C.shape)} varies by row")
+            bias = tuple(int(v) for v in np.broadcast_to(C.reshape(-1), (N,)))
+        w_zp = p.b_zp[0] if len(p.b_zp) == 1 else p.b_zp
+        self.check_acc(n, w, w_zp, at, p.a_zp, None if bias is None else np.asarray(bias))
+        scales = tuple(float(v) for v in np.broadcast_to(output_scales(p), (N,)))
+        if len(a.shape) != 2:
+            raise self.fail(n, f"A must be 2-D, got shape {list(a.shape)}")
+        out = self.matmul_out(n, a, w, p.out.name)
+        requant = {"scheme": "float", "scale": scales, "zp": int(p.y_zp), "out": p.out.name}
+        self.emit_matmul(
+            n, a.name, out, kind="Gemm", w=w, a_zp=p.a_zp, w_zp=w_zp, a_type=at,
+            bias=bias, requant=requant,
+        )  # fmt: skip
 
     def qlinear_activation(self, n: onnx.NodeProto) -> None:
         attrs = self.attrs(n)
@@ -822,8 +1024,17 @@ class _Builder:
                 )
         self.host([n])
 
-    def host(self, members: list[onnx.NodeProto], compute: str | None = None) -> None:
-        """Nodes run by ONNX Runtime on the host; shapes from ONNX shape inference."""
+    def host(
+        self,
+        members: list[onnx.NodeProto],
+        compute: str | None = None,
+        placement: str | None = None,
+    ) -> None:
+        """Nodes run by ONNX Runtime on the host; shapes from ONNX shape inference.
+
+        `placement`: why an op the NPU could not take is here (an `unsupported_op`
+        diagnostic, `compiler.host_placement`).
+        """
         produced = {o for m in members for o in m.output}
         ext, consts = [], {}
         for m in members:
@@ -848,6 +1059,7 @@ class _Builder:
                 "nodes": [m.SerializeToString() for m in members],
                 "consts": consts,
                 "compute": compute,
+                **({"placement": placement} if placement else {}),
             },
             tuple(m.name or m.output[0] for m in members),
         )
@@ -875,6 +1087,21 @@ class _Builder:
         return info[name]
 
 
+@lru_cache(maxsize=1)
+def _ort_domains() -> frozenset[str]:
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+        return frozenset(s.domain for s in ort_c.get_all_operator_schema())
+    except Exception:  # noqa: BLE001 - no schema listing: no extra domain is known
+        return frozenset()
+
+
+def _ort_knows_domain(domain: str) -> bool:
+    """Whether ONNX Runtime registers op schemas for an opset domain (then it can host them)."""
+    return domain in _ort_domains()
+
+
 def _type_name(t: int) -> str:
     try:
         return TensorProto.DataType.Name(int(t))
@@ -883,14 +1110,37 @@ def _type_name(t: int) -> str:
 
 
 def to_ir(
-    model: str | Path | onnx.ModelProto, *, reference: ReferenceProfile = ONNX
+    model: str | Path | onnx.ModelProto,
+    *,
+    reference: ReferenceProfile = ONNX,
+    batch: int | None = None,
 ) -> tuple[Graph, onnx.ModelProto]:
     """Load, validate and lower an ONNX model. Returns (IR graph, validated ModelProto).
 
     Activation tables are ONNX Runtime's as `reference` defines them (its `mlas_fma`).
+    A symbolic leading (batch) dimension of graph inputs is fixed to `batch` (default 1)
+    in both returned forms; `Graph.dynamic_batch` names those inputs (see
+    `compiler.batch`). Ops of any domain the frontend does not lower run on the host.
     """
     m = load_model(model)
     for o in m.opset_import:
-        if o.domain not in ("", "ai.onnx", MS_DOMAIN, PROJECT_DOMAIN):
-            raise FrontendError(f"opset domain '{o.domain}' is not supported")
-    return _Builder(m, reference).run(), m
+        if o.domain not in KNOWN_DOMAINS and not _ort_knows_domain(o.domain):
+            raise FrontendError(
+                f"opset domain '{o.domain}' is not supported (ONNX Runtime cannot run it)"
+            )
+    dynamic = dynamic_inputs(m)
+    if dynamic:
+        if batch is not None and int(batch) < 1:
+            raise FrontendError(f"batch size {batch} must be at least 1")
+        shapes = {
+            b: {
+                k: v.shape
+                for k, v in _Builder(with_batch(m, dynamic, b), reference).run().values.items()
+            }
+            for b in PROBE_SIZES
+        }
+        check_rows_independent(m, dynamic, shapes)
+        m = with_batch(m, dynamic, 1 if batch is None else int(batch))
+    g = _Builder(m, reference).run()
+    g.dynamic_batch = dynamic
+    return g, m

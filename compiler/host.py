@@ -67,7 +67,10 @@ def rename_host_value(node: Node, old: str, new: str) -> None:
 def infer_host_outputs(nodes, inputs, consts, opsets) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Element type and static shape of every value `nodes` produce (ONNX shape inference).
 
-    A type the IR has no name for is given by its ONNX name (e.g. `FLOAT16`).
+    A type the IR has no name for is given by its ONNX name (e.g. `FLOAT16`). Outputs ONNX
+    cannot infer, and those of ops outside the ONNX domain, are measured by running the
+    nodes in ONNX Runtime on two different inputs of the given shapes; a shape that
+    changes with the values is left out.
     """
     m = submodel(nodes, inputs, consts, None, opsets)
     m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
@@ -77,6 +80,37 @@ def infer_host_outputs(nodes, inputs, consts, opsets) -> dict[str, tuple[str, tu
         if tt.elem_type and all(d.HasField("dim_value") for d in tt.shape.dim):
             name = NAME_OF.get(tt.elem_type) or TensorProto.DataType.Name(tt.elem_type)
             out[vi.name] = (name, tuple(int(d.dim_value) for d in tt.shape.dim))
+    wanted = [o for o in nodes[-1].output if o]
+    # ONNX's inference for other domains can disagree with the kernel ONNX Runtime runs
+    # (ai.onnx.ml ArrayFeatureExtractor: ONNX says [], ORT returns [1, B]): measure those
+    contrib = any(n.domain not in ("", "ai.onnx") for n in nodes)
+    if contrib or any(o not in out for o in wanted):
+        seen = _measured(nodes, inputs, consts, opsets)
+        out.update({k: v for k, v in seen.items() if k in wanted and (contrib or k not in out)})
+    return out
+
+
+def _measured(nodes, inputs, consts, opsets) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Output types and shapes of `nodes` observed in ONNX Runtime (value-independent only)."""
+    m = submodel(nodes, inputs, consts, None, opsets)
+    del m.graph.output[:]
+    m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in nodes[-1].output if o)
+    try:
+        sess = session(m)
+        runs = []
+        for fill in (0, 1):
+            feeds = {
+                k: np.full(v.shape, fill, dtype=np.dtype(_np_name(v.dtype)))
+                for k, v in inputs.items()
+            }
+            runs.append(sess.run(None, feeds))
+    except Exception:  # noqa: BLE001 - ORT cannot run it: the caller reports the node
+        return {}
+    out = {}
+    for o, a, b in zip(nodes[-1].output, runs[0], runs[1], strict=False):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape == b.shape and a.dtype == b.dtype and a.dtype.name in ONNX_OF:
+            out[o] = (a.dtype.name, tuple(int(d) for d in a.shape))
     return out
 
 

@@ -71,6 +71,9 @@ class Graph:
     inputs: list[str]
     outputs: list[str]
     opsets: dict[str, int] = field(default_factory=dict)
+    # inputs whose leading (batch) dimension is symbolic in the ONNX model; the IR is built
+    # for one concrete batch and rows are independent (compiler.batch)
+    dynamic_batch: tuple[str, ...] = ()
 
     def producer(self, value: str) -> Node | None:
         for n in self.nodes:
@@ -121,6 +124,8 @@ class Graph:
             v = self.values[name]
             h.update(f"{v.name}:{v.dtype}:{v.shape};".encode())
         h.update(repr((self.inputs, self.outputs)).encode())
+        if self.dynamic_batch:
+            h.update(repr(("dynamic_batch", self.dynamic_batch)).encode())
         for n in self.nodes:
             h.update(f"{n.name}|{n.op}|{n.inputs}|{n.outputs}|{n.origin}|".encode())
             for k in sorted(n.attrs):

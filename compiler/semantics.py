@@ -10,6 +10,12 @@ import numpy as np
 from prover.domain import NUMPY
 from prover.matmul import matmul_acc
 from prover.pair_saturation import pair_saturating_acc
+from prover.qlinear_binary import (
+    QLinearBinaryParams,
+    SpanMode,
+    qlinear_binary_of,
+    qlinear_binary_table,
+)
 from prover.reference import Accumulation
 from prover.terms import Term, Var, evaluate, op
 
@@ -37,9 +43,33 @@ def requant_term(x: Term, rq: Mapping[str, Any], column: int = 0) -> Term:
     )
 
 
-def node_term(node: Node, x: Term) -> Term:
-    """The per-element meaning of an elementwise IR node applied to `x`."""
+def qlinear_binary_params(node: Node) -> QLinearBinaryParams:
+    """The `prover.qlinear_binary` parameters of a `qlinear_binary` node."""
+    return QLinearBinaryParams(**node.attrs["params"])
+
+
+def qlinear_binary_column_table(node: Node, column: int) -> tuple[int, ...]:
+    """A `qlinear_binary` node's function of its input for one output column (256 entries)."""
     a = node.attrs
+    return qlinear_binary_table(
+        a["binary"],
+        int(a["const"][column]),
+        qlinear_binary_params(node),
+        x_is_a=bool(a["x_is_a"]),
+        mode=SpanMode(a["mode"]),
+        fma=bool(a["fma"]),
+    )
+
+
+def node_term(node: Node, x: Term, column: int = 0) -> Term:
+    """The per-element meaning of an elementwise IR node applied to `x` (in `column`).
+
+    Only `qlinear_binary` depends on the column (its constant operand is per column).
+    """
+    a = node.attrs
+    if node.op == "qlinear_binary":
+        table = qlinear_binary_column_table(node, column)
+        return op("lut", x, table=table, in_type=a["params"]["dtype"], index_order="offset")
     if node.op == "requantize":
         return requant_term(x, a)
     if node.op == "clip":
@@ -142,6 +172,10 @@ def eval_node(
         # a fused op stores its natural layout under the output's shape (leading unit dims,
         # a proven index map: row-major order unchanged)
         return [np.reshape(from_natural(node, y), graph.values[node.output].shape)]
+    if node.op == "qlinear_binary":
+        return [qlinear_binary_eval(node, x, np.asarray(a["const"], dtype=np.int64))]
+    if node.op == "identity":
+        return [x]  # any type (a removed Cast/Dropout on a float value too)
     if node.op == "reshape":
         return [np.reshape(x, a["shape"])]
     if node.op == "transpose":
@@ -149,6 +183,27 @@ def eval_node(
     if node.op in ELEMENTWISE:
         return [np.asarray(evaluate(node_term(node, Var("x")), NUMPY, {"x": x.astype(np.int64)}))]
     raise CompilerError(f"node '{node.name}': no concrete semantics for op {node.op}")
+
+
+def qlinear_binary_eval(node: Node, x: np.ndarray, const: np.ndarray) -> np.ndarray:
+    """ORT's QLinearAdd/QLinearMul of `x` with the per-column constant (exact, int64)."""
+    a = node.attrs
+    x64 = np.asarray(x, dtype=np.int64)
+    out = np.empty_like(x64)
+    params = qlinear_binary_params(node)
+    cols = x64.shape[-1] if x64.ndim else 1
+    for j in range(cols):
+        sl = (..., j) if x64.ndim else ()
+        out[sl] = qlinear_binary_of(
+            a["binary"],
+            x64[sl],
+            int(const[j]),
+            params,
+            x_is_a=bool(a["x_is_a"]),
+            mode=SpanMode(a["mode"]),
+            fma=bool(a["fma"]),
+        )
+    return out
 
 
 def run_graph(
