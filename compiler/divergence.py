@@ -59,7 +59,7 @@ def site_witness(site, bound: int) -> tuple[int, tuple[int, ...], int, int, int,
     for grp in site.post:
         for j in [c for c in cols if c in set(grp.columns)][:MAX_COLUMNS_TRIED]:
             w, w_zp, a_zp, bias = _col_params(site.compute, j)
-            before, after = grp.before, grp.post.epilogue_term(Var("acc"))
+            before, after = grp.before, grp.after(Var("acc"))
 
             def differs(e: np.ndarray, s: np.ndarray, before=before, after=after) -> np.ndarray:
                 b = evaluate(before, NUMPY, {"acc": np.asarray(s, dtype=np.int64)})

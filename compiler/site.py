@@ -25,6 +25,11 @@ ACTIONS = {
     "unknown": "keep the original; raise --timeout or try another --solver",
     "reference_divergence": "keep the matmul on the host, or quantize with reduce_range=True "
     "(7-bit weights) or as int8 x int8 / uint8 x uint8 so no int16 pair can saturate",
+    "float_accumulation": "keep the QDQ group on the host, or check under a reference that reads "
+    "QDQ groups as integer kernels (--reference onnx, the default) so the group is an integer "
+    "MatMul with a provable epilogue",
+    "unsupported_op": "keep it on the host (ONNX Runtime runs it); to move it to the NPU, "
+    "replace it by an op the target supports or choose a target that supports it",
 }
 
 

@@ -6,7 +6,11 @@ simulator evaluates the very same term with `prover.domain.NUMPY` (`apply`).
 
 Order of the stages (what the hardware postprocessor does per element):
 
-    acc (int32) -> requantize to the intermediate type -> clip -> LUT -> output
+    acc (int32) -> requantize to the intermediate type -> [add] -> clip -> LUT -> output
+
+The optional `add` stage (targets whose postprocessor lists "requantized" in `bias`) is a
+second rounding after the requantization: ONNX Runtime's QLinearAdd of the requantized
+value with a constant (a quantized bias), computed in float32 as MLAS does it.
 
 Per-channel parameters: a `PostProcess` holds scalar parameters only. A
 per-channel epilogue is a tuple of `PostProcess`, one per output column (the
@@ -24,6 +28,7 @@ import numpy as np
 from prover.domain import NUMPY, KernelError
 from prover.inttypes import int_type
 from prover.lut import LutSpec
+from prover.qlinear_binary import qladd_kernel
 from prover.requant import check_multiplier
 from prover.terms import Term, Var, evaluate, op
 
@@ -132,10 +137,71 @@ class LutParams:
 
 
 @dataclass(frozen=True)
+class AddParams:
+    """The post-requantization add stage: QLinearAdd(x, const) in float32, MLAS's formula.
+
+    `x` (the requantized value, `type`) and the constant `const` (same type) are the
+    kernel's span operand `p` and other operand `q` (`x_is_p` says which is x); scales and
+    zero points travel with their operand; `c_scale`/`c_zp` encode the output. `fma`: the
+    hardware evaluates the fused multiply-adds of MLAS's AVX2/FMA kernel (else separate
+    float32 operations, its SSE2 order). The stage is a function of one `type` value, so
+    its term is that function's table (computed by the very same float32 arithmetic).
+    """
+
+    type: str
+    x_scale: float
+    x_zp: int
+    const: int
+    const_scale: float
+    const_zp: int
+    c_scale: float
+    c_zp: int
+    x_is_p: bool = True
+    q_scalar: bool = True
+    fma: bool = True
+
+    def table(self) -> tuple[int, ...]:
+        """The stage's value for every `type` input, in offset order (index x - min)."""
+        t = int_type(self.type)
+        xs = np.arange(t.min, t.max + 1, dtype=np.int64)
+        c = np.full(xs.shape, int(self.const), dtype=np.int64)
+        xp = (xs, float(self.x_scale), int(self.x_zp))
+        cq = (c, float(self.const_scale), int(self.const_zp))
+        (p, ps, pz), (q, qs, qz) = (xp, cq) if self.x_is_p else (cq, xp)
+        v = qladd_kernel(
+            p, q, ps, pz, qs, qz, float(self.c_scale), int(self.c_zp), t,
+            q_scalar=self.q_scalar, fma=self.fma,
+        )  # fmt: skip
+        return tuple(int(x) for x in v)
+
+    def term(self, x: Term) -> Term:
+        return op("lut", x, table=self.table(), in_type=self.type, index_order="offset")
+
+    def check(self) -> None:
+        """Raise `KernelError` unless scales are positive finite float32 and zps fit `type`."""
+        t = int_type(self.type)
+        for name in ("x_zp", "const", "const_zp", "c_zp"):
+            if not t.contains(int(getattr(self, name))):
+                raise KernelError(f"add stage {name} {getattr(self, name)} outside {t.name}")
+        for name in ("x_scale", "const_scale", "c_scale"):
+            s = float(np.float32(getattr(self, name)))
+            if not (np.isfinite(s) and s > 0):
+                raise KernelError(f"add stage {name} {getattr(self, name)} must be positive")
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @staticmethod
+    def from_json(j: dict[str, Any]) -> AddParams:
+        return AddParams(**j)
+
+
+@dataclass(frozen=True)
 class PostProcess:
     """Descriptor of a MatMul's fused postprocessing (scalar parameters; see module doc).
 
     - `requant`: requantization to the intermediate type (`requant.out_type`);
+    - `add`: optional post-requantization add stage (`AddParams`, same type in and out);
     - `clip`: optional (lo, hi) clamp applied to the intermediate integers;
     - `function` + `lut`: the fused activation kind (e.g. "sigmoid") and its table;
       both present or both absent (validation reports the other states);
@@ -149,6 +215,7 @@ class PostProcess:
     lut: LutParams | None = None
     out_type: str | None = None
     out_zp: int | None = None
+    add: AddParams | None = None
 
     @property
     def intermediate_type(self) -> str:
@@ -173,7 +240,7 @@ class PostProcess:
             return int(self.out_zp)
         if self.lut is not None:
             return None if self.lut.spec is None else int(self.lut.spec.out_zp)
-        return int(self.requant.zp)
+        return int(self.requant.zp if self.add is None else self.add.c_zp)
 
     @property
     def has_lut(self) -> bool:
@@ -182,6 +249,8 @@ class PostProcess:
     def epilogue_term(self, acc: Term) -> Term:
         """The fused semantics over the accumulator term `acc` (what the prover checks)."""
         t = self.requant.term(acc)
+        if self.add is not None:
+            t = self.add.term(t)
         if self.clip is not None:
             t = op("clip", t, lo=int(self.clip[0]), hi=int(self.clip[1]))
         if self.lut is not None:
@@ -194,8 +263,12 @@ class PostProcess:
         return np.asarray(evaluate(term, NUMPY, {"acc": np.asarray(acc, dtype=np.int64)}))
 
     def without_lut(self) -> PostProcess:
-        """The requantize (+clip) part alone: the unfused MatMul's epilogue."""
-        return PostProcess(requant=self.requant, clip=self.clip)
+        """The requantize (+add +clip) part alone: the unfused MatMul's epilogue."""
+        return PostProcess(requant=self.requant, clip=self.clip, add=self.add)
+
+    def requant_only(self) -> PostProcess:
+        """The requantization alone (a MatMul whose add, clip and table run as separate ops)."""
+        return PostProcess(requant=self.requant)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -205,6 +278,7 @@ class PostProcess:
             "lut": None if self.lut is None else self.lut.to_json(),
             "out_type": self.out_type,
             "out_zp": None if self.out_zp is None else int(self.out_zp),
+            "add": None if self.add is None else self.add.to_json(),
         }
 
     @staticmethod
@@ -216,6 +290,7 @@ class PostProcess:
             lut=None if j["lut"] is None else LutParams.from_json(j["lut"]),
             out_type=j["out_type"],
             out_zp=j["out_zp"],
+            add=None if j.get("add") is None else AddParams.from_json(j["add"]),
         )
 
 

@@ -2,7 +2,8 @@
 
 A target says, per compute op (MatMul, Conv), which postprocessing its hardware
 can apply (requantization scheme, LUT function kinds, intermediate storage types,
-LUT sizes, clip) and which scheduling structures can carry fused postprocessing;
+LUT sizes, clip, where a bias can be added) and which scheduling structures can carry
+fused postprocessing;
 plus memory sizes, the table memory's slots and how its toolchain builds tables.
 """
 
@@ -25,6 +26,10 @@ from .postprocess import REQUANT_SCHEMES, RequantParams
 TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = TARGETS_DIR / "npu_float.toml"
 MEMORIES = ("dram", "sram", "wmem", "pmem")
+# Where a compute unit can add a bias: "accumulator" (an int32 constant added to the
+# accumulator before requantization; exact), "requantized" (a post-requantization add
+# stage: ONNX Runtime's QLinearAdd of the requantized value and a constant, in float32).
+BIAS_STAGES = ("accumulator", "requantized")
 
 
 class TargetError(ValueError):
@@ -43,6 +48,8 @@ class ComputeCaps:
     clip: bool
     structures: frozenset[str]
     fused_structures: frozenset[str]
+    bias: frozenset[str] = frozenset({"accumulator"})
+    add_fma: bool = True  # the "requantized" add stage evaluates MLAS's FMA formula
 
 
 @dataclass(frozen=True)
@@ -225,6 +232,8 @@ def _compute(op: str, data: Any) -> ComputeCaps:
         clip=s.get("clip", bool),
         structures=s.choices("structures", STRUCTURES),
         fused_structures=s.choices("fused_structures", STRUCTURES),
+        bias=s.choices("bias", BIAS_STAGES) if "bias" in s.data else frozenset({"accumulator"}),
+        add_fma=s.get("add_fma", bool, True),
     )
     s.done()
     if "plain" not in caps.structures:

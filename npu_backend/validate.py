@@ -131,6 +131,32 @@ def _lut_issues(
     return out
 
 
+def _add_issues(p: PostProcess, caps, name: str, op_name: str, target: Target) -> list:
+    """A post-requantization add stage: supported by the unit, complete, same type."""
+    if "requantized" not in caps.bias:
+        return [
+            ValidationIssue(
+                "unsupported_function",
+                name,
+                f"{op_name} postprocessing on target {target.name!r} has no post-requantization "
+                f"add stage (bias: {sorted(caps.bias)}); keep the QLinearAdd separate or fold "
+                "the bias into the accumulator",
+            )
+        ]
+    try:
+        p.add.check()
+        if p.add.type != p.requant.out_type:
+            raise KernelError(
+                f"add stage type {p.add.type} differs from the intermediate type "
+                f"{p.requant.out_type}"
+            )
+        if p.add.fma != caps.add_fma:
+            raise KernelError(f"add stage fma={p.add.fma} but the hardware's is {caps.add_fma}")
+    except KernelError as e:
+        return [ValidationIssue("incomplete_parameters", name, f"{e}")]
+    return []
+
+
 def _post_issues(
     p: PostProcess, step: NpuMatMul, target: Target, op_name: str
 ) -> list[ValidationIssue]:
@@ -159,6 +185,8 @@ def _post_issues(
             )
         elif lo > hi:
             out.append(ValidationIssue("incomplete_parameters", name, f"clip lo {lo} > hi {hi}"))
+    if p.add is not None:
+        out += _add_issues(p, caps, name, op_name, target)
     if p.lut is None and p.function is not None:
         out.append(
             ValidationIssue(
@@ -205,7 +233,8 @@ def _post_issues(
             raise KernelError(f"output zero point {p.output_zp} outside {ot.name}")
         if p.lut is not None and p.lut.out_type is not None and p.lut.out_type != ot.name:
             raise KernelError(f"output type {ot.name} differs from the LUT's {p.lut.out_type}")
-        if p.lut is None and (ot.name != p.requant.out_type or p.output_zp != p.requant.zp):
+        stage_zp = p.requant.zp if p.add is None else p.add.c_zp
+        if p.lut is None and (ot.name != p.requant.out_type or p.output_zp != stage_zp):
             raise KernelError("without a LUT the output encoding must be the requantization's")
     except KernelError as e:
         out.append(

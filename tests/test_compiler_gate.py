@@ -109,10 +109,14 @@ def test_identical_parameter_sets_proved_once():
 
 @pytest.mark.parametrize("form,pattern", [("qdq", "matmul+sigmoid"), ("qdq_gemm", "gemm+sigmoid")])
 def test_qdq_float_matmul_is_unknown_never_a_pass(form, pattern):
-    r = compile_model(matmul_activation(form=form), "bitwise", FLOAT)
+    """Under the float QDQ reading the group's float sum is no integer epilogue: its own
+    reason code (float_accumulation) with an action, never a pass."""
+    r = compile_model(matmul_activation(form=form), "bitwise", FLOAT, reference="onnx-qdq-float")
     (s,) = r.sites
     assert s.pattern == pattern
-    assert s.verdict == "unknown" and s.reason.code == "unknown" and "float32" in s.reason.message
+    assert s.verdict == "unknown" and s.reason.code == "float_accumulation"
+    assert "float32" in s.reason.message and "onnx-qdq-float" in s.reason.message
+    assert "reference" in s.to_dict()["action"]
     assert not any(n.op == "fused" for n in r.graph.nodes)
 
 

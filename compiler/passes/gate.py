@@ -74,7 +74,7 @@ def obligations(g, site: Site, ctx) -> list[tuple[Obligation, tuple[int, ...], i
             ob = Obligation(
                 "epilogue",
                 grp.before,
-                grp.post.epilogue_term(_acc()),
+                grp.after(_acc()),
                 {"acc": (lo, hi)},
                 policy,
                 cex.lift_spec(c, lift_col),
@@ -106,11 +106,14 @@ def _acc():
 
 def decide_site(g, site: Site, ctx) -> None:
     if site.compute.op == "host_onnx":
+        op_name = site.compute.attrs.get("compute") or "MatMul"
         site.decide(
             "unknown",
-            "unknown",
-            f"{', '.join(site.compute.origin)}: a QDQ MatMul accumulates in float32 in ONNX Runtime's "
-            "summation order, which is not an integer epilogue; proving it would need an approximation",
+            "float_accumulation",
+            f"the QDQ {op_name} group {', '.join(site.compute.origin)} runs as float32 ops on "
+            f"the host (reference {ctx.reference.name}, QDQ reading "
+            f"{getattr(ctx.reference, 'qdq_reading', 'float')}): its sum in ONNX Runtime's "
+            "float order is not an integer epilogue, so no fusion is proven",
         )
         return
     if divergence.saturating_reference(ctx.reference) and divergence.saturable_columns(

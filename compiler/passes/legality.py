@@ -15,7 +15,7 @@ from ..ir import LAYOUT_OPS, Graph
 from ..layout import first_moved, strip_leading_ones
 from ..site import Site
 
-ABSORBABLE = ("requantize", "clip", "lut", *LAYOUT_OPS)
+ABSORBABLE = ("requantize", "clip", "lut", "qlinear_binary", *LAYOUT_OPS)
 SCHEME_FAMILY = {"double": "fixed_double", "single": "fixed_single", "float": "float32"}
 
 
@@ -64,8 +64,14 @@ def rule_single_user(g: Graph, site: Site, ctx) -> str | None:
 
 def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
     """The activation's input is not produced directly by the compute op (only requantize,
-    clip and layout ops may sit between them)."""
-    bad = [n for n in site.chain[:-1] if n.op not in ABSORBABLE]
+    a QLinearAdd bias, clip and layout ops may sit between them)."""
+    bad = [
+        n
+        for n in site.chain[:-1]
+        if n.op not in ABSORBABLE
+        or n.op == "qlinear_binary"
+        and n.attrs.get("binary") != "QLinearAdd"
+    ]
     if bad:
         return f"{_names(bad)} ({bad[0].attrs.get('onnx_op', bad[0].op)}) sits between {_names([site.compute])} and {_names([site.activation])}"
     return None
@@ -90,9 +96,13 @@ def rule_function_supported(g: Graph, site: Site, ctx) -> str | None:
 def rule_requantize_reproducible(g: Graph, site: Site, ctx) -> str | None:
     """A requantize between the compute op and the activation that the target's single
     postprocessing requantization stage cannot reproduce (a second requantization, or a
-    rounding scheme the hardware does not implement)."""
+    rounding scheme the hardware does not implement, or a QLinearAdd bias placed where the
+    postprocessor cannot add it: `bias_placement`)."""
     if site.compute.op == "host_onnx":
         return None
+    misplaced = bias_placement(site, ctx)
+    if misplaced is not None:
+        return misplaced
     rqs = [n for n in site.chain if n.op == "requantize"]
     own = site.compute.attrs.get("requant") is not None
     if own and rqs:
@@ -110,6 +120,37 @@ def rule_requantize_reproducible(g: Graph, site: Site, ctx) -> str | None:
                 f"{_names(rqs)} rounds with scheme '{rqs[0].attrs['scheme']}' but the {_kind(site)} "
                 f"postprocessor of '{ctx.target.name}' implements '{caps.requant_scheme}'"
             )
+    return None
+
+
+def bias_placement(site: Site, ctx) -> str | None:
+    """A QLinearAdd bias the postprocessor cannot place: it must follow the requantization
+    and precede any clip or table, one per site; without a post-requantization add stage
+    (target `bias`) it is folded into the accumulator, which needs the compute op's own
+    float requantization (a QLinearMatMul/QGemm scale) to fold into."""
+    adds = [i for i, n in enumerate(site.chain) if n.op == "qlinear_binary"]
+    if not adds or site.compute.op == "host_onnx":
+        return None
+    if len(adds) > 1:
+        return (
+            f"{_names([site.chain[i] for i in adds])}: {len(adds)} adds; the postprocessor has one"
+        )
+    i = adds[0]
+    add = site.chain[i]
+    own = site.compute.attrs.get("requant") is not None
+    rq = [k for k, n in enumerate(site.chain) if n.op == "requantize"]
+    if not own and not (rq and rq[0] < i):
+        return f"{_names([add])} adds before any requantization of {_names([site.compute])}"
+    late = [n for n in site.chain[:i] if n.op in ("clip", "lut")]
+    if late:
+        return f"{_names(late)} sits between the requantization and the bias {_names([add])}"
+    caps = ctx.target.compute(_kind(site))
+    if "requantized" not in caps.bias and not own:
+        return (
+            f"{_names([add])} follows the standalone requantize {_names([site.chain[rq[0]]])}; "
+            f"'{ctx.target.name}' has no post-requantization add stage and the bias can only be "
+            "folded into a compute op's own requantization"
+        )
     return None
 
 

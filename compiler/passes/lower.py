@@ -56,7 +56,9 @@ def validation_issues(step, target):
 
 
 def _kind(n: Node) -> str:
-    return n.attrs.get("kind") or "MatMul"
+    """The target compute unit of a matmul node (a Gemm/QGemm runs on the MatMul unit)."""
+    k = n.attrs.get("kind") or "MatMul"
+    return "MatMul" if k == "Gemm" else k
 
 
 def _matmul_step(n: Node, post, structure: str, out: str | None = None) -> NpuMatMul:
@@ -366,6 +368,43 @@ class Lowerer:
             host,
         )
 
+    def qlinear_binary(self, n: Node) -> None:
+        """A standalone QLinearAdd/QLinearMul (not fused into an epilogue) runs on the host:
+        the NPU's standalone unit has no such op. It runs as the com.microsoft op itself in
+        ONNX Runtime, with the constant operand in a shape giving ORT the same span mode."""
+        a = n.attrs
+        p = a["params"]
+        x = self.g.values[n.inputs[0]]
+        const = np.asarray(a["const"], dtype=np.dtype(p["dtype"]))
+        if a["mode"] != "general":
+            const = const[:1]  # a scalar operand: one value for every column
+        c_name = f"{n.name}.const"
+        names = {}
+        consts: dict[str, np.ndarray] = {c_name: const}
+        for k in ("a_scale", "b_scale", "c_scale"):
+            names[k] = f"{n.name}.{k}"
+            consts[names[k]] = np.asarray(p[k], dtype=np.float32)
+        for k in ("a_zp", "b_zp", "c_zp"):
+            names[k] = f"{n.name}.{k}"
+            consts[names[k]] = np.asarray(p[k], dtype=np.dtype(p["dtype"]))
+        a_in, b_in = (x.name, c_name) if a["x_is_a"] else (c_name, x.name)
+        node = oh.make_node(
+            a["binary"],
+            [a_in, names["a_scale"], names["a_zp"], b_in, names["b_scale"], names["b_zp"],
+             names["c_scale"], names["c_zp"]],
+            [n.output],
+            domain="com.microsoft",
+        )  # fmt: skip
+        y = self.g.values[n.output]
+        m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17, "com.microsoft": 1})
+        self.diag(
+            n,
+            "unsupported_op",
+            f"{', '.join(n.origin)} ({a['binary']}) stays on the host: not fused into a "
+            f"compute op's epilogue and '{self.t.name}' has no standalone {a['binary']}",
+        )
+        self.steps.append(self.host_onnx(n, m))
+
     def reshape_step(self, n: Node, x: Value, y: Value) -> HostOnnx:
         shape_name = f"{y.name}.shape"
         node = oh.make_node("Reshape", [x.name, shape_name], [y.name])
@@ -442,6 +481,8 @@ class Lowerer:
                 self.requantize(n)
             elif n.op == "clip":
                 self.clip(n)
+            elif n.op == "qlinear_binary":
+                self.qlinear_binary(n)
             elif n.op in ("reshape", "transpose", "identity"):
                 self.layout(n)
             elif n.op == "host_onnx":

@@ -1,7 +1,7 @@
 """Fusion proposal: every activation table reachable backwards from a compute op.
 
-From each `lut` node, walk back through single-input ops (requantize, clip, layout
-ops, other tables, and anything else) to the nearest compute op: an integer
+From each `lut` node, walk back through single-input ops (requantize, a QLinearAdd
+bias with a constant operand, clip, layout ops, other tables, and anything else) to the nearest compute op: an integer
 `matmul` or a QDQ float MatMul/Gemm kept as a host group. Every walk that reaches one
 is a candidate site; structural legality then decides what the ops in between
 mean for it (this pass only proposes).
@@ -30,6 +30,8 @@ def pattern_of(compute: Node, chain: list[Node]) -> str:
             parts.append(n.attrs["function"])
         elif n.op in ("requantize", "clip"):
             parts.append(n.op)
+        elif n.op == "qlinear_binary":
+            parts.append(str(n.attrs.get("binary", "qlinear_binary")).lower())
         elif n.op in ("reshape", "transpose"):
             parts.append(n.op)
         elif n.op == "host_onnx":

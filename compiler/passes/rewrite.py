@@ -1,5 +1,8 @@
 """Rewrite: replace each proven site by one `fused` node (and nothing else).
 
+A QLinearAdd bias folded into the accumulator (`ColumnGroup.acc_offset`) becomes part
+of the fused node's int32 bias; a post-requantization add stage stays in its epilogue.
+
 Proven sites are applied longest chain first; a site overlapping an applied one is
 left as superseded. Rejected, refuted and unknown sites leave the graph as it was.
 """
@@ -30,6 +33,15 @@ def apply_site(g: Graph, site: Site, groups, structure: str = "plain") -> Node:
     chain = [g.node(n.name) for n in site.chain]
     act = chain[-1]
     attrs = {k: v for k, v in compute.attrs.items() if k != "requant"}
+    n_cols = compute.attrs["w"].shape[1]
+    offsets = [0] * n_cols
+    for grp in groups:
+        for j in grp.columns:
+            offsets[j] = int(grp.acc_offset)
+    if any(offsets):
+        # a QLinearAdd bias folded into the accumulator: the NPU adds it with the int32 bias
+        bias = compute.attrs.get("bias") or (0,) * n_cols
+        attrs["bias"] = tuple(int(b) + o for b, o in zip(bias, offsets, strict=True))
     attrs.update(
         groups=[(grp.columns, grp.post.epilogue_term(Var("acc"))) for grp in groups],
         post=post_of(groups, compute.attrs["w"].shape[1]),
