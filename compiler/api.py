@@ -137,7 +137,7 @@ def compile_model(
         ctx.sites,
         g,
         ctx.lowered,
-        site_diagnostics(ctx.sites) + ctx.diagnostics,
+        site_diagnostics(ctx.sites) + host_diagnostics(ctx.original) + ctx.diagnostics,
         ctx.original,
         ctx.log,
         ctx,
@@ -166,11 +166,18 @@ def recompile(result: CompileResult) -> CompileResult:
         ctx.sites,
         g,
         ctx.lowered,
-        site_diagnostics(ctx.sites) + ctx.diagnostics,
+        site_diagnostics(ctx.sites) + host_diagnostics(ctx.original) + ctx.diagnostics,
         old.original,
         ctx.log,
         ctx,
     )
+
+
+def host_diagnostics(graph):
+    """The frontend's host placements (`compiler.host.host_diagnostics`)."""
+    from .host import host_diagnostics as diags
+
+    return diags(graph)
 
 
 def site_diagnostics(sites: list[Site]) -> list[Diagnostic]:

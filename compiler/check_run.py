@@ -209,11 +209,34 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         tool_version=tool_version(),
         reference=profile.to_dict(),
         findings=list(getattr(getattr(result, "context", None), "findings", None) or []),
+        host_ops=host_ops(result),
     )
     misses = missing_proofs(result, store)
     report.proof_misses = [why for _, why in misses]
     report.proof_records = served_records(result)
     return CheckRun(report, result, target, policy, [h for h, _ in misses], store)
+
+
+def host_ops(result: Any) -> list[dict[str, Any]]:
+    """Every op kept on the host, with its reason code and action (not the sites' reasons).
+
+    The frontend's placements (`unsupported_op`) and the lowering's (an op whose NPU form
+    was not proven or does not fit the target); site diagnostics are reported per site.
+    """
+    from compiler.host import host_diagnostics
+
+    ctx = getattr(result, "context", None)
+    original = getattr(result, "original", None)
+    diags = (host_diagnostics(original) if original is not None else []) + list(
+        getattr(ctx, "diagnostics", None) or []
+    )
+    out, seen = [], set()
+    for d in diags:
+        key = (d.code, tuple(d.nodes), d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d.to_dict())
+    return out
 
 
 def resolve_reference_option(name: str) -> Any:

@@ -446,7 +446,7 @@ class _Builder:
         if to is not None and DTYPES.get(to) == x.dtype:
             self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
             return
-        target = _type_name(to) if to is not None else "?"
+        target = DTYPES.get(to) or (_type_name(to) if to is not None else "?")
         self.unsupported(n, f"a Cast from {x.dtype} to {target} changes the type")
 
     def dropout(self, n: onnx.NodeProto) -> None:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
-from .ir import Node, Value
+from .ir import Graph, Node, Value
 from .ort_tables import session
+
+if TYPE_CHECKING:
+    from .site import Diagnostic
 
 ONNX_OF = {
     "int8": TensorProto.INT8,
@@ -145,3 +149,20 @@ def run_host(
 
 def _np_name(dtype: str) -> str:
     return "float32" if dtype == "float32" else dtype
+
+
+def host_diagnostics(graph: Graph) -> list[Diagnostic]:
+    """One `unsupported_op` diagnostic per ONNX op the frontend kept on the host.
+
+    `graph` is the IR as the frontend built it (`host_onnx` nodes with a `placement`).
+    """
+    from .site import ACTIONS, Diagnostic
+
+    out = []
+    for n in graph.nodes:
+        why = n.attrs.get("placement") if n.op == "host_onnx" else None
+        if why:
+            out.append(
+                Diagnostic("unsupported_op", list(n.origin), why, ACTIONS.get("unsupported_op", ""))
+            )
+    return out

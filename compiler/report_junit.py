@@ -31,6 +31,11 @@ def render(r: Report) -> str:
         ET.SubElement(props, "property", name="reference", value=str(r.reference["name"]))
     for i, f in enumerate(r.findings):
         ET.SubElement(props, "property", name=f"finding.{i}", value=f"[{f['code']}] {f['message']}")
+    for i, h in enumerate(r.host_ops):
+        action = f" (action: {h['action']})" if h.get("action") else ""
+        ET.SubElement(
+            props, "property", name=f"host_op.{i}", value=f"[{h['code']}] {h['message']}{action}"
+        )
     classname = Path(r.model).stem or "model"
     for site in r.sites:
         case = ET.SubElement(

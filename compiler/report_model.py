@@ -48,6 +48,7 @@ REASON_CODES: dict[str, str] = {
     "incomplete_parameters": "LUT, table address, header, encodings or enable flag missing.",
     "grouped_codegen_unsupported": "The chosen scheduling structure cannot generate the fused op.",
     "buffers_exceed_memory": "The op's buffers do not fit the target's memories at once; it stays on the host.",
+    "unsupported_op": "An op the NPU cannot run; it stays on the host (the rest of the model is still checked).",
     "refuted": "The prover found an input on which the results differ.",
     "unknown": "The prover could not decide within its budget.",
 }
@@ -145,6 +146,8 @@ class Report:
         None  # the named reference profile (ReferenceProfile.to_dict)
     )
     findings: list[dict[str, Any]] = field(default_factory=list)  # e.g. reference_divergence
+    # ONNX ops kept on the host: {"code", "nodes", "message", "action"} (unsupported_op, ...)
+    host_ops: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def summary(self) -> Summary:

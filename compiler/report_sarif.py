@@ -73,6 +73,31 @@ def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[
     }
 
 
+def _host_result(h: dict[str, Any], rule_index: int, uri: str, base: str | None) -> dict:
+    """A note-level result for one op kept on the host (its ONNX nodes as locations)."""
+    loc: dict[str, Any] = {"uri": uri}
+    if base:
+        loc["uriBaseId"] = base
+    text = h["message"] + (f" Action: {h['action']}." if h.get("action") else "")
+    return {
+        "ruleId": h["code"],
+        "ruleIndex": rule_index,
+        "level": "note",
+        "message": {"text": text},
+        "locations": [
+            {
+                "physicalLocation": {"artifactLocation": loc},
+                "logicalLocations": [
+                    {"name": n, "kind": "function", "fullyQualifiedName": f"host/{n}"}
+                    for n in h["nodes"]
+                ],
+            }
+        ],
+        "partialFingerprints": {"hostOp/v1": f"{','.join(h['nodes'])}:{h['code']}"},
+        "properties": {"action": h.get("action", "")},
+    }
+
+
 def sarif_log(r: Report) -> dict[str, Any]:
     """The report as a SARIF 2.1.0 log object."""
     uri, base = _artifact_uri(r.model)
@@ -102,6 +127,11 @@ def sarif_log(r: Report) -> dict[str, Any]:
         run["properties"]["reference"] = r.reference
     if r.findings:
         run["properties"]["findings"] = r.findings
+    for h in r.host_ops:
+        if h["code"] not in codes:
+            codes.append(h["code"])
+            run["tool"]["driver"]["rules"].append(_rule(h["code"]))
+        results.append(_host_result(h, codes.index(h["code"]), uri, base))
     if base:
         run["originalUriBaseIds"] = {base: {"uri": Path.cwd().resolve().as_uri() + "/"}}
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}

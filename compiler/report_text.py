@@ -53,6 +53,12 @@ def site_line(s: SiteReport) -> str:
     return f"{_MARK[s.verdict]} {s.pattern}  ({nodes}){detail}  {s.time_ms:.0f} ms"
 
 
+def host_line(h: dict) -> str:
+    """One line per op kept on the host: code, message, action."""
+    action = f"; action: {h['action']}" if h.get("action") else ""
+    return f"HOST     [{h['code']}] {h['message']}{action}"
+
+
 def render(r: Report) -> str:
     """The whole text report, header to summary, with a trailing newline."""
     head = f"{r.model}: policy {r.policy}, target {r.target}"
@@ -63,6 +69,7 @@ def render(r: Report) -> str:
     if not r.sites:
         lines.append("no candidate sites")
     lines += [f"FINDING  [{f['code']}] {f['message']}" for f in r.findings]
+    lines += [host_line(h) for h in r.host_ops]
     s = r.summary
     lines.append(
         f"{s.candidates} candidates: {s.proven} proven, {s.refuted} refuted, "

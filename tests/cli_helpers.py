@@ -76,3 +76,13 @@ def unsupported_op_model(path: Path) -> Path:
     m.ir_version = 10
     onnx.save(m, path)
     return path
+
+
+def unknown_domain_model(path: Path) -> Path:
+    """The `unsupported_op_model` with its Neg in an opset domain nobody registers."""
+    unsupported_op_model(path)
+    m = onnx.load(path)
+    m.graph.node[1].domain = "com.example"
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    onnx.save(m, path)
+    return path

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from cli_helpers import EXAMPLES, REPO, assert_one_line_error, prover, unsupported_op_model
+from cli_helpers import (
+    EXAMPLES,
+    REPO,
+    assert_one_line_error,
+    prover,
+    unknown_domain_model,
+)
 
 SHOWCASE = EXAMPLES / "showcase.onnx"
 SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
@@ -85,8 +91,13 @@ def test_sarif_validates_against_the_official_schema():
     errors = list(validator.iter_errors(log))
     assert not errors, errors[0].message
     run = log["runs"][0]
-    assert len(run["results"]) == 3  # refuted + two rejected
-    assert {r["ruleId"] for r in run["results"]} == {"refuted", "multiple_users", "layout_mismatch"}
+    sites = [x for x in run["results"] if "siteId/v1" in x["partialFingerprints"]]
+    assert len(sites) == 3  # refuted + two rejected
+    assert {r["ruleId"] for r in sites} == {"refuted", "multiple_users", "layout_mismatch"}
+    # ops kept on the host are notes naming their ONNX node (the refuted table stays there)
+    notes = [x for x in run["results"] if "hostOp/v1" in x["partialFingerprints"]]
+    assert notes and all(x["level"] == "note" for x in notes)
+    assert any("sig_lut" in x["message"]["text"] for x in notes)
     assert {x["id"] for x in run["tool"]["driver"]["rules"]} == {
         "refuted",
         "multiple_users",
@@ -132,7 +143,7 @@ def test_ro_gate_fails_on_missing_records_and_passes_once_recorded(tmp_path):
         (lambda d: d / "missing.onnx", [], ["model file not found", "missing.onnx"]),
         (lambda d: _write(d / "text.onnx", b"not a model\n"), [], ["not a valid ONNX model"]),
         (lambda d: _write(d / "cut.onnx", SHOWCASE.read_bytes()[:700]), [], ["not a valid ONNX"]),
-        (lambda d: unsupported_op_model(d / "neg.onnx"), [], ["the_neg", "unsupported operator"]),
+        (lambda d: unknown_domain_model(d / "dom.onnx"), [], ["com.example", "not supported"]),
         (lambda d: SHOWCASE, ["--policy", "bitwise2"], ["bad policy 'bitwise2'"]),
         (lambda d: SHOWCASE, ["--policy", "bounded:x"], ["bad policy"]),
         (lambda d: SHOWCASE, ["--target", "no/such/target.toml"], ["target file not found"]),
@@ -144,7 +155,7 @@ def test_ro_gate_fails_on_missing_records_and_passes_once_recorded(tmp_path):
         "missing",
         "not-onnx",
         "truncated",
-        "unsupported-op",
+        "unknown-domain",
         "bad-policy",
         "bad-bound",
         "unknown-target",
