@@ -6,7 +6,8 @@ Memories: `dram` (host-visible: graph inputs/outputs, constants, host steps),
 
 Every instruction's value semantics is a kernel function or term:
 - `MatMul`: `prover.matmul.matmul_acc`, then the descriptor's `PostProcess`
-  epilogue (`PostProcess.epilogue_term`, evaluated with the NUMPY domain);
+  epilogue (`PostProcess.epilogue_term`, evaluated with the NUMPY domain): requantize,
+  the optional add stage (ORT's QLinearAdd in float32, `AddParams`), clip, table;
 - `Activation`: the kernel's `lut` primitive;
 - `Requant`: `RequantParams.term` (the kernel's requant primitives);
 - `Clip`: the kernel's `clip` primitive, then storage in `dtype`;
@@ -227,8 +228,9 @@ def strip_tables(post: Post) -> Post:
 
 
 def record_nbytes(post: Post) -> int:
-    """Size of a parameter record: a 16-byte header per distinct column parameter set."""
-    return 16 * len(posts_of(post))
+    """Size of a parameter record: a 16-byte header per column parameter set, plus 12
+    bytes (two float32 ratios and the constant) per post-requantization add stage."""
+    return sum(16 + (12 if p.add is not None else 0) for p in posts_of(post))
 
 
 def table_of(post: Post | None) -> tuple[int, ...] | None:

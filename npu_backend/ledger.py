@@ -5,6 +5,11 @@ and with only that site split (`lowered.unfuse`: MatMul with requantize[+clip],
 then a standalone activation). Both run on the simulator with the same inputs;
 the differences in counters are the entry. Both runs must give identical outputs
 (they compute the same kernel terms), otherwise `LedgerError` is raised.
+
+A fusion that absorbed a QLinearAdd bias (the epilogue's add stage) is measured against
+the original's three ops: MatMul(requantize), the QLinearAdd on the host (the NPU's
+standalone unit has none; its per-column function as one table lookup), the activation.
+The entry then names the removed op and the dram traffic the host round trip cost.
 """
 
 from __future__ import annotations
@@ -13,8 +18,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from prover.inttypes import int_type
+from prover.terms import Var, op
+
 from .codegen import generate, infer_specs
-from .lowered import LoweredModel, NpuMatMul, TensorSpec, unfuse
+from .lowered import HostKernel, LoweredModel, NpuMatMul, Step, TensorSpec, unfuse
+from .postprocess import posts_of
 from .simulator import Counters, run
 from .target import Target
 
@@ -38,6 +47,8 @@ class FusionEntry:
     param_loads_added: int
     instructions_before: int  # unfused program
     instructions_after: int  # fused program
+    removed_ops: tuple[str, ...] = ()  # ops the fusion absorbed besides the activation
+    dram_bytes_not_moved: int = 0  # measured: dram bytes read + written, unfused - fused
 
     @property
     def expected_bytes(self) -> int:
@@ -47,6 +58,7 @@ class FusionEntry:
     def to_json(self) -> dict:
         d = asdict(self)
         d["onnx_nodes"] = list(self.onnx_nodes)
+        d["removed_ops"] = list(self.removed_ops)
         d["expected_bytes"] = self.expected_bytes
         return d
 
@@ -63,6 +75,41 @@ def random_inputs(specs: list[TensorSpec], seed: int = 0) -> dict[str, np.ndarra
         else:
             out[s.name] = rng.standard_normal(s.shape).astype(dt)
     return out
+
+
+def _dram(c: Counters) -> int:
+    return c.bytes_written["dram"] + c.bytes_read["dram"]
+
+
+def unfuse_with_add(step: NpuMatMul) -> tuple[list[Step], dict[str, np.ndarray]]:
+    """`unfuse`, with an epilogue add stage split out as the original's host QLinearAdd.
+
+    Returns the steps and the constants they add (the column index of each element).
+    """
+    posts = posts_of(step.post)
+    if not step.fused or all(p.add is None for p in posts):
+        return unfuse(step), {}
+    ty = int_type(posts[0].add.type)
+    n = len(posts) if isinstance(step.post, tuple) else 1
+    if any(p.add is None for p in posts) or n * ty.size > 65536:
+        return unfuse(step), {}  # not expressible as one uint16-indexed table: not split
+    mm, act = unfuse(step)
+    inner = tuple(p.requant_only() for p in posts) if n > 1 else posts[0].requant_only()
+    pre_add = f"{step.out}.pre_add"
+    mm = NpuMatMul(
+        mm.name, mm.a, mm.w, pre_add, mm.a_zp, mm.w_zp, mm.bias, mm.a_type, mm.w_type, inner,
+        mm.structure, mm.onnx_nodes, mm.compute,
+    )  # fmt: skip
+    # per column j the add is a table over the 8-bit value: one lookup at j*size + (x - min)
+    table = [v for p in posts for v in p.add.table()] + [0] * (65536 - n * ty.size)
+    col = f"{step.out}.column"
+    index = op(
+        "add", op("mul_const", Var(col), c=ty.size), op("add_const", Var(pre_add), c=-ty.min)
+    )
+    term = op("lut", index, table=tuple(table), in_type="uint16", index_order="offset")
+    add = HostKernel(f"{step.name}.add", (pre_add, col), act.x, term, ty.name, step.onnx_nodes)
+    # uint8: the host reads one byte per column, as the QLinearAdd reads its 8-bit bias
+    return [mm, add, act], {col: np.arange(n, dtype=np.uint8)}
 
 
 def _sram(c: Counters) -> tuple[int, int]:
@@ -82,17 +129,17 @@ def ledger(
     for k, st in enumerate(lowered.steps):
         if not (isinstance(st, NpuMatMul) and st.fused):
             continue
-        split = unfuse(st)
+        split, extra = unfuse_with_add(st)
         steps = lowered.steps[:k] + split + lowered.steps[k + 1 :]
         unfused = LoweredModel(
-            list(lowered.inputs), list(lowered.outputs), dict(lowered.constants), steps
+            list(lowered.inputs), list(lowered.outputs), {**lowered.constants, **extra}, steps
         )
         prog = generate(unfused, target)
         out, c = run(prog, inputs)
         for name in fused_out:
             if not np.array_equal(fused_out[name], out[name]):
                 raise LedgerError(f"{st.name}: fused and unfused programs differ on {name!r}")
-        mid = split[0].out
+        mid = split[-1].x
         spec = infer_specs(unfused)[mid]
         w_f, r_f = _sram(fused_c)
         w_u, r_u = _sram(c)
@@ -109,6 +156,8 @@ def ledger(
                 param_loads_added=fused_c.param_loads - c.param_loads,
                 instructions_before=c.instructions,
                 instructions_after=fused_c.instructions,
+                removed_ops=("QLinearAdd",) if len(split) == 3 else (),
+                dram_bytes_not_moved=_dram(c) - _dram(fused_c),
             )
         )
     return entries

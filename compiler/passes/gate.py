@@ -98,6 +98,13 @@ def obligations(g, site: Site, ctx) -> list[tuple[Obligation, tuple[int, ...], i
     return out
 
 
+def _policy_note(used, asked) -> str:
+    """The policy an obligation was decided under (an interior site is held to bitwise)."""
+    if used == asked:
+        return str(used)
+    return f"{used} (the result feeds further ops, so {asked} applies only at graph outputs)"
+
+
 def _acc():
     from prover.terms import Var
 
@@ -154,7 +161,9 @@ def decide_site(g, site: Site, ctx) -> None:
             lambda t, s: apply_site(t, s, s.post, ctx.structure_of(s.compute.origin)),
         )
         site.decide(
-            "refuted", "refuted", f"columns {cols[0]}..{cols[-1]}: {v.reason} under {ctx.policy}"
+            "refuted",
+            "refuted",
+            f"columns {cols[0]}..{cols[-1]}: {v.reason} under {_policy_note(ob.policy, ctx.policy)}",
         )
         return
     first = verdicts[0]
