@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,7 +57,7 @@ from .bounds import fits
 from .counterexample import rank
 from .decision import HOLDS, VIOLATED, Decision
 from .domain import NUMPY
-from .enumerate import evaluate_block, largest_diff, violations
+from .enumerate import _all_true, evaluate_block, largest_diff, violations
 from .errors import NotApplicable, VacuousObligation
 from .inttypes import INT32_MAX, INT32_MIN, int_type
 from .obligation import Obligation
@@ -254,9 +255,8 @@ def _nearest_zero(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return np.where(s > 0, s, np.where(e < 0, e, 0))
 
 
-def decide(ob: Obligation, deadline: float | None = None) -> Decision:
-    """Exact verdict by segments; `NotApplicable` when the obligation has another shape."""
-    t0 = time.perf_counter()
+def _segments(ob: Obligation) -> tuple[str, np.ndarray, np.ndarray, int]:
+    """(variable, starts, ends, number of cuts): the constant pieces of both sides."""
     if len(ob.variables) != 1:
         raise NotApplicable("segments handle exactly one free variable")
     var = ob.variables[0]
@@ -274,6 +274,55 @@ def decide(ob: Obligation, deadline: float | None = None) -> Decision:
         bounds.append(th[(th >= lo) & (th <= hi)])
     starts = np.unique(np.concatenate(bounds))
     ends = np.append(starts[1:] - 1, hi)
+    return var, starts, ends, len(cs)
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """Both sides of a one-variable obligation, exactly, as constant pieces.
+
+    On `[starts[i], ends[i]]` the first output of `before` is `before[i]` and of
+    `after` is `after[i]`; `assumed[i]` / `defined[i]` say whether the reference's /
+    the implementation's preconditions hold there (values are meaningless elsewhere).
+    """
+
+    var: str
+    starts: np.ndarray
+    ends: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+    assumed: np.ndarray
+    defined: np.ndarray
+
+
+def pieces(ob: Obligation) -> Pieces:
+    """The exact piecewise-constant values of both sides (the data `decide` decides on).
+
+    Raises `NotApplicable` where `decide` would (not a one-variable monotone-chain term).
+    """
+    var, starts, ends, _ = _segments(ob)
+    env = {var: starts}
+    pre_b: list = []
+    pre_a: list = []
+    with np.errstate(all="ignore"):
+        b = T.evaluate(ob.outputs_before[0], NUMPY, env, pre_b)
+        a = T.evaluate(ob.outputs_after[0], NUMPY, env, pre_a)
+    n = starts.size
+    return Pieces(
+        var,
+        starts,
+        ends,
+        np.broadcast_to(np.asarray(b, dtype=np.int64), (n,)).copy(),
+        np.broadcast_to(np.asarray(a, dtype=np.int64), (n,)).copy(),
+        _all_true(pre_b, n),
+        _all_true(pre_a, n),
+    )
+
+
+def decide(ob: Obligation, deadline: float | None = None) -> Decision:
+    """Exact verdict by segments; `NotApplicable` when the obligation has another shape."""
+    t0 = time.perf_counter()
+    var, starts, ends, ncuts = _segments(ob)
     assumed, defined, diff = evaluate_block(ob, {var: starts}, starts.size)
     if not assumed.any():
         raise VacuousObligation("no value in the range satisfies the reference's preconditions")
@@ -282,7 +331,7 @@ def decide(ob: Obligation, deadline: float | None = None) -> Decision:
     bad = np.nonzero(violations(ob, assumed, defined, diff))[0]
     ms = (time.perf_counter() - t0) * 1000
     ver = f"numpy {np.__version__}"
-    stats = {"segments": int(starts.size), "cuts": len(cs)}
+    stats = {"segments": int(starts.size), "cuts": ncuts}
     if bad.size == 0:
         return Decision(HOLDS, "segments", ver, max_diff=max_diff, time_ms=ms, stats=stats)
     near = _nearest_zero(starts[bad], ends[bad])
