@@ -251,6 +251,17 @@ def positive_int(text: str) -> int:
     return v
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an int >= 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return v
+
+
 def write_output(text: str, output: str | None) -> None:
     """Write a report to a file (parents created) or to stdout."""
     if output is None or output == "-":

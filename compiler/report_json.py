@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from compiler.report_model import Counterexample, Report, SiteReport
+
+SCHEMA_VERSION = 1  # of compiler/report_schema.json; bump with its $id on an incompatible change
 
 
 def array_json(a: np.ndarray) -> dict[str, Any]:
@@ -67,6 +70,7 @@ def site_json(s: SiteReport) -> dict[str, Any]:
 def report_json(r: Report) -> dict[str, Any]:
     """The whole report as a JSON-ready dict."""
     out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
         "model": r.model,
         "policy": r.policy,
         "target": r.target,
@@ -88,9 +92,22 @@ def report_json(r: Report) -> dict[str, Any]:
     return out
 
 
-def render(r: Report) -> str:
-    """The report as indented JSON text (stable key order, trailing newline)."""
-    return json.dumps(report_json(r), indent=2, default=_default) + "\n"
+def render(r: Report, indent: int | None = None) -> str:
+    """The report as JSON text: compact unless `indent` is given (trailing newline)."""
+    return dumps(report_json(r), indent)
+
+
+def dumps(data: dict[str, Any], indent: int | None = None) -> str:
+    """A report dict as JSON text: compact by default, pretty-printed with `indent`."""
+    if indent is None:
+        return json.dumps(data, separators=(",", ":"), default=_default) + "\n"
+    return json.dumps(data, indent=indent, default=_default) + "\n"
+
+
+def schema() -> dict[str, Any]:
+    """The shipped JSON schema of the report (compiler/report_schema.json, SCHEMA_VERSION)."""
+    text = resources.files("compiler").joinpath("report_schema.json").read_text("utf-8")
+    return json.loads(text)
 
 
 def _default(o: Any) -> Any:
