@@ -26,6 +26,7 @@ from compiler.cli_common import (
     add_proof_store_options,
     add_reference_option,
     argv_or_default,
+    non_negative_int,
     parse_policy,
     positive_float,
     run_main,
@@ -59,7 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--policy", type=parse_policy, default=None, metavar="bitwise|bounded:N")
     c.add_argument("--target", metavar="FILE", help="target TOML (or a shipped target name)")
     add_reference_option(c)
-    c.add_argument("--report", metavar="FILE", help="write the JSON report (sites, ledger) here")
+    c.add_argument(
+        "--report",
+        metavar="FILE",
+        help="write the report (sites, ledger) here: HTML for .html/.htm (needs the 'report' "
+        "extra), markdown for .md, else JSON",
+    )
+    c.add_argument(
+        "--indent",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="JSON report: pretty-print with N spaces (default compact)",
+    )
     add_proof_store_options(c)
     c.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECONDS")
     c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
@@ -90,6 +103,11 @@ def _compile(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.is_dir():
         raise UsageError(f"-o is a directory, not a program file: {args.output}")
+    kind = report_kind(args.report)
+    if kind == "html":
+        from compiler.report_plots import require_matplotlib
+
+        require_matplotlib()  # before the work: a missing extra is bad usage (exit 2)
     run = run_pipeline(args.model, opts)
     print_store_summary(PROG, run, args.model)
     if run.report.proof_misses:
@@ -111,15 +129,32 @@ def _compile(args: argparse.Namespace) -> int:
     if args.report:
         rp = Path(args.report)
         rp.parent.mkdir(parents=True, exist_ok=True)
-        data = report_json.report_json(run.report)
-        data["program"] = str(out)
-        rp.write_text(json.dumps(data, indent=2, default=report_json._default) + "\n")
+        if kind == "html":
+            from compiler import report_html
+
+            rp.write_text(report_html.render(run), encoding="utf-8")
+        elif kind == "markdown":
+            from compiler import report_markdown
+
+            rp.write_text(report_markdown.render(run.report), encoding="utf-8")
+        else:
+            data = report_json.report_json(run.report)
+            data["program"] = str(out)
+            rp.write_text(report_json.dumps(data, args.indent))
     print(
         f"wrote {out}: {applied} of {s.candidates} candidate fusions applied "
         f"({s.refuted} refuted, {s.unknown} unknown, {s.rejected} rejected; "
         f"policy {run.report.policy}, target {run.report.target})"
     )
     return ExitCode.OK
+
+
+def report_kind(path: str | None) -> str | None:
+    """The --report format its file name asks for: html, markdown or json (None: no report)."""
+    if path is None:
+        return None
+    suffix = Path(path).suffix.lower()
+    return {".html": "html", ".htm": "html", ".md": "markdown"}.get(suffix, "json")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -11,13 +11,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from compiler import report_json, report_junit, report_sarif, report_text
+from compiler import report_json, report_junit, report_markdown, report_sarif, report_text
 from compiler.cli_common import (
     PROOFS_HELP,
     Parser,
     add_proof_store_options,
     add_reference_option,
     argv_or_default,
+    non_negative_int,
     parse_policy,
     positive_float,
     positive_int,
@@ -33,7 +34,9 @@ RENDERERS = {
     "json": report_json.render,
     "sarif": report_sarif.render,
     "junit": report_junit.render,
+    "markdown": report_markdown.render,
 }
+FORMATS = sorted([*RENDERERS, "html"])  # html is rendered from the whole run (graph, plots)
 EXIT_HELP = """exit codes:
   0  every candidate site decided and none refuted
   1  at least one site refuted (a counterexample was found and replayed)
@@ -75,7 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", metavar="FILE", help="target description TOML (or a shipped target name)"
     )
     add_reference_option(c)
-    c.add_argument("--format", choices=sorted(RENDERERS), default="text", help="report format")
+    c.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="report format (html: one self-contained file with the graph and plots; needs "
+        "the 'report' extra)",
+    )
+    c.add_argument(
+        "--indent",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="JSON: pretty-print with N spaces (default compact)",
+    )
     c.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
     c.add_argument(
         "--emit-tests",
@@ -102,13 +118,24 @@ def _check(args: argparse.Namespace) -> int:
     from compiler.check_run import CheckOptions, print_store_summary, run_pipeline
 
     opts = CheckOptions.from_args(args)
+    if args.format == "html":
+        from compiler.report_plots import require_matplotlib
+
+        require_matplotlib()  # before the work: a missing extra is bad usage (exit 2)
     run = run_pipeline(args.model, opts)
     report: Report = run.report
     if args.emit_tests:
         from compiler.emit_tests import emit_tests
 
         emit_tests(report, args.model, args.emit_tests, opts)
-    write_output(RENDERERS[args.format](report), args.output)
+    if args.format == "html":
+        from compiler import report_html
+
+        write_output(report_html.render(run), args.output)
+    elif args.format == "json":
+        write_output(report_json.render(report, args.indent), args.output)
+    else:
+        write_output(RENDERERS[args.format](report), args.output)
     print_store_summary(PROG, run, args.model)
     return report.exit_code()
 
