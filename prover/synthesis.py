@@ -1,0 +1,647 @@
+"""Fixed-point parameter synthesis for a fused epilogue (issue 16).
+
+Given the reference epilogue of a column group, `before = tail(requant_float(acc))` (ONNX
+Runtime's float-scale requantization followed by any per-value function of its result:
+clips, tables, a quantized add), the reachable accumulator range `[lo, hi]` and the
+fixed-point parameter space a target lets the compiler choose (`FixedPointSpace`), find
+`(scheme, multiplier, shift, zero point, table)` such that
+
+    table[saturate(requant_fixed(acc, multiplier, shift) + zp)] == before(acc)
+
+for every `acc` in `[lo, hi]` (bitwise), or show that none exist and report the smallest
+conflicting pair of accumulator values. Synthesis only proposes: `obligation` builds the
+normal epilogue obligation whose `after` term carries the synthesised parameters, and
+`prover.api.check` decides it like any other lowering.
+
+Why the search is complete (every claim below is exact; no float and no sampling):
+
+1. The reference is constant between the thresholds of the float staircase
+   (`requant.float_requant_thresholds`). Call `c` in `(lo, hi]` a change point when
+   `before(c-1) != before(c)`.
+2. The NPU index `I(acc) = saturate(Q(acc) + zp)` is non-decreasing in `acc` (SRDHM,
+   RDBPOT and single rounding each round a non-decreasing function; saturation is
+   monotone). The table is free per index, so a table exists iff `I(c-1) != I(c)` at every
+   change point `c`: necessary because one entry cannot hold two values; sufficient because
+   `I(a) == I(b)`, `a < b`, makes `I` constant on `[a, b]`, so no change point lies in
+   `(a, b]` and `before(a) == before(b)`, and `table[i] := before(any acc with I = i)` is
+   well defined.
+3. For a fixed scheme and shift, `Q(x; M)` is monotone in `M` for every fixed `x`
+   (non-decreasing for `x > 0`, non-increasing for `x < 0`, constant at 0). So each set
+   `{M : Q(x; M) >= k}` is an interval, found exactly by binary search on the kernel's
+   own formula. The condition at one change point is `exists k: Q(c-1) < k <= Q(c)`,
+   a finite union of such intervals: with `c_1`/`c_n` the smallest/largest change point,
+   a zero point in the space exists iff `Q(c_1) >= L = out.min + 1 - zp_max`,
+   `Q(c_n - 1) < U = out.max - zp_min` and `Q(c_n - 1) - Q(c_1) <= out.max - out.min - 2`;
+   under those, `k` ranges over `[L, U]` only (at most two type widths). For a fixed `k`
+   the constraint on `M` is linear (`k * 2^(31-shift)` against `c * M` up to the rounding
+   nudges), which is why it is one interval.
+4. Intersecting these interval unions over all change points gives every valid
+   multiplier of that shift exactly; once the set is small it is enumerated and every
+   remaining change point is evaluated at every candidate. Every scheme and shift of
+   the space is tried, so "impossible" covers the whole space. No solver is needed: the
+   constraints are intervals on one integer.
+
+The NPU-side preconditions are part of the space: a shift whose left shift overflows int32
+somewhere in `[lo, hi]` is never proposed (double rounding); single rounding keeps
+`Q(lo)` and `Q(hi)` inside int32. A clip on the NPU side never helps (it only merges
+indices; the table absorbs any clip), so synthesised epilogues have none.
+
+The conflicting pair. Change points are taken nearest zero first (`|c|`, then `c`). When
+no parameters exist, `Conflict.pair = (c-1, c)` is the first change point such that no
+parameter set of the space keeps all change points inside the intermediate type and
+separates the change points up to and including it: the smallest prefix of that order
+that is already impossible.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import requant as rq
+from .domain import NUMPY, KernelError
+from .inttypes import INT32_MAX, INT32_MIN, int_type
+from .lut import lut_index
+from .obligation import Obligation
+from .policy import Policy
+from .staircase import monotone_thresholds
+from .terms import Op, Term, Var, evaluate, free_vars, op
+
+SCHEMES = {"fixed_double": "requant_double", "fixed_single": "requant_single"}
+_MID = "__requantized"
+_ENUMERATE_BELOW = 4096  # candidate multipliers at which interval mode switches to enumeration
+_ALL_BELOW = 1 << 16  # a valid set up to this size is returned whole
+
+
+@dataclass(frozen=True)
+class FixedPointSpace:
+    """The parameters a fixed-point postprocessor lets the compiler choose.
+
+    `schemes`: requantizer roundings the hardware has ("fixed_double" gemmlowp double
+    rounding, "fixed_single" TFLite single rounding); `shift_min..shift_max` (clipped to
+    each scheme's range); multipliers `0..multiplier_max`; `zero_point` "free" (any value
+    of the intermediate type) or "fixed" (the reference's); the table is always free.
+    """
+
+    schemes: tuple[str, ...] = ("fixed_double",)
+    shift_min: int = -31
+    shift_max: int = 31
+    multiplier_max: int = INT32_MAX
+    zero_point: str = "free"
+    intermediate_type: str = "int8"
+    index_order: str = "offset"
+
+    def __post_init__(self) -> None:
+        for s in self.schemes:
+            if s not in SCHEMES:
+                raise KernelError(f"unknown fixed-point scheme {s!r}; known: {sorted(SCHEMES)}")
+        if not self.schemes:
+            raise KernelError("a fixed-point space needs at least one scheme")
+        if self.zero_point not in ("free", "fixed"):
+            raise KernelError(f"zero_point must be 'free' or 'fixed', not {self.zero_point!r}")
+        if not 0 < self.multiplier_max <= INT32_MAX:
+            raise KernelError(f"multiplier_max {self.multiplier_max} outside [1, 2^31-1]")
+        if int_type(self.intermediate_type).bits > 8:
+            raise KernelError("the table needs an intermediate type of at most 8 bits")
+
+    def shifts(self, scheme: str) -> range:
+        """The shifts of `scheme` inside this space."""
+        top = 30 if scheme == "fixed_single" else 31
+        return range(max(self.shift_min, -31), min(self.shift_max, top) + 1)
+
+
+@dataclass(frozen=True)
+class FixedEpilogue:
+    """Synthesised NPU epilogue: `table[saturate(requant(acc) + zp)]`, table in `index_order`."""
+
+    scheme: str
+    multiplier: int
+    shift: int
+    zp: int
+    intermediate_type: str
+    table: tuple[int, ...]
+    index_order: str
+
+    def term(self, acc: Term) -> Term:
+        """The epilogue as a kernel term over `acc` (the obligation's `after`)."""
+        mid = op(
+            SCHEMES[self.scheme],
+            acc,
+            multiplier=self.multiplier,
+            shift=self.shift,
+            zp=self.zp,
+            out=self.intermediate_type,
+        )
+        return op(
+            "lut",
+            mid,
+            table=self.table,
+            in_type=self.intermediate_type,
+            index_order=self.index_order,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "scheme": self.scheme,
+            "multiplier": self.multiplier,
+            "shift": self.shift,
+            "zp": self.zp,
+            "intermediate_type": self.intermediate_type,
+            "index_order": self.index_order,
+            "table": list(self.table),
+        }
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Why no parameters exist: accumulators `pair` differ in the reference output.
+
+    `prefix` change points (nearest zero first, the last being `pair`) already admit no
+    parameters in the space; `prefix == 0` means the change points alone span more
+    intermediate values than the type holds.
+    """
+
+    pair: tuple[int, int]
+    outputs: tuple[int, int]
+    prefix: int
+    change_points: int
+
+    def message(self) -> str:
+        a, b = self.pair
+        if self.prefix == 0:
+            return (
+                f"the reference changes value between acc={a} and acc={b}, more often than "
+                "the intermediate type has values for any multiplier and shift"
+            )
+        return (
+            f"no multiplier, shift and zero point separates acc={a} and acc={b} (reference "
+            f"outputs {self.outputs[0]} and {self.outputs[1]}) together with the "
+            f"{self.prefix - 1} change points nearer zero ({self.change_points} in all)"
+        )
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """The answer: `params` (status "found") or `conflict` (status "impossible")."""
+
+    status: str
+    params: FixedEpilogue | None
+    conflict: Conflict | None
+    change_points: int
+    shifts_tried: int
+    time_ms: float
+    notes: dict[str, object] = field(default_factory=dict)
+
+    def after(self, acc: Term) -> Term:
+        """The synthesised epilogue term (raises when none exists)."""
+        if self.params is None:
+            raise KernelError("no parameters were synthesised: " + self.conflict.message())
+        return self.params.term(acc)
+
+
+# --- the reference as a step function ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Reference:
+    node: Op  # the requant_float node applied to the accumulator
+    tail: Term  # the rest, over Var(_MID)
+    thresholds: np.ndarray  # of the float staircase, int32-wide
+    values: np.ndarray  # tail at every intermediate level (offset order)
+    mid_min: int
+
+    def at(self, acc: np.ndarray) -> np.ndarray:
+        """The reference output at accumulators `acc` (exact, via the staircase)."""
+        level = np.searchsorted(self.thresholds, np.asarray(acc, dtype=np.int64), side="right")
+        return self.values[level]
+
+
+def _replace(t: Term, node: Op, by: Term) -> Term:
+    if t == node:
+        return by
+    if isinstance(t, Op):
+        return Op(t.prim, tuple(_replace(a, node, by) for a in t.args), t.params)
+    return t
+
+
+def _find(t: Term, var: str) -> list[Op]:
+    if isinstance(t, Op):
+        if t.prim == "requant_float" and t.args == (Var(var),):
+            return [t]
+        return [n for a in t.args for n in _find(a, var)]
+    return []
+
+
+def reference_of(before: Term, var: str) -> _Reference:
+    """Split `before` into `tail(requant_float(var))`; raise `KernelError` if it is not."""
+    nodes = set(_find(before, var))
+    if len(nodes) != 1:
+        raise KernelError(
+            f"synthesis needs the reference to requantize {var!r} with exactly one "
+            f"requant_float; found {len(nodes)}"
+        )
+    (node,) = nodes
+    tail = _replace(before, node, Var(_MID))
+    if var in free_vars(tail) or free_vars(tail) - {_MID}:
+        raise KernelError(f"the reference uses {var!r} other than through its requant_float")
+    p = node.kwargs
+    mid = int_type(p["out"])
+    thr = np.asarray(rq.float_requant_thresholds(float(p["scale"]), int(p["zp"]), mid.name))
+    levels = np.arange(mid.min, mid.max + 1, dtype=np.int64)
+    with np.errstate(all="ignore"):
+        vals = np.broadcast_to(np.asarray(evaluate(tail, NUMPY, {_MID: levels})), levels.shape)
+    return _Reference(node, tail, thr, np.asarray(vals, dtype=np.int64), mid.min)
+
+
+def change_points(ref: _Reference, lo: int, hi: int) -> np.ndarray:
+    """Accumulators `c` in `(lo, hi]` with `before(c-1) != before(c)`, ascending."""
+    t = np.unique(ref.thresholds[(ref.thresholds > lo) & (ref.thresholds <= hi)])
+    return t[ref.at(t - 1) != ref.at(t)]
+
+
+# --- the fixed-point requantizer as a function of the multiplier -------------------------
+
+
+def _q(scheme: str, shift: int, x: int, m: np.ndarray) -> np.ndarray:
+    """`Q(x; M)` (the requantizer before zero point and saturation) for an array of M."""
+    m = np.asarray(m, dtype=np.int64)
+    if scheme == "fixed_double":
+        left, right = max(shift, 0), max(-shift, 0)
+        return rq.rdbpot(NUMPY, rq.srdhm(NUMPY, np.int64(x << left), m), right)
+    total = 31 - shift  # rq.single_round with the multiplier as the array operand
+    return NUMPY.shr(np.int64(x) * m + np.int64(1 << (total - 1)), total)
+
+
+def _first_true(pred: Callable[[np.ndarray], np.ndarray], n: int, a: int, b: int) -> np.ndarray:
+    """Per row, the least M in [a, b] where `pred` (monotone false->true) holds, else b+1."""
+    lo = np.full(n, a, dtype=np.int64)
+    hi = np.full(n, b + 1, dtype=np.int64)
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = lo + (hi - lo) // 2
+        up = active & pred(np.where(active, mid, a))
+        hi = np.where(up, mid, hi)
+        lo = np.where(active & ~up, mid + 1, lo)
+
+
+def _at_least(scheme, shift, x, ks, a, b):
+    """Half-open [s, e) per k: {M in [a, b] : Q(x; M) >= k}."""
+    ks = np.asarray(ks, dtype=np.int64)
+    n = len(ks)
+    if x > 0:
+        s = _first_true(lambda m: _q(scheme, shift, x, m) >= ks, n, a, b)
+        return s, np.full(n, b + 1, dtype=np.int64)
+    if x < 0:
+        e = _first_true(lambda m: _q(scheme, shift, x, m) < ks, n, a, b)
+        return np.full(n, a, dtype=np.int64), e
+    ok = ks <= 0
+    return np.where(ok, a, b + 1).astype(np.int64), np.full(n, b + 1, dtype=np.int64)
+
+
+def _below(scheme, shift, x, ks, a, b):
+    """Half-open [s, e) per k: {M in [a, b] : Q(x; M) < k} (the complement)."""
+    s, e = _at_least(scheme, shift, x, ks, a, b)
+    if x > 0:
+        return np.full(len(s), a, dtype=np.int64), s
+    if x < 0:
+        return e, np.full(len(s), b + 1, dtype=np.int64)
+    ok = np.asarray(ks) > 0
+    return np.where(ok, a, b + 1).astype(np.int64), np.full(len(s), b + 1, dtype=np.int64)
+
+
+Intervals = list[tuple[int, int]]  # sorted, disjoint, half-open
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> Intervals:
+    keep = s < e
+    s, e = s[keep], e[keep]
+    order = np.argsort(s, kind="stable")
+    out: Intervals = []
+    for a, b in zip(s[order].tolist(), e[order].tolist(), strict=True):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _intersect(x: Intervals, y: Intervals) -> Intervals:
+    out: Intervals = []
+    i = j = 0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if a < b:
+            out.append((a, b))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _size(x: Intervals) -> int:
+    return sum(b - a for a, b in x)
+
+
+# --- the search --------------------------------------------------------------------------
+
+
+@dataclass
+class _Problem:
+    scheme: str
+    shift: int
+    lo: int
+    hi: int
+    points: np.ndarray  # change points, nearest zero first
+    kmin: int  # L
+    kmax: int  # U
+    span: int  # out.max - out.min - 2
+    zp_range: tuple[int, int]
+    mid_min: int
+    mid_max: int
+    multiplier_max: int
+    ideal: float
+
+
+def _window(p: _Problem, cmin: int, cmax: int, n: int) -> Intervals:
+    """Multipliers for which some zero point keeps every change point inside the type."""
+    a, b = 0, p.multiplier_max
+    x: Intervals = [(a, b + 1)]
+    s, e = _at_least(p.scheme, p.shift, cmin, [p.kmin], a, b)
+    x = _intersect(x, _union(s, e))
+    s, e = _below(p.scheme, p.shift, cmax - 1, [p.kmax], a, b)
+    x = _intersect(x, _union(s, e))
+    if p.scheme == "fixed_single":  # the result must fit int32 (NPU-side precondition)
+        s, e = _below(p.scheme, p.shift, p.hi, [INT32_MAX + 1], a, b)
+        x = _intersect(x, _union(s, e))
+        s, e = _at_least(p.scheme, p.shift, p.lo, [INT32_MIN], a, b)
+        x = _intersect(x, _union(s, e))
+    if n >= 2 and x:
+        a, b = x[0][0], x[-1][1] - 1
+        ks = np.arange(p.kmin, p.kmax, dtype=np.int64)
+        s1, e1 = _at_least(p.scheme, p.shift, cmin, ks, a, b)
+        s2, e2 = _below(p.scheme, p.shift, cmin, ks + 1, a, b)
+        s3, e3 = _below(p.scheme, p.shift, cmax - 1, ks + p.span + 1, a, b)
+        s = np.maximum(np.maximum(s1, s2), s3)
+        e = np.minimum(np.minimum(e1, e2), e3)
+        x = _intersect(x, _union(s, e))
+    return x
+
+
+def _step(p: _Problem, c: int, x: Intervals) -> Intervals:
+    """`x` restricted to multipliers with Q(c-1) < Q(c), i.e. a step at change point c."""
+    a, b = x[0][0], x[-1][1] - 1
+    ends = np.array([a, b], dtype=np.int64)
+    q0, q1 = _q(p.scheme, p.shift, c - 1, ends), _q(p.scheme, p.shift, c, ends)
+    k_lo, k_hi = max(p.kmin, int(q0.min()) + 1), min(p.kmax, int(q1.max()))
+    if k_lo > k_hi:
+        return []
+    ks = np.arange(k_lo, k_hi + 1, dtype=np.int64)
+    s1, e1 = _at_least(p.scheme, p.shift, c, ks, a, b)
+    s2, e2 = _below(p.scheme, p.shift, c - 1, ks, a, b)
+    return _intersect(x, _union(np.maximum(s1, s2), np.minimum(e1, e2)))
+
+
+def _enumerate(p: _Problem, ms: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Per candidate multiplier, the index of the first change point it fails (len = none)."""
+    first = np.full(len(ms), len(points), dtype=np.int64)
+    for j, c in enumerate(points.tolist()):
+        alive = first == len(points)
+        if not alive.any():
+            break
+        m = ms[alive]
+        bad = _q(p.scheme, p.shift, c - 1, m) >= _q(p.scheme, p.shift, c, m)
+        idx = np.flatnonzero(alive)[bad]
+        first[idx] = j
+    return first
+
+
+def _solve_shift(p: _Problem) -> tuple[np.ndarray, int]:
+    """Valid multipliers of this shift (all, or each interval's ends and its point nearest
+    the ideal when the set stays large) and the length of the failing prefix."""
+    pts = p.points
+    n = len(pts)
+    x = _window(p, int(pts.min()), int(pts.max()), n)
+    if not x:
+        return np.empty(0, dtype=np.int64), 0
+    for j, c in enumerate(pts.tolist()):
+        if _size(x) <= _ENUMERATE_BELOW:
+            ms = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in x])
+            first = _enumerate(p, ms, pts[j:])
+            ok = ms[first == n - j]
+            return ok, (n if len(ok) else j + int(first.max()) + 1)
+        x = _step(p, c, x)
+        if not x:
+            return np.empty(0, dtype=np.int64), j + 1
+    if _size(x) <= _ALL_BELOW:
+        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in x]), n
+    # Still a large set after every change point: every multiplier in it works.
+    near = [min(max(round(p.ideal), a), b - 1) for a, b in x]
+    return np.array([v for (a, b), m in zip(x, near, strict=True) for v in (a, b - 1, m)]), n
+
+
+def _npu_index(params: FixedEpilogue, acc: np.ndarray) -> np.ndarray:
+    mid = op(
+        SCHEMES[params.scheme],
+        Var("acc"),
+        multiplier=params.multiplier,
+        shift=params.shift,
+        zp=params.zp,
+        out=params.intermediate_type,
+    )
+    return np.asarray(evaluate(mid, NUMPY, {"acc": np.asarray(acc, dtype=np.int64)}))
+
+
+def _build_table(
+    ref: _Reference, lo: int, hi: int, scheme: str, m: int, shift: int, zp: int, space
+) -> FixedEpilogue:
+    mid = int_type(space.intermediate_type)
+    draft = FixedEpilogue(scheme, m, shift, zp, mid.name, (), space.index_order)
+    first = monotone_thresholds(lambda a: _npu_index(draft, a), mid.min, mid.max, lo, hi)
+    starts = np.concatenate([[lo], np.maximum(first, lo)])  # first acc of each index
+    levels = np.arange(mid.min, mid.max + 1, dtype=np.int64)
+    reached = (starts <= hi) & (_npu_index(draft, np.minimum(starts, hi)) == levels)
+    logical = np.zeros(mid.size, dtype=np.int64)
+    vals = ref.at(np.minimum(starts, hi))
+    last = vals[reached][0] if reached.any() else 0
+    for i in range(mid.size):  # unreachable entries repeat their neighbour (never read)
+        if reached[i]:
+            last = vals[i]
+        logical[i] = last
+    physical = np.empty(mid.size, dtype=np.int64)
+    physical[lut_index(NUMPY, levels, mid, space.index_order)] = logical
+    return FixedEpilogue(
+        scheme, m, shift, zp, mid.name, tuple(int(v) for v in physical), space.index_order
+    )
+
+
+def _shift_order(space: FixedPointSpace, scheme: str, scale: float) -> list[int]:
+    try:
+        _, s0 = rq.quantize_multiplier(scale)
+    except KernelError:
+        s0 = 30
+    return sorted(space.shifts(scheme), key=lambda s: (abs(s - s0), -s))
+
+
+def _shift_fits(scheme: str, shift: int, lo: int, hi: int) -> bool:
+    """NPU-side precondition of double rounding: acc * 2^max(shift, 0) fits int32."""
+    if scheme != "fixed_double":
+        return True
+    left = max(shift, 0)
+    return lo >= (INT32_MIN >> left) and hi <= (INT32_MAX >> left)
+
+
+def synthesize(
+    before: Term, var: str, lo: int, hi: int, space: FixedPointSpace | None = None
+) -> Synthesis:
+    """Find fixed-point parameters equal to `before` on `[lo, hi]`, or prove none exist.
+
+    `before` is `tail(requant_float(Var(var)))` (see the module docstring); the answer's
+    `params.term(Var(var))` is the proposed `after` (not yet proven: see `obligation`).
+    """
+    t0 = time.perf_counter()
+    space = space or FixedPointSpace()
+    if not INT32_MIN <= lo <= hi <= INT32_MAX:
+        raise KernelError(f"accumulator range [{lo}, {hi}] is empty or not inside int32")
+    ref = reference_of(before, var)
+    scale = float(ref.node.kwargs["scale"])
+    ref_zp = int(ref.node.kwargs["zp"])
+    mid = int_type(space.intermediate_type)
+    pts = change_points(ref, lo, hi)
+    order = np.lexsort((pts, np.abs(pts)))
+    pts = pts[order]
+    if space.zero_point == "free":
+        zmin, zmax = mid.min, mid.max
+    elif mid.contains(ref_zp):
+        zmin = zmax = ref_zp
+    else:
+        raise KernelError(f"reference zero point {ref_zp} does not fit {mid.name}")
+    tried = 0
+    best_fail = (-1, None)
+    for scheme in space.schemes:
+        for shift in _shift_order(space, scheme, scale):
+            if not _shift_fits(scheme, shift, lo, hi):
+                continue
+            tried += 1
+            if len(pts) == 0:
+                m, _ = _ideal(scale, shift, space.multiplier_max)
+                zp = min(max(ref_zp, zmin), zmax)
+                if scheme == "fixed_single" and not _single_fits(m, shift, lo, hi):
+                    continue
+                return _found(ref, lo, hi, scheme, m, shift, zp, space, pts, tried, t0)
+            p = _Problem(
+                scheme,
+                shift,
+                lo,
+                hi,
+                pts,
+                mid.min + 1 - zmax,
+                mid.max - zmin,
+                mid.max - mid.min - 2,
+                (zmin, zmax),
+                mid.min,
+                mid.max,
+                space.multiplier_max,
+                _ideal(scale, shift, space.multiplier_max)[1],
+            )
+            ms, fail = _solve_shift(p)
+            if len(ms):
+                m = int(ms[np.argmin(np.abs(ms.astype(np.float64) - p.ideal))])
+                zp = _pick_zp(p, m, ref_zp, pts)
+                return _found(ref, lo, hi, scheme, m, shift, zp, space, pts, tried, t0)
+            if fail > best_fail[0]:
+                best_fail = (fail, (scheme, shift))
+    fail = max(best_fail[0], 0)
+    if fail == 0:
+        a, b = int(pts.min()) - 1, int(pts.max())
+    else:
+        c = int(pts[fail - 1])
+        a, b = c - 1, c
+    outs = ref.at(np.array([a, b]))
+    conflict = Conflict((a, b), (int(outs[0]), int(outs[1])), fail, len(pts))
+    ms = (time.perf_counter() - t0) * 1000
+    return Synthesis("impossible", None, conflict, len(pts), tried, ms)
+
+
+def _ideal(scale: float, shift: int, mmax: int) -> tuple[int, float]:
+    real = float(np.float32(scale)) * 2.0 ** (31 - shift)
+    return int(min(max(round(real), 0), mmax)), real
+
+
+def _single_fits(m: int, shift: int, lo: int, hi: int) -> bool:
+    return all(
+        INT32_MIN <= int(_q("fixed_single", shift, x, np.array([m]))[0]) <= INT32_MAX
+        for x in (lo, hi)
+    )
+
+
+def _pick_zp(p: _Problem, m: int, ref_zp: int, pts: np.ndarray) -> int:
+    ms = np.array([m], dtype=np.int64)
+    q_first = int(_q(p.scheme, p.shift, int(pts.min()), ms)[0])
+    q_last = int(_q(p.scheme, p.shift, int(pts.max()) - 1, ms)[0])
+    z_lo = max(p.mid_min + 1 - q_first, p.zp_range[0])
+    z_hi = min(p.mid_max - 1 - q_last, p.zp_range[1])
+    if z_lo > z_hi:
+        raise AssertionError(f"synthesis: no zero point for multiplier {m}, shift {p.shift}")
+    return min(max(ref_zp, z_lo), z_hi)
+
+
+def _found(ref, lo, hi, scheme, m, shift, zp, space, pts, tried, t0) -> Synthesis:
+    params = _build_table(ref, lo, hi, scheme, m, shift, zp, space)
+    # Cheap self-check at every change point and the range ends; the proof is check()'s.
+    probe = np.unique(np.concatenate([[lo, hi], pts - 1, pts]))
+    after = evaluate(params.term(Var("acc")), NUMPY, {"acc": probe})
+    if not np.array_equal(np.asarray(after), ref.at(probe)):
+        raise AssertionError(f"synthesis proposed {params.to_json()} which differs at a probe")
+    ms = (time.perf_counter() - t0) * 1000
+    return Synthesis("found", params, None, len(pts), tried, ms)
+
+
+def propose(
+    before: Term, var: str, lo: int, hi: int, space: FixedPointSpace | None = None
+) -> tuple[FixedEpilogue, Term]:
+    """The synthesised parameters and the `after` term over `Var(var)` (raises if none)."""
+    s = synthesize(before, var, lo, hi, space)
+    if s.params is None:
+        raise KernelError(s.conflict.message())
+    return s.params, s.params.term(Var(var))
+
+
+def obligation(
+    before: Term,
+    var: str,
+    lo: int,
+    hi: int,
+    params: FixedEpilogue,
+    policy: Policy | str = "bitwise",
+    **kw,
+) -> Obligation:
+    """The epilogue obligation of a synthesised lowering (its hash covers every parameter)."""
+    pol = Policy.parse(policy) if isinstance(policy, str) else policy
+    return Obligation(
+        "epilogue", before, params.term(Var(var)), {var: (lo, hi)}, pol, note="synthesised", **kw
+    )
+
+
+def rounded_multiplier(scale: float) -> tuple[int, int]:
+    """TFLite's rounding of `scale` (what targets do without synthesis), for comparison."""
+    return rq.quantize_multiplier(float(np.float32(scale)))
+
+
+__all__ = [
+    "Conflict",
+    "FixedEpilogue",
+    "FixedPointSpace",
+    "Synthesis",
+    "change_points",
+    "obligation",
+    "propose",
+    "reference_of",
+    "rounded_multiplier",
+    "synthesize",
+]
