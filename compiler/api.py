@@ -133,6 +133,8 @@ def compile_model(
     g, m = to_ir(model, reference=profile)
     ctx.model, ctx.original = m, g.clone()
     g = run_pipeline(g, ctx)
+    if ctx.lowered is not None:
+        ctx.lowered.dynamic_batch = tuple(g.dynamic_batch)
     return CompileResult(
         ctx.sites,
         g,
@@ -162,6 +164,8 @@ def recompile(result: CompileResult) -> CompileResult:
         original=old.original,
     )
     g = run_pipeline(result.graph.clone(), ctx)
+    if ctx.lowered is not None:
+        ctx.lowered.dynamic_batch = tuple(g.dynamic_batch)
     return CompileResult(
         ctx.sites,
         g,

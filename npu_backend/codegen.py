@@ -477,6 +477,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         tensors=tensors,
         constants=constants,
         instructions=prog,
+        dynamic_batch=tuple(getattr(lowered, "dynamic_batch", ())),
     )
     issues = validate_program(program, target)
     if issues:

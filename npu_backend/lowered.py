@@ -183,6 +183,8 @@ class LoweredModel:
     outputs: list[str]
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)
+    # inputs whose leading (batch) dimension is symbolic in the model (compiler.batch)
+    dynamic_batch: tuple[str, ...] = ()
 
 
 def unfuse(step: NpuMatMul) -> list[Step]:

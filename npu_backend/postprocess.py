@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -259,7 +260,7 @@ class PostProcess:
 
     def apply(self, acc: Any) -> np.ndarray:
         """Evaluate `epilogue_term` concretely (NUMPY domain) on int accumulators."""
-        term = self.epilogue_term(Var("acc"))
+        term = _acc_term(self)
         return np.asarray(evaluate(term, NUMPY, {"acc": np.asarray(acc, dtype=np.int64)}))
 
     def without_lut(self) -> PostProcess:
@@ -292,6 +293,12 @@ class PostProcess:
             out_zp=j["out_zp"],
             add=None if j.get("add") is None else AddParams.from_json(j["add"]),
         )
+
+
+@lru_cache(maxsize=4096)
+def _acc_term(post: PostProcess) -> Term:
+    # building the term is most of a simulated MatMul's time; a batched run repeats it per row
+    return post.epilogue_term(Var("acc"))
 
 
 Post = PostProcess | tuple[PostProcess, ...]

@@ -3,7 +3,8 @@
 File format (deterministic bytes): a zip archive, entries stored uncompressed
 with fixed timestamps, in sorted order:
 - `manifest.json`: `{"format": "npu-program", "version": 1, "target", "inputs",
-  "outputs", "tensors", "constants": {name: entry}, "instructions": [...]}`;
+  "outputs", "tensors", "constants": {name: entry}, "instructions": [...]}`, plus
+  `"dynamic_batch": [input names]` when the model's batch dimension is symbolic;
 - `constants/NNNN.npy`: one array per constant (weights, biases, tables);
 - `blobs/NNNN.bin`: opaque bytes (serialized ONNX subgraphs of host steps).
 """
@@ -45,6 +46,9 @@ class Program:
     tensors: dict[str, TensorSpec]
     constants: dict[str, np.ndarray]
     instructions: list[Instruction] = field(default_factory=list)
+    # inputs whose leading dimension is the batch: the program is compiled for one row and
+    # runs any number of rows as independent rows (npu_backend.runner.run_batched)
+    dynamic_batch: tuple[str, ...] = ()
 
     def ops(self, kind: type | str | None = None) -> list[Instruction]:
         """Instructions, optionally only those of one class (or class name)."""
@@ -82,6 +86,8 @@ class Program:
             "constants": const_entries,
             "instructions": [_encode_instruction(i, blobs) for i in self.instructions],
         }
+        if self.dynamic_batch:  # absent otherwise: older programs keep their bytes
+            manifest["dynamic_batch"] = list(self.dynamic_batch)
         entries: dict[str, bytes] = {
             "manifest.json": json.dumps(manifest, sort_keys=True, indent=1).encode()
         }
@@ -134,6 +140,7 @@ class Program:
                     tensors={s.name: s for s in tensors},
                     constants=constants,
                     instructions=[_decode_instruction(i, blobs) for i in m["instructions"]],
+                    dynamic_batch=tuple(str(n) for n in m.get("dynamic_batch", [])),
                 )
         except ProgramError:
             raise

@@ -1,8 +1,15 @@
-"""`npuc run` support: execute a program file on inputs from an .npz, write outputs to an .npz."""
+"""`npuc run` support: execute a program file on inputs from an .npz, write outputs to an .npz.
+
+A program compiled from a model with a symbolic batch dimension (`Program.dynamic_batch`)
+holds one row; the frontend showed rows independent (`compiler.batch`), so a batch of B
+rows runs as B one-row runs whose outputs are stacked along axis 0. Inputs whose shapes
+do not fit (other dimensions, different batch sizes) are a `ProgramError`.
+"""
 
 from __future__ import annotations
 
 import zipfile
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +27,72 @@ def load_inputs(path: str | Path) -> dict[str, np.ndarray]:
         raise ProgramError(f"cannot read inputs {str(path)!r}: {e}") from None
 
 
+def batch_size(program: Program, inputs: dict[str, np.ndarray]) -> int | None:
+    """The number of rows of a dynamic-batch program's inputs (None: a static program).
+
+    Raises `ProgramError` when a batched input has other dimensions than compiled, or
+    the batched inputs disagree on the number of rows.
+    """
+    if not program.dynamic_batch:
+        return None
+    specs = {s.name: s for s in program.inputs}
+    sizes = {}
+    for name in program.dynamic_batch:
+        if name not in inputs or name not in specs:
+            continue  # a missing input is reported by the simulator
+        arr, spec = np.asarray(inputs[name]), specs[name]
+        if arr.ndim != len(spec.shape) or tuple(arr.shape[1:]) != tuple(spec.shape[1:]):
+            want = "x".join(["N", *map(str, spec.shape[1:])])
+            raise ProgramError(
+                f"input {name!r} has shape {tuple(arr.shape)}, expected {want} (N rows)"
+            )
+        sizes[name] = int(arr.shape[0])
+    if len(set(sizes.values())) > 1:
+        raise ProgramError(f"batched inputs have different numbers of rows: {sizes}")
+    n = next(iter(sizes.values()), None)
+    if n == 0:
+        raise ProgramError("the batch has no rows")
+    return n
+
+
+def run_batched(
+    program: Program, inputs: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], Counters]:
+    """Run `program` on inputs of any batch size (row by row for a dynamic-batch program)."""
+    n = batch_size(program, inputs)
+    rows = next((s.shape[0] for s in program.inputs if s.name in program.dynamic_batch), None)
+    if n is None or n == rows:
+        return run(program, inputs)
+    total = Counters()
+    parts: dict[str, list[np.ndarray]] = {o: [] for o in program.outputs}
+    for r in range(n):
+        feed = {
+            k: (np.asarray(v)[r : r + 1] if k in program.dynamic_batch else v)
+            for k, v in inputs.items()
+        }
+        outs, c = run(program, feed)
+        _add(total, c)
+        for o in program.outputs:
+            parts[o].append(outs[o])
+    return {o: np.concatenate(parts[o], axis=0) for o in program.outputs}, total
+
+
+def _add(total: Counters, c: Counters) -> None:
+    for f in fields(Counters):
+        a, b = getattr(total, f.name), getattr(c, f.name)
+        if isinstance(a, dict):
+            for k, v in b.items():
+                a[k] = a.get(k, 0) + v
+        else:
+            setattr(total, f.name, a + b)
+
+
 def run_file(
     program: str | Path, inputs: str | Path, output: str | Path
 ) -> tuple[dict[str, np.ndarray], Counters]:
     """Load `program`, run it on the arrays of `inputs`, save outputs (by name) to `output`."""
     prog = Program.load(program)
-    outs, counters = run(prog, load_inputs(inputs))
+    outs, counters = run_batched(prog, load_inputs(inputs))
     with open(output, "wb") as f:
         np.savez(f, **outs)
     return outs, counters
