@@ -39,14 +39,10 @@ def ort_outputs(path: Path, x: np.ndarray, optimized: bool) -> dict[str, np.ndar
 
 
 def program_outputs(program, x: np.ndarray) -> dict[str, np.ndarray]:
-    """The program on the simulator: the whole batch if it takes one, else row by row."""
-    from npu_backend.simulator import run
+    """The program on the simulator, as `npuc run` runs it (any batch size)."""
+    from npu_backend.runner import run_batched
 
-    spec = program.inputs[0]
-    if tuple(spec.shape)[0] == x.shape[0] or getattr(program, "dynamic_batch", None):
-        return run(program, {spec.name: x})[0]
-    rows = [run(program, {spec.name: x[i : i + 1]})[0] for i in range(x.shape[0])]
-    return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+    return run_batched(program, {program.inputs[0].name: x})[0]
 
 
 def measure(path: Path, x: np.ndarray, y: np.ndarray, reference: str, target: str | None):
