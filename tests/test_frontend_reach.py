@@ -1,0 +1,316 @@
+"""Issue 11 frontend reach: host placement, dynamic batch, no-op cleanup, QLinearAdd/QGemm.
+
+Conformance compares the IR's concrete evaluation with ONNX Runtime (optimisations off)
+under this host's reference profile (`ort-host`), so it holds on any CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper
+
+from compiler.api import compile_model
+from compiler.errors import FrontendError
+from compiler.frontend import to_ir
+from compiler.ort_tables import session
+from compiler.passes import cleanup
+from compiler.reference_host import resolve_reference
+from compiler.semantics import run_graph
+
+REPO = Path(__file__).resolve().parents[1]
+DIGITS = REPO / "examples" / "digits"
+QOP = sorted(DIGITS.glob("digits_*_qop_*.onnx"))
+ALL = sorted(DIGITS.glob("digits_*.onnx"))
+
+
+@pytest.fixture(scope="module")
+def digits() -> np.ndarray:
+    return np.load(DIGITS / "digits_test.npz")["input"]
+
+
+@pytest.fixture(scope="module")
+def host_profile():
+    return resolve_reference("ort-host")
+
+
+def _with_outputs(m: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    c = onnx.ModelProto()
+    c.CopyFrom(m)
+    have = {o.name for o in c.graph.output}
+    c.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in have)
+    return c
+
+
+# --- conformance: the new ops against ONNX Runtime, bit for bit ----------------------------
+
+
+@pytest.mark.parametrize("path", QOP, ids=lambda p: p.stem)
+def test_qoperator_digits_equal_ort_bit_for_bit(path, digits, host_profile):
+    """QGemm and QLinearAdd outputs (and every model output) on the 360 test digits."""
+    g, m = to_ir(path, reference=host_profile, batch=len(digits))
+    new = [n for n in g.nodes if n.op == "qlinear_binary" or n.attrs.get("kind") == "Gemm"]
+    assert len(new) == 3  # three QLinearAdd biases or three QGemm layers, all in the IR
+    watched = [n.output for n in new]
+    sess = session(_with_outputs(onnx.load(path), watched))
+    names = [o.name for o in sess.get_outputs()]
+    ref = dict(zip(names, sess.run(None, {"input": digits}), strict=True))
+    env = run_graph(g, {"input": digits}, keep_all=True, reference=host_profile)
+    for name in watched + list(g.outputs):
+        assert env[name].dtype == ref[name].dtype, name
+        assert np.array_equal(env[name], ref[name]), (name, int((env[name] != ref[name]).sum()))
+
+
+def test_qlinear_add_meaning_is_the_kernel_per_column(host_profile):
+    """A wrong constant column would be caught: the IR's evaluation moves with it."""
+    path = DIGITS / "digits_matmul_qop_u8s8_pt.onnx"
+    g, _ = to_ir(path, reference=host_profile, batch=4)
+    add = next(n for n in g.nodes if n.op == "qlinear_binary")
+    assert add.attrs["binary"] == "QLinearAdd" and add.attrs["x_is_a"] is True
+    assert len(add.attrs["const"]) == g.values[add.output].shape[-1]
+    x = np.arange(256, dtype=np.int64).reshape(4, 64) % 256
+    from compiler.semantics import eval_node, qlinear_binary_column_table
+
+    g.values[add.inputs[0]].shape = x.shape
+    y = eval_node(add, g, {add.inputs[0]: x})[0]
+    for j in (0, 17, 63):
+        table = qlinear_binary_column_table(add, j)
+        assert [table[v] for v in x[:, j]] == list(y[:, j])
+    add.attrs["const"] = tuple(c ^ 1 for c in add.attrs["const"])
+    assert not np.array_equal(eval_node(add, g, {add.inputs[0]: x})[0], y)
+
+
+# --- the 18 digits models: verdicts, no exit 2, host ops named ----------------------------
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_every_digits_model_is_analysed_with_host_ops_named(path, tmp_path):
+    out = tmp_path / "r.sarif"
+    r = subprocess.run(
+        [sys.executable, "-m", "compiler.cli_prover", "check", str(path), "--proofs-mode", "off"]
+        + ["--format", "sarif"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert r.returncode in (0, 1, 3), r.stderr
+    out.write_text(r.stdout)
+    run = json.loads(r.stdout)["runs"][0]
+    host = [x for x in run["results"] if "hostOp/v1" in x["partialFingerprints"]]
+    named = {loc["name"] for x in host for loc in x["locations"][0]["logicalLocations"]}
+    assert {"ArgMax", "ArrayFeatureExtractor", "Cast1"} <= named, named
+    codes = {x["ruleId"] for x in host}
+    assert "unsupported_op" in codes
+    assert all(x["properties"]["action"] for x in host if x["ruleId"] == "unsupported_op")
+
+
+def test_qoperator_matmul_sites_get_verdicts():
+    res = compile_model(DIGITS / "digits_matmul_qop_s8s8_pc.onnx", proofs_mode="off")
+    assert len(res.sites) == 2 and all(s.verdict for s in res.sites)
+    diags = [d for d in res.diagnostics if d.code == "unsupported_op"]
+    assert any("QLinearSoftmax" in d.message for d in diags)
+    assert any("ai.onnx.ml" in d.message and d.nodes == ["ArrayFeatureExtractor"] for d in diags)
+
+
+# --- dynamic batch ---------------------------------------------------------------------
+
+
+def _static(path: Path, batch: int) -> onnx.ModelProto:
+    m = onnx.load(path)
+    d = m.graph.input[0].type.tensor_type.shape.dim[0]
+    d.Clear()
+    d.dim_value = batch
+    for o in m.graph.output:
+        o.type.tensor_type.shape.dim[0].Clear()
+        o.type.tensor_type.shape.dim[0].dim_value = batch
+    return m
+
+
+def _verdicts(model) -> list[tuple]:
+    res = compile_model(model, proofs_mode="off")
+    return [(s.id, s.pattern, s.verdict, s.obligation_hash) for s in res.sites]
+
+
+def test_verdicts_and_hashes_do_not_depend_on_the_batch():
+    path = DIGITS / "digits_matmul_qop_s8s8_pt.onnx"
+    g, _ = to_ir(path)
+    assert g.dynamic_batch == ("input",) and g.values["input"].shape == (1, 64)
+    dynamic = _verdicts(path)
+    assert dynamic and all(h for *_, h in dynamic)
+    assert _verdicts(_static(path, 1)) == dynamic
+    assert _verdicts(_static(path, 7)) == dynamic
+
+
+def _batched(node: onnx.NodeProto, out_shape: list) -> onnx.ModelProto:
+    g = oh.make_graph(
+        [node],
+        "g",
+        [oh.make_tensor_value_info("x", TP.FLOAT, ["N", 4])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, out_shape)],
+    )
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("node", "needle"),
+    [
+        (oh.make_node("Softmax", ["x"], ["y"], axis=0, name="sm0"), "batch axis"),
+        (oh.make_node("Transpose", ["x"], ["y"], perm=[1, 0], name="tr"), "row"),
+        (oh.make_node("ReduceMax", ["x"], ["y"], axes=[0], keepdims=1, name="rm"), "batch"),
+    ],
+    ids=["softmax-axis0", "transpose", "reduce-axis0"],
+)
+def test_rows_mixed_across_the_batch_are_refused(node, needle):
+    with pytest.raises(FrontendError) as e:
+        to_ir(_batched(node, [None, None]))
+    msg = str(e.value)
+    assert needle in msg and "static shapes" in msg and f"'{node.name}'" in msg
+
+
+def test_rowwise_host_op_accepts_a_dynamic_batch():
+    g, _ = to_ir(_batched(oh.make_node("Softmax", ["x"], ["y"], axis=1, name="sm1"), ["N", 4]))
+    assert g.dynamic_batch == ("x",)
+
+
+def _npuc(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "compiler.cli_npuc", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def test_npuc_runs_any_batch_and_equals_ort(tmp_path, digits):
+    path = DIGITS / "digits_matmul_qop_s8s8_pc.onnx"
+    prog = tmp_path / "p.npuprog"
+    r = _npuc("compile", path, "-o", prog, "--proofs-mode", "off", "--reference", "ort-host")
+    assert r.returncode == 0, r.stderr
+    ref = session(onnx.load(path)).run(None, {"input": digits})
+    for rows in (1, 360):
+        inp, out = tmp_path / f"in{rows}.npz", tmp_path / f"out{rows}.npz"
+        np.savez(inp, input=digits[:rows])
+        r = _npuc("run", prog, "--input", inp, "-o", out)
+        assert r.returncode == 0, r.stderr
+        got = np.load(out)
+        assert np.array_equal(got["label"], ref[0][:rows])
+        assert np.array_equal(got["probabilities"], ref[1][:rows])
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, input=digits[:5, :60])
+    r = _npuc("run", prog, "--input", bad, "-o", tmp_path / "x.npz")
+    assert r.returncode == 2 and "expected Nx64" in r.stderr and "Traceback" not in r.stderr
+
+
+# --- cleanup and host placement of small forms ------------------------------------------
+
+
+def _float_chain(nodes: list[onnx.NodeProto], out_type=TP.FLOAT) -> onnx.ModelProto:
+    g = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TP.FLOAT, [2, 4])],
+        [oh.make_tensor_value_info("y", out_type, [2, 4])],
+    )
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_noop_cast_and_dropout_are_removed_a_type_change_stays_on_the_host():
+    m = _float_chain(
+        [
+            oh.make_node("Cast", ["x"], ["c"], to=TP.FLOAT, name="c"),
+            oh.make_node("Dropout", ["c"], ["d"], name="d"),
+            oh.make_node("Sigmoid", ["d"], ["s"], name="s"),
+            oh.make_node("Cast", ["s"], ["y"], to=TP.INT32, name="to_int"),
+        ],
+        TP.INT32,
+    )
+    g, _ = to_ir(m)
+    g = cleanup.run(g)
+    assert [n.op for n in g.nodes] == ["host_onnx", "host_onnx"]
+    cast = g.nodes[-1]
+    assert cast.origin == ("to_int",) and "float32 to int32" in cast.attrs["placement"]
+    x = np.linspace(-3, 3, 8, dtype=np.float32).reshape(2, 4)
+    ref = session(m).run(None, {"x": x})[0]
+    assert np.array_equal(run_graph(g, {"x": x})["y"], ref)
+
+
+def test_training_dropout_stays_on_the_host():
+    m = _float_chain([oh.make_node("Dropout", ["x", "r", "t"], ["y"], name="drop")])
+    m.graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(0.5, np.float32), "r"),
+            numpy_helper.from_array(np.array(True), "t"),
+        ]
+    )
+    g, _ = to_ir(m)
+    assert [n.op for n in g.nodes] == ["host_onnx"] and "training" in g.nodes[0].attrs["placement"]
+
+
+def _qlinear_add(b_const: bool) -> onnx.ModelProto:
+    inits = [
+        numpy_helper.from_array(np.array(v, dtype=dt), n)
+        for n, v, dt in [
+            ("s", 0.05, np.float32),
+            ("z", 128, np.uint8),
+            ("cs", 0.1, np.float32),
+        ]
+    ]
+    ins = [oh.make_tensor_value_info("a", TP.UINT8, [2, 3])]
+    if b_const:
+        inits.append(numpy_helper.from_array(np.array([[1, 128, 255]], np.uint8), "b"))
+    else:
+        ins.append(oh.make_tensor_value_info("b", TP.UINT8, [2, 3]))
+    node = oh.make_node(
+        "QLinearAdd", ["a", "s", "z", "b", "s", "z", "cs", "z"], ["y"], domain="com.microsoft"
+    )
+    node.name = "qadd"
+    g = oh.make_graph([node], "g", ins, [oh.make_tensor_value_info("y", TP.UINT8, [2, 3])], inits)
+    return oh.make_model(
+        g, opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("com.microsoft", 1)]
+    )
+
+
+def test_qlinear_add_forms(host_profile):
+    g, m = to_ir(_qlinear_add(True), reference=host_profile)
+    assert [n.op for n in g.nodes] == ["qlinear_binary"]
+    a = np.array([[0, 100, 255], [7, 128, 200]], np.uint8)
+    assert np.array_equal(run_graph(g, {"a": a})["y"], session(m).run(None, {"a": a})[0])  # exact
+    g, m = to_ir(_qlinear_add(False), reference=host_profile)
+    (n,) = g.nodes
+    assert n.op == "host_onnx" and "exactly one constant operand" in n.attrs["placement"]
+    b = a[::-1].copy()
+    assert np.array_equal(
+        run_graph(g, {"a": a, "b": b})["y"], session(m).run(None, {"a": a, "b": b})[0]
+    )
+
+
+def test_qgemm_without_y_scale_stays_on_the_host():
+    inits = [
+        numpy_helper.from_array(np.array(v, dtype=dt), n)
+        for n, v, dt in [("s", 0.05, np.float32), ("z", 0, np.int8), ("bz", 0, np.int8)]
+    ]
+    inits.append(numpy_helper.from_array(np.ones((4, 3), np.int8), "B"))
+    node = oh.make_node(
+        "QGemm", ["a", "s", "z", "B", "s", "bz"], ["y"], domain="com.microsoft", name="qg"
+    )
+    g = oh.make_graph(
+        [node],
+        "g",
+        [oh.make_tensor_value_info("a", TP.INT8, [2, 4])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [2, 3])],
+        inits,
+    )
+    m = oh.make_model(
+        g, opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("com.microsoft", 1)]
+    )
+    g, _ = to_ir(m)
+    (n,) = g.nodes
+    assert n.op == "host_onnx" and "float output" in n.attrs["placement"]
