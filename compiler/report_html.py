@@ -32,7 +32,7 @@ def render(run: Any) -> str:
         summary=_summary(r),
         graph=P.graph_svg(views.nodes, views.edges) if views.nodes else "<p>no graph</p>",
         headline_title=_e(head[0] if head else "no epilogue to plot"),
-        headline=P.headline_svg(head[1]) if head else "<p class='note'>no epilogue to plot</p>",
+        headline=P.headline_svg(head[1]) if head else _times(r),
         legend=_legend(),
         sites="\n".join(_site(s, views.sites.get(s.id)) for s in r.sites),
         ledger=_ledger(views),
@@ -70,12 +70,18 @@ def _summary(r: Report) -> str:
     )
 
 
+def _times(r: Report) -> str:
+    if not r.sites:
+        return "<p class='note'>no candidate sites</p>"
+    return P.times_svg([(s.id, s.verdict.value, float(s.time_ms)) for s in r.sites])
+
+
 def _legend() -> str:
     items = [
         f'<span><span class="pill {v}">&nbsp;</span>{v}</span>'
         for v in ("proven", "refuted", "unknown", "rejected")
     ]
-    items.append("<span>hatched, dashed border: op placed on the host</span>")
+    items.append("<span>dashed border and <b>host</b> badge: op placed on the host</span>")
     items.append("<span>click a coloured node to jump to its site</span>")
     return "".join(items)
 

@@ -51,10 +51,11 @@ def require_matplotlib() -> Any:
     return plt
 
 
-def _svg(fig: Any) -> str:
+def _svg(fig: Any, tight: bool = False) -> str:
     plt = require_matplotlib()
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    # figures laid out by tight_layout need no second (costly) tight bounding-box pass
+    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight" if tight else None)
     plt.close(fig)
     text = buf.getvalue()
     text = text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: it is inline
@@ -62,8 +63,8 @@ def _svg(fig: Any) -> str:
 
 
 def graph_svg(nodes: list[GraphNode], edges: list[tuple[str, str]]) -> str:
-    """The ONNX graph, layered left to right; each site's nodes coloured by verdict and
-    linked to its section; host-placed ops hatched and labelled."""
+    """The ONNX graph, layered left to right (long chains wrap); each site's nodes coloured
+    by verdict and linked to its section; host-placed ops dashed with a "host" badge."""
     import networkx as nx
 
     plt = require_matplotlib()
@@ -78,10 +79,13 @@ def graph_svg(nodes: list[GraphNode], edges: list[tuple[str, str]]) -> str:
         sub = g.subgraph(comp)
         layers = list(nx.topological_generations(sub))
         height = max(len(layer) for layer in layers)
+        bands = -(-len(layers) // WRAP)  # a long chain wraps into bands of WRAP layers
         for x, layer in enumerate(layers):
+            band = x // WRAP
             for k, name in enumerate(sorted(layer, key=lambda n: _first(nodes, {n}))):
-                pos[name] = (float(x), -(rows + k + (height - len(layer)) / 2))
-        rows += height
+                y = rows + band * height + k + (height - len(layer)) / 2
+                pos[name] = (float(x % WRAP), -y)
+        rows += bands * height
     cols = 1 + max((int(p[0]) for p in pos.values()), default=0)
     fig, ax = plt.subplots(figsize=(min(2.3 * cols + 0.6, 16), min(0.62 * rows + 0.5, 30)))
     w, h = 0.78, 0.56
@@ -128,7 +132,10 @@ def graph_svg(nodes: list[GraphNode], edges: list[tuple[str, str]]) -> str:
     ax.set_xlim(-0.6, cols - 0.4)
     ax.set_ylim(-rows + 0.4, 0.6)
     ax.set_axis_off()
-    return _svg(fig)
+    return _svg(fig, tight=True)
+
+
+WRAP = 4  # graph layers per band
 
 
 def _first(nodes: list[GraphNode], names: set) -> int:
@@ -276,5 +283,22 @@ def headline_svg(ev: EpilogueView) -> str:
     bottom.set_ylabel("difference")
     lim = max(1, ev.bound, int(np.abs(ev.diff).max()) if ev.diff.size else 1)
     bottom.set_ylim(-lim - 0.5, lim + 0.5)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def times_svg(sites: list[tuple[str, str, float]]) -> str:
+    """Per site (id, verdict, milliseconds): a bar of the time spent deciding it."""
+    plt = require_matplotlib()
+    fig, ax = plt.subplots(figsize=(6.4, 0.32 * len(sites) + 1.0))
+    labels = [f"{sid} ({v})" for sid, v, _ in sites]
+    bars = ax.barh(
+        labels, [t for _, _, t in sites], color=[VERDICT_COLOURS[v] for _, v, _ in sites]
+    )
+    ax.bar_label(bars, fmt="%.1f ms", fontsize=7, padding=2)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(1.0, 1.25 * max(t for _, _, t in sites)))
+    ax.set_xlabel("time to decide (ms)")
+    ax.set_title("no epilogue to plot: time per site", fontsize=9, loc="left")
     fig.tight_layout()
     return _svg(fig)
