@@ -164,3 +164,22 @@ def test_target_bias_field_is_validated():
     data["compute"]["MatMul"]["bias"] = ["somewhere"]
     with pytest.raises(TargetError, match="bias"):
         parse_target(data)
+
+
+def test_qdq_sites_under_both_readings():
+    """The default (integer) reading proves the QDQ u8s8 sites as ORT's QLinearMatMul ->
+    QLinearAdd -> QLinearSigmoid; the float reading keeps them on the host with their own
+    reason code; an int8 float bias Add (ORT keeps it float) gets a verdict naming it."""
+    u8 = DIGITS / "digits_matmul_qdq_u8s8_pc.onnx"
+    r = compile_model(u8, "bitwise", FLOAT_T)
+    assert [(s.pattern, s.verdict) for s in r.sites] == [
+        ("matmul+qlinearadd+sigmoid", "proven")
+    ] * 2
+    assert r.sites[0].nodes == ["MatMul", "Add", "Sigmoid"]
+    r = compile_model(u8, "bitwise", FLOAT_T, reference="onnx-qdq-float")
+    assert r.sites and all(s.reason.code == "float_accumulation" for s in r.sites)
+    r = compile_model(DIGITS / "digits_matmul_qdq_s8s8_pt.onnx", "bitwise", FLOAT_T)
+    assert len(r.sites) == 2
+    for s in r.sites:
+        assert s.verdict == "rejected" and s.reason.code == "not_adjacent"
+        assert "'Add" in s.reason.message and "QuantType.QUInt8" in s.reason.message

@@ -73,7 +73,16 @@ def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
         and n.attrs.get("binary") != "QLinearAdd"
     ]
     if bad:
-        return f"{_names(bad)} ({bad[0].attrs.get('onnx_op', bad[0].op)}) sits between {_names([site.compute])} and {_names([site.activation])}"
+        ops = ", ".join(dict.fromkeys(str(n.attrs.get("onnx_op", n.op)) for n in bad))
+        msg = f"{_names(bad)} ({ops}) between {_names([site.compute])} and {_names([site.activation])}"
+        if any(n.op == "host_onnx" and n.attrs.get("onnx_op") == "Add" for n in bad):
+            msg += (
+                "; a bias Add between DequantizeLinear and QuantizeLinear runs in float (ONNX "
+                "Runtime makes no int8 QLinearAdd on x86): quantize with uint8 activations "
+                "(QuantType.QUInt8, ORT's default) or in QOperator format to get a QLinearAdd "
+                "the postprocessor can fuse"
+            )
+        return msg
     return None
 
 
@@ -278,7 +287,13 @@ RULES: list[tuple[str, Callable]] = [
 
 
 def check_site(g: Graph, site: Site, ctx) -> tuple[str, str] | None:
-    """(code, message) of the first failing rule, or None."""
+    """(code, message) of the first failing rule, or None.
+
+    A QDQ float compute group (host_onnx) is not judged structurally: whatever follows
+    it, its float sum is the reason no fusion exists (the gate's `float_accumulation`).
+    """
+    if site.compute.op == "host_onnx":
+        return None
     for code, rule in RULES:
         msg = rule(g, site, ctx)
         if isinstance(msg, tuple):

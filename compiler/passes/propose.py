@@ -1,7 +1,8 @@
 """Fusion proposal: every activation table reachable backwards from a compute op.
 
-From each `lut` node, walk back through single-input ops (requantize, a QLinearAdd
-bias with a constant operand, clip, layout ops, other tables, and anything else) to the nearest compute op: an integer
+From each `lut` node, walk back through ops with one varying input (requantize, a
+QLinearAdd bias with a constant operand, clip, layout ops, other tables, a float bias
+Add whose other operand is constant, and anything else) to the nearest compute op: an integer
 `matmul` or a QDQ float MatMul/Gemm kept as a host group. Every walk that reaches one
 is a candidate site; structural legality then decides what the ops in between
 mean for it (this pass only proposes).
@@ -17,6 +18,19 @@ MAX_CHAIN = 8
 
 def is_compute(n: Node) -> bool:
     return n.op in ("matmul", "fused") or (n.op == "host_onnx" and bool(n.attrs.get("compute")))
+
+
+def varying_inputs(g: Graph, n: Node) -> list[str]:
+    """Inputs of `n` that depend on graph inputs (a constant operand, e.g. a bias
+    DequantizeLinear of an initializer, does not): the walk follows a single one."""
+
+    def constant(v: str, depth: int = 0) -> bool:
+        p = g.producer(v)
+        if p is None:
+            return v not in g.inputs
+        return depth < MAX_CHAIN and all(constant(i, depth + 1) for i in p.inputs)
+
+    return [v for v in n.inputs if not constant(v)]
 
 
 def pattern_of(compute: Node, chain: list[Node]) -> str:
@@ -49,14 +63,17 @@ def run(g: Graph, ctx) -> Graph:
         cur = n.inputs[0]
         while len(chain) <= MAX_CHAIN:
             p = g.producer(cur)
-            if p is None or len(p.inputs) != 1 and not is_compute(p):
+            if p is None:
                 break
             if is_compute(p):
                 if p.op == "fused":
                     break  # already fused by an earlier run: nothing new to propose
                 sites.append(Site(f"site-{len(sites)}", pattern_of(p, chain), p, chain))
                 break
+            varying = varying_inputs(g, p)
+            if len(varying) != 1:
+                break
             chain.insert(0, p)
-            cur = p.inputs[0]
+            cur = varying[0]
     ctx.sites = sites
     return g
