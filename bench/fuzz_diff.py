@@ -21,13 +21,14 @@ Failures (exit 1, one reproducer directory each under --out):
 Not failures, counted: `rejected` (the frontend said exit 2; grouped by message),
 `ort_rejects` (ONNX Runtime cannot run a model the frontend accepts), `ort_default_differs`
 (ORT's default optimisation level differs from level off: QDQ groups run as integer
-kernels), `ort_default_fails` (ORT's own default-level optimiser breaks the model), `host_u8s8_divergence` (this CPU's ORT saturates u8s8 pairs, the checked
-reference does not), `reference_undefined` (a Requantize precondition fails on the input).
+kernels), `ort_default_fails` (ORT's own default-level optimiser breaks the model), `host_reference_divergence` (this CPU's ORT differs from the checked reference profile
+in that step: u8s8 pair saturation, or the MLAS FMA logistic/tanh), `reference_undefined` (a Requantize precondition fails on the input).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import sys
@@ -58,10 +59,10 @@ FAILURES = (
     "fuzzer_error",
 )
 INFO = (
+    "host_reference_divergence",
     "ort_rejects",
     "ort_default_differs",
     "ort_default_fails",
-    "host_u8s8_divergence",
     "reference_undefined",
     "refutation_not_lifted",
 )
@@ -182,7 +183,9 @@ def _step_io(step: Any) -> tuple[list[str], list[str]]:
 class Checker:
     """Compiles and compares one model; holds what the comparison needs."""
 
-    def __init__(self, spec: dict[str, Any], model: Any, timeout_s: float) -> None:
+    def __init__(
+        self, spec: dict[str, Any], model: Any, timeout_s: float, reference: str = "onnx"
+    ) -> None:
         from compiler.cli_common import resolve_target
         from prover.policy import Policy
 
@@ -190,18 +193,21 @@ class Checker:
         self.policy = Policy.parse(spec["policy"])
         self.target = resolve_target(spec["target"])
         self.timeout_s = timeout_s
+        self.reference = reference
         self.ref = R.OrtReference(model)
         self.project = G.uses_project_domain(model)
         self.result: Any = None
         self.program: Any = None
 
     def compile(self) -> None:
+        """`compile_model` (proof store off) and codegen; errors propagate to the caller."""
         from compiler.api import compile_model
         from npu_backend.codegen import generate
 
-        self.result = compile_model(
-            self.model, self.policy, self.target, timeout_s=self.timeout_s, proofs_mode="off"
-        )
+        kw: dict[str, Any] = {"timeout_s": self.timeout_s, "proofs_mode": "off"}
+        if "reference" in inspect.signature(compile_model).parameters:
+            kw["reference"] = self.reference
+        self.result = compile_model(self.model, self.policy, self.target, **kw)
         self.program = generate(self.result.lowered, self.target)
 
     def bound(self, value: str) -> int:
@@ -222,6 +228,7 @@ class Checker:
         return 0
 
     def proven_nodes(self) -> dict[str, set[str]]:
+        """ONNX node names of every proven site, by site id."""
         return {s.id: set(s.nodes) for s in self.result.sites if s.verdict == "proven"}
 
     def compare(self, feeds: dict[str, np.ndarray], kind: str) -> list[Finding]:
@@ -272,8 +279,8 @@ class Checker:
                 )
                 if not inputs_equal:
                     out.append(Finding("bound_propagation", msg, feeds, "compiler (policy)"))
-                elif self._host_u8s8(step):
-                    out.append(Finding("host_u8s8_divergence", msg, feeds))
+                elif self._host_differs(step):
+                    out.append(Finding("host_reference_divergence", msg, feeds))
                 elif type(step).__name__.startswith("Host"):
                     out.append(Finding("host_mismatch", msg, feeds, "compiler/npu_backend host"))
                 else:
@@ -298,15 +305,24 @@ class Checker:
                     )
         return out
 
-    def _host_u8s8(self, step: Any) -> bool:
-        """The step runs a uint8 x int8 matmul and this CPU's ORT saturates its pairs."""
-        return (
-            R.host_u8s8_saturates()
-            and self.spec["compute"] in ("qlinear", "integer", "qdq")
+    def _host_differs(self, step: Any = None, nodes: set[str] | None = None) -> bool:
+        """This CPU's ORT differs from the checked reference profile in what `step` (or the
+        ONNX `nodes`) computes: u8s8 accumulation for a uint8 x int8 matmul, the MLAS FMA
+        kernel for a table."""
+        profile, host = R.profiles(self.reference)
+        if nodes is None:
+            nodes = set(getattr(step, "onnx_nodes", ()))
+        u8s8 = (
+            self.spec["compute"] in ("qlinear", "integer", "qdq")
             and self.spec["a_type"] == "uint8"
             and self.spec["w_type"] == "int8"
-            and "mm" in set(getattr(step, "onnx_nodes", ()))
+            and "mm" in nodes
         )
+        if u8s8 and profile.u8s8_accumulation != host.u8s8_accumulation:
+            return True
+        has_table = any(n.startswith("act") for n in nodes) or type(step).__name__ == "NpuLut"
+        # (the generator names every activation node act<i>)
+        return has_table and profile.mlas_fma != host.mlas_fma
 
     def refutations(self) -> tuple[list[Finding], list[tuple[str, dict[str, np.ndarray]]]]:
         """Replay every refuted site's counterexample; return findings and its inputs."""
@@ -343,7 +359,10 @@ class Checker:
                     )
             if bad:
                 msg = f"site {s.id} {s.nodes}: " + "; ".join(bad)
-                out.append(Finding("refutation_not_reproduced", msg, feeds, "compiler/cex"))
+                if self._host_differs(nodes=set(s.nodes)):
+                    out.append(Finding("host_reference_divergence", msg, feeds))
+                else:
+                    out.append(Finding("refutation_not_reproduced", msg, feeds, "compiler/cex"))
         return out, feeds_list
 
 
@@ -373,7 +392,9 @@ def _zero_feeds(model: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def check_model(index: int, seed: int, timeout_s: float = 2.0) -> tuple[ModelResult, Any]:
+def check_model(
+    index: int, seed: int, timeout_s: float = 2.0, reference: str = "onnx"
+) -> tuple[ModelResult, Any]:
     """Generate model `index` of `seed` and check it; returns (result, checker or None)."""
     from compiler.cli_common import expected_errors
 
@@ -382,7 +403,7 @@ def check_model(index: int, seed: int, timeout_s: float = 2.0) -> tuple[ModelRes
     res = ModelResult(index, spec, tags(spec))
     t0 = time.perf_counter()
     model = G.build(spec)
-    checker = Checker(spec, model, timeout_s)
+    checker = Checker(spec, model, timeout_s, reference)
     try:
         checker.compile()
     except expected_errors() as e:
@@ -434,6 +455,7 @@ def write_reproducer(out_dir: Path, res: ModelResult, f: Finding, model_bytes: b
     (d / "model.onnx").write_bytes(model_bytes)
     if f.feeds is not None:
         np.savez(d / "inputs.npz", **f.feeds)
+    ref = res.spec.get("reference", "onnx")
     meta = {
         "index": res.index,
         "category": f.category,
@@ -445,9 +467,9 @@ def write_reproducer(out_dir: Path, res: ModelResult, f: Finding, model_bytes: b
         "verdicts": dict(res.verdicts),
         "commands": [
             f"prover check model.onnx --target {res.spec['target']} "
-            f"--policy {res.spec['policy']} --proofs-mode off",
+            f"--policy {res.spec['policy']} --reference {ref} --proofs-mode off",
             f"npuc compile model.onnx -o p.npuprog --target {res.spec['target']} "
-            f"--policy {res.spec['policy']} --proofs-mode off && "
+            f"--policy {res.spec['policy']} --reference {ref} --proofs-mode off && "
             "npuc run p.npuprog --input inputs.npz -o out.npz",
         ],
     }
@@ -462,6 +484,7 @@ def confirm_with_cli(d: Path) -> dict[str, Any]:
 
     meta = json.loads((d / "meta.json").read_text())
     common = ["--target", meta["target"], "--policy", meta["policy"], "--proofs-mode", "off"]
+    common += ["--reference", meta["spec"].get("reference", "onnx")]
     common.append("--no-progress")
 
     def tool(*args: str) -> subprocess.CompletedProcess:
@@ -523,6 +546,7 @@ def run(
     exclude: Callable[[set[str]], bool] | None = None,
     log: Callable[[str], None] | None = None,
     confirm: bool = False,
+    reference: str = "onnx",
 ) -> Summary:
     """Check `models` generated models (skipping those `exclude(tags)` drops).
 
@@ -539,7 +563,8 @@ def run(
             results.append(ModelResult(index, spec, tags(spec), status="skipped"))
             index += 1
             continue
-        res, _ = check_model(index, seed, timeout_s)
+        res, _ = check_model(index, seed, timeout_s, reference)
+        res.spec["reference"] = reference
         results.append(res)
         for f in res.findings:
             if f.failure:
@@ -627,6 +652,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="reproducers (default: a temp dir)")
     p.add_argument("--timeout", type=float, default=2.0, help="seconds per obligation")
+    p.add_argument(
+        "--reference",
+        default="onnx",
+        help="reference profile the models are checked against (prover check --reference)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write per-model results here")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per model")
     p.add_argument(
@@ -654,6 +684,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
         log=log,
         confirm=args.confirm,
+        reference=args.reference,
         exclude=_tag_filter(set(args.only), set(args.skip)) if args.only or args.skip else None,
     )
     if args.verbose:

@@ -6,8 +6,8 @@
   definition of it;
 - `OrtReference.outputs(model, feeds, level)`: the whole graph at an optimisation level
   ("off" or "default": at the default level ORT's QDQ transformers run integer kernels);
-- `host_u8s8_saturates()`: whether this machine's ONNX Runtime sums uint8 x int8 pairs
-  with int16 saturation (x86 without VNNI), probed with a crafted MatMulInteger.
+- `profiles(name)`: the named reference profile and the one this machine's ORT matches
+  (`compiler.reference_host`, which probes ORT once: u8s8 pair saturation, MLAS FMA).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 
@@ -146,22 +145,9 @@ class OrtReference:
         return np.asarray(y).astype(out)
 
 
-@lru_cache(maxsize=1)
-def host_u8s8_saturates() -> bool:
-    """True when this machine's ORT sums uint8 x int8 pairs with int16 saturation.
+@lru_cache(maxsize=8)
+def profiles(reference: str) -> tuple[Any, Any]:
+    """(the named reference profile, the profile this machine's ORT matches)."""
+    from compiler.reference_host import host_profile, resolve_reference
 
-    255*127 + 255*127 = 64770 does not fit int16: exact hardware (VNNI, ARM) gives
-    64770, `vpmaddubsw` (x86 without VNNI) gives 32767.
-    """
-    node = oh.make_node("MatMulInteger", ["a", "b"], ["y"])
-    g = oh.make_graph(
-        [node],
-        "probe",
-        [oh.make_tensor_value_info("a", TP.UINT8, [1, 2])],
-        [oh.make_tensor_value_info("y", TP.INT32, [1, 1])],
-        [nh.from_array(np.full((2, 1), 127, np.int8), "b")],
-    )
-    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 13)])
-    m.ir_version = 7
-    y = session(m.SerializeToString()).run(None, {"a": np.full((1, 2), 255, np.uint8)})[0]
-    return int(y.reshape(-1)[0]) != 64770
+    return resolve_reference(reference), host_profile()
