@@ -41,6 +41,7 @@ from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_bat
 from .errors import FrontendError, node_label
 from .ir import Graph, Node, Value
 from .ort_tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, reference_table
+from .qdq_reading import integer_reading
 
 PROJECT_DOMAIN = "ai.npufusion"
 MS_DOMAIN = "com.microsoft"
@@ -1123,6 +1124,9 @@ def to_ir(
     `compiler.batch`). Ops of any domain the frontend does not lower run on the host.
     """
     m = load_model(model)
+    if str(getattr(reference, "qdq_reading", "float")) == "integer":
+        r = integer_reading(m)
+        m = m if r is m else load_model(r)
     for o in m.opset_import:
         if o.domain not in KNOWN_DOMAINS and not _ort_knows_domain(o.domain):
             raise FrontendError(

@@ -29,6 +29,7 @@ from compiler.semantics import run_graph
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = REPO / "examples" / "digits"
 QOP = sorted(DIGITS.glob("digits_*_qop_*.onnx"))
+QDQ = sorted(DIGITS.glob("digits_*_qdq_*.onnx"))
 ALL = sorted(DIGITS.glob("digits_*.onnx"))
 
 
@@ -86,6 +87,30 @@ def test_qlinear_add_meaning_is_the_kernel_per_column(host_profile):
         assert [table[v] for v in x[:, j]] == list(y[:, j])
     add.attrs["const"] = tuple(c ^ 1 for c in add.attrs["const"])
     assert not np.array_equal(eval_node(add, g, {add.inputs[0]: x})[0], y)
+
+
+@pytest.mark.parametrize("path", QDQ, ids=lambda p: p.stem)
+def test_qdq_digits_integer_reading_equals_ort_default_level(path, digits, host_profile):
+    """Under the integer QDQ reading the IR computes what ORT runs at its default level."""
+    import onnxruntime as ort
+
+    assert str(host_profile.qdq_reading) == "integer"
+    g, m = to_ir(path, reference=host_profile, batch=len(digits))
+    assert any(n.op == "matmul" for n in g.nodes)  # the groups became integer kernels
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    ref = sess.run(None, {"input": digits})
+    got = run_graph(g, {"input": digits}, reference=host_profile)
+    for name, r in zip(g.outputs, ref, strict=True):
+        assert np.array_equal(got[name], r), (name, int((got[name] != r).sum()))
+    # and the float reading (ORT with optimisations off) keeps the float groups on the host
+    flt = resolve_reference("onnx-qdq-float")
+    g2, _ = to_ir(path, reference=flt, batch=len(digits))
+    assert not any(n.op == "matmul" for n in g2.nodes)
+    off = session(onnx.load(path)).run(None, {"input": digits})
+    got2 = run_graph(g2, {"input": digits}, reference=flt)
+    assert all(np.array_equal(got2[n], r) for n, r in zip(g2.outputs, off, strict=True))
 
 
 # --- the 18 digits models: verdicts, no exit 2, host ops named ----------------------------
