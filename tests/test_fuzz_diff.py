@@ -28,9 +28,10 @@ SAMPLE = 24
 # (issue 10). Shrink this list as the fixes land; the full run (bench/README.md) never
 # skips anything.
 KNOWN_IN_PROGRESS = {
-    "f16_scales": "finding 4: float16 QDQ activations computed with float32 tables (frontend)",
-    "output_dtype": "finding 3: QuantizeLinear output_dtype without a zero point (frontend)",
-    "ort_no_kernel": "int8 x uint8 QLinearMatMul: ORT has no kernel, the frontend accepts it",
+    "f16_scales": "float16 QDQ tables: ORT's float16 rounding depends on the producer of the "
+    "DequantizeLinear input (a graph input or a node), the frontend's table does not (frontend)",
+    "ort_no_kernel": "QLinearMatMul type triples ORT has no kernel for (int8 x uint8, or y "
+    "type != a type) are accepted, and exit 4 where ORT is needed (frontend)",
 }
 
 
