@@ -1,4 +1,5 @@
-"""`npuc compile MODEL -o PROGRAM` and `npuc run PROGRAM --input IN.npz -o OUT.npz`.
+"""`npuc compile MODEL -o PROGRAM`, `npuc run PROGRAM --input IN.npz -o OUT.npz` and
+`npuc inputs MODEL -o IN.npz [--from FLOAT.npz]` (the input file a model expects).
 
 `compile` applies only proven rewrites (the compiler's gate decides) and writes an
 NPU program file; `--report FILE` writes the JSON report (every site, its verdict,
@@ -87,7 +88,87 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     r.set_defaults(func=_run)
+    i = sub.add_parser(
+        "inputs",
+        help="write the IN.npz a model expects: a zero skeleton, or float data quantized "
+        "with the model's own input parameters",
+        description="Write an .npz keyed by the model's graph input names with their shapes "
+        "and dtypes: zeros (a skeleton to fill), or --from float data (float inputs taken "
+        "as float32; 8-bit inputs quantized by ONNX Runtime's QuantizeLinear with the scale "
+        "and zero point of the model's own op reading them).",
+    )
+    i.add_argument("model", metavar="MODEL", help="ONNX model file")
+    i.add_argument("-o", "--output", required=True, metavar="IN.npz", help="file to write")
+    i.add_argument(
+        "--from", dest="source", metavar="FLOAT.npz", help="float data keyed by input name"
+    )
+    i.add_argument(
+        "--batch",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="size of a symbolic leading (batch) dimension (default 1)",
+    )
+    i.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=SIZE",
+        help="size of a named symbolic dimension (repeatable)",
+    )
+    i.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    i.set_defaults(func=_inputs)
     return p
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def _inputs(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from compiler.cli_common import check_model_file
+    from compiler.model_inputs import from_float, input_specs, skeleton
+    from npu_backend.runner import load_inputs
+
+    model = check_model_file(args.model)
+    dims: dict[str, int] = {}
+    for d in args.dim:
+        name, eq, size = d.partition("=")
+        if not eq or not size.strip().isdigit() or int(size) < 1:
+            raise UsageError(f"--dim {d!r}: expected NAME=SIZE with SIZE >= 1")
+        dims[name.strip()] = int(size)
+    if args.source is not None:
+        if not Path(args.source).is_file() or not zipfile.is_zipfile(args.source):
+            raise UsageError(f"--from is not an .npz archive: {args.source}")
+        data = load_inputs(args.source)
+        lead = {v.shape[0] for v in data.values() if np.ndim(v)}
+        batch = args.batch if args.batch is not None or len(lead) != 1 else lead.pop()
+        specs = input_specs(model, batch, dims)
+        arrays, notes = from_float(model, specs, data)
+    else:
+        specs = input_specs(model, args.batch, dims)
+        arrays = skeleton(specs)
+        notes = [
+            f"{s.name}: {s.dtype} {list(s.shape)}"
+            + (f" (symbolic: {', '.join(s.symbolic)})" if s.symbolic else "")
+            + " zeros"
+            for s in specs
+        ]
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as f:
+        np.savez(f, **arrays)
+    print(f"wrote {out}: " + "; ".join(notes))
+    return ExitCode.OK
 
 
 def _ledger_json(entries: Any) -> list[dict[str, Any]]:
