@@ -81,6 +81,8 @@ def report_json(r: Report) -> dict[str, Any]:
         out["reference"] = r.reference
     if r.findings:
         out["findings"] = r.findings
+    if r.host_ops:
+        out["host_ops"] = r.host_ops
     if r.tool_version:
         out["tool"] = {"name": "prover", "version": r.tool_version}
     if r.ledger is not None:

@@ -339,3 +339,27 @@ def test_qgemm_without_y_scale_stays_on_the_host():
     g, _ = to_ir(m)
     (n,) = g.nodes
     assert n.op == "host_onnx" and "float output" in n.attrs["placement"]
+
+
+def test_host_ops_in_json_and_junit_reports():
+    import xml.etree.ElementTree as ET
+
+    import jsonschema
+
+    model = DIGITS / "digits_gemm_qop_s8s8_pt.onnx"
+    base = [sys.executable, "-m", "compiler.cli_prover", "check", str(model), "--proofs-mode"]
+    r = subprocess.run([*base, "off", "--format", "json"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    schema = json.loads((REPO / "compiler" / "report_schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(data)
+    by_node = {h["nodes"][0]: h for h in data["host_ops"]}
+    assert {"Sigmoid2_quant", "ArgMax", "ArrayFeatureExtractor", "Cast1"} <= set(by_node)
+    afe = by_node["ArrayFeatureExtractor"]
+    assert afe["code"] == "unsupported_op" and "ai.onnx.ml" in afe["message"] and afe["action"]
+    r = subprocess.run(
+        [*base, "off", "--format", "junit"], capture_output=True, text=True, cwd=REPO
+    )
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(r.stdout).iter("property")}
+    host = [v for k, v in props.items() if k.startswith("host_op.")]
+    assert any("[unsupported_op]" in v and "'ArgMax'" in v and "action" in v for v in host)
