@@ -3,6 +3,9 @@
 import numpy as np
 import pytest
 
+# Every JSON report a test writes under tmp_path is validated against the shipped schema.
+from report_schema_hook import pytest_sessionfinish  # noqa: F401
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -145,3 +146,25 @@ def test_committed_example_json_reports_validate(validator):
         data = json.loads(p.read_text())
         if isinstance(data, dict) and "sites" in data and "summary" in data:
             assert _errors(validator, data) == [], p
+
+
+def test_session_hook_flags_exactly_the_invalid_reports():
+    """The conftest hook (report_schema_hook) that validates every report the suite writes."""
+    with tempfile.TemporaryDirectory() as d:  # not under tmp_path: the hook scans that itself
+        _check_hook(Path(d))
+
+
+def _check_hook(tmp_path: Path) -> None:
+    from report_schema_hook import invalid_reports
+
+    good = json.loads(report_json.render(sample_report()))
+    bad = copy.deepcopy(good)
+    bad["sites"][0]["verdict"] = "maybe"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "good.json").write_text(json.dumps(good))
+    (tmp_path / "a" / "bad.json").write_text(json.dumps(bad))
+    (tmp_path / "other.json").write_text('{"not": "a report"}')
+    (tmp_path / "corrupt.json").write_text('{"model": ')
+    found = invalid_reports(tmp_path)
+    assert len(found) == 1 and found[0].startswith(str(tmp_path / "a" / "bad.json"))
+    assert "verdict" in found[0] or "maybe" in found[0]
