@@ -137,7 +137,7 @@ def batches(spec: dict, rng: np.random.Generator, n_random: int = 2) -> list[Bat
             rows = flat.reshape(-1, K).tolist()
         out += [Batch("exhaustive", {"x": a}) for a in _fill(rows, M, K, spec["a_zp"], at)]
     out += [Batch("extreme", {"x": a}) for a in _fill(_extreme_rows(spec), M, K, spec["a_zp"], at)]
-    limit = 4 * M if M > 1 else 6
+    limit = max(12, 6 * M)
     half = _half_step_rows(spec, rng, limit)
     out += [Batch("half_step", {"x": a}) for a in _fill(half, M, K, spec["a_zp"], at)]
     if spec.get("float_input") is not None:
