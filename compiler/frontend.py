@@ -6,7 +6,10 @@ Accepted forms:
 - QDQ: DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear becomes one table;
   DequantizeLinear(x), DequantizeLinear(W) -> MatMul|Gemm -> QuantizeLinear becomes one
   host float MatMul (run by ONNX Runtime: its float32 summation order is not an integer op);
-- integer Clip, Reshape, Transpose, Identity;
+- com.microsoft QGemm with y_scale (a `matmul` with its int32 bias and QGemm's scale) and
+  QLinearAdd / QLinearMul with one constant operand (`qlinear_binary`, exact MLAS);
+- integer Clip, Reshape, Transpose, Identity; Cast to the same type and inference
+  Dropout (no-ops: `identity`);
 - the project domain `ai.npufusion`: `Requantize(x)` with attributes `multiplier`,
   `shift`, `zero_point`, `rounding` ("double" | "single" | "float", the last with `scale`)
   and `output_type` ("int8", "uint8", "int16", ...).
@@ -14,8 +17,16 @@ Accepted forms:
 Every attribute of an op the frontend interprets itself is either interpreted or
 rejected (`INTERPRETED_ATTRIBUTES`); ops run by ONNX Runtime on the host (float ops,
 standalone QuantizeLinear/DequantizeLinear, QDQ MatMul groups) keep their attributes,
-which ONNX Runtime interprets. Anything else raises `FrontendError` with a one-line
-message naming the node (and the attribute or type).
+which ONNX Runtime interprets. Any other op, of any opset domain ONNX Runtime knows
+(ai.onnx.ml, com.microsoft, ...), or a form of a known op the NPU has no meaning for, is
+kept on the host as it is written (`host_onnx` with a `placement` reason, reported as
+`unsupported_op`); the rest of the model is still analysed. Malformed input (invalid
+model, bad attribute of an interpreted op, unknown domain) raises `FrontendError` with
+a one-line message naming the node (and the attribute or type).
+
+A symbolic batch dimension is fixed after showing rows independent (`compiler.batch`);
+under an integer QDQ reading the model is first rewritten by ONNX Runtime's QDQ
+transformers (`compiler.qdq_reading`).
 """
 
 from __future__ import annotations
