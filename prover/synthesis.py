@@ -481,11 +481,18 @@ def _build_table(
 
 
 def _shift_order(space: FixedPointSpace, scheme: str, scale: float) -> list[int]:
+    """Every shift of the space, most promising first: the rounded scale's own, then (double
+    rounding) shifts >= 0, where no second rounding disturbs the thresholds, then the rest."""
     try:
         _, s0 = rq.quantize_multiplier(scale)
     except KernelError:
         s0 = 30
-    return sorted(space.shifts(scheme), key=lambda s: (abs(s - s0), -s))
+
+    def key(s: int) -> tuple[int, int, int]:
+        single = scheme == "fixed_double" and s >= 0
+        return (s != s0, not single, abs(s - s0) if not single else s)
+
+    return sorted(space.shifts(scheme), key=key)
 
 
 def _shift_fits(scheme: str, shift: int, lo: int, hi: int) -> bool:
