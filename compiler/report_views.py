@@ -185,7 +185,11 @@ def _ledger(run: Any) -> tuple[list[dict[str, Any]], str]:
 
 
 def _epilogues(result: Any, site: Any, sv: SiteView) -> None:
-    if not site.post or site.compute.op != "matmul" or not site.obligations:
+    if not site.post or site.compute.op != "matmul":
+        return
+    if not site.obligations:
+        if site.verdict in ("refuted", "unknown"):
+            sv.notes.append("no epilogue obligation was decided for this site (see its reason)")
         return
     from prover.errors import NotApplicable
 
