@@ -127,7 +127,9 @@ def _reason(site: Any) -> Reason | None:
     code = _field(r, "code")
     if code is None:
         return None
-    return Reason(str(code), str(_field(r, "message", "")))
+    from .site import ACTIONS
+
+    return Reason(str(code), str(_field(r, "message", "")), ACTIONS.get(str(code), ""))
 
 
 def _counterexample(site: Any) -> Counterexample | None:

@@ -53,6 +53,8 @@ def site_json(s: SiteReport) -> dict[str, Any]:
     }
     if s.reason is not None:
         out["reason"] = {"code": s.reason.code, "message": s.reason.message}
+        if s.reason.action:
+            out["reason"]["action"] = s.reason.action
     out["time_ms"] = round(float(s.time_ms), 3)
     if s.counterexample is not None:
         out["counterexample"] = counterexample_json(s.counterexample)

@@ -48,6 +48,8 @@ def render(r: Report) -> str:
         reason = site.reason
         code = reason.code if reason else site.verdict.value
         msg = reason.message if reason else ""
+        if reason is not None and reason.action:
+            msg += f" (action: {reason.action})"
         if site.verdict is Verdict.REFUTED:
             el = ET.SubElement(case, "failure", message=msg, type=code)
             if site.counterexample is not None:

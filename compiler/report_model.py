@@ -51,6 +51,8 @@ REASON_CODES: dict[str, str] = {
     "unsupported_op": "An op the NPU cannot run; it stays on the host (the rest of the model is still checked).",
     "refuted": "The prover found an input on which the results differ.",
     "unknown": "The prover could not decide within its budget.",
+    "reference_divergence": "The host's ONNX Runtime can differ from the named reference on a reachable input.",
+    "float_accumulation": "A QDQ float op whose result depends on float summation order, under a float reference.",
 }
 
 
@@ -60,6 +62,7 @@ class Reason:
 
     code: str
     message: str
+    action: str = ""  # what the user can do (compiler.site.ACTIONS)
 
 
 @dataclass

@@ -44,12 +44,16 @@ def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[
     text = f"{s.verdict.value}: {s.pattern} ({', '.join(s.nodes)})"
     if s.reason is not None:
         text += f": {s.reason.message}"
+        if s.reason.action:
+            text += f" Action: {s.reason.action}."
     if s.verdict is Verdict.REFUTED and s.counterexample is not None:
         text += f"; counterexample {counterexample_summary(s.counterexample)}"
     loc: dict[str, Any] = {"uri": uri}
     if base:
         loc["uriBaseId"] = base
     props: dict[str, Any] = {"verdict": s.verdict.value, "site": s.id, "nodes": list(s.nodes)}
+    if s.reason is not None and s.reason.action:
+        props["action"] = s.reason.action
     if s.obligation_hash:
         props["obligation"] = s.obligation_hash
     if s.counterexample is not None and s.counterexample.npz:

@@ -47,6 +47,8 @@ def site_line(s: SiteReport) -> str:
         detail = f"  counterexample {counterexample_summary(s.counterexample)}"
     elif s.reason is not None and s.verdict is not Verdict.PROVEN:
         detail = f"  [{s.reason.code}] {s.reason.message}"
+        if s.reason.action:
+            detail += f"; action: {s.reason.action}"
     elif s.max_diff is not None and s.max_diff > 0:
         detail = f"  max difference {s.max_diff}"
     nodes = ",".join(s.nodes)

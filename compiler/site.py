@@ -28,6 +28,7 @@ ACTIONS = {
     "float_accumulation": "keep the QDQ group on the host, or check under a reference that reads "
     "QDQ groups as integer kernels (--reference onnx, the default) so the group is an integer "
     "MatMul with a provable epilogue",
+    "buffers_exceed_memory": "keep it on the host, or choose a target with larger memories",
     "unsupported_op": "keep it on the host (ONNX Runtime runs it); to move it to the NPU, "
     "replace it by an op the target supports or choose a target that supports it",
 }

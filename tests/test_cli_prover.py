@@ -57,10 +57,17 @@ def test_bounded_1_proves_what_bitwise_refutes():
 
 
 def test_unknown_exit_3():
-    """A QDQ MatMul accumulates in float32: no integer proof, so unknown (never a pass)."""
-    r = prover("check", EXAMPLES / "ort_quantized_qdq_matmul_sigmoid.onnx", "--proofs-mode", "off")
+    """Read as the float graph, a QDQ MatMul accumulates in float32: no integer proof, so
+    unknown (never a pass), with its own reason code and action. Read as the integer
+    kernels ORT runs at its default level (the default reference), it is proven."""
+    qdq = EXAMPLES / "ort_quantized_qdq_matmul_sigmoid.onnx"
+    r = prover("check", qdq, "--proofs-mode", "off", "--reference", "onnx-qdq-float")
     assert r.returncode == 3, r.stdout + r.stderr
     assert "UNKNOWN" in r.stdout and "0 proven, 0 refuted, 1 unknown" in r.stdout
+    assert "[float_accumulation]" in r.stdout and "action: keep the QDQ group" in r.stdout
+    r = prover("check", qdq, "--proofs-mode", "off")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 proven" in r.stdout and "integer kernels" in r.stdout.splitlines()[0]
 
 
 # --- formats ----------------------------------------------------------------------------
