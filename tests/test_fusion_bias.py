@@ -183,3 +183,43 @@ def test_qdq_sites_under_both_readings():
     for s in r.sites:
         assert s.verdict == "rejected" and s.reason.code == "not_adjacent"
         assert "'Add" in s.reason.message and "QuantType.QUInt8" in s.reason.message
+
+
+def _first_layer(tmp_path) -> Path:
+    """The digits s8s8 QOperator model cut after its first Sigmoid (a terminal site)."""
+    from onnx import TensorProto, helper
+
+    m = onnx.load(DIGITS / "digits_matmul_qop_s8s8_pt.onnx")
+    g = m.graph
+    k = [n.name for n in g.node].index("Sigmoid_quant")
+    keep = list(g.node)[: k + 1]
+    del g.node[:]
+    g.node.extend(keep)
+    del g.output[:]
+    g.output.extend(
+        [helper.make_tensor_value_info(keep[-1].output[0], TensorProto.INT8, ["N", 64])]
+    )
+    used = {i for n in keep for i in n.input}
+    inits = [i for i in g.initializer if i.name in used]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    p = tmp_path / "first_layer.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def test_folded_bias_proven_under_bounded_where_it_is_terminal(tmp_path, digits):
+    """At a graph output, bounded:N applies: the folded bias is proven with the reached
+    difference (5 steps), refuted below it, and the program stays within it on real data."""
+    model = _first_layer(tmp_path)
+    r = compile_model(model, "bounded:4", FIXED_T)
+    assert [s.verdict for s in r.sites] == ["refuted"]
+    r = compile_model(model, "bounded:8", FIXED_T)
+    (s,) = r.sites
+    assert s.verdict == "proven" and s.applied and s.max_diff == 5
+    prog = generate(r.lowered, FIXED_T)
+    got = run_batched(prog, {"input": digits})[0]
+    (name,) = got
+    want = _ort(model, digits)[name]
+    diff = np.abs(got[name].astype(np.int64) - want.astype(np.int64))
+    assert 0 < diff.max() <= 5
