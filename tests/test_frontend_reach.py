@@ -363,3 +363,18 @@ def test_host_ops_in_json_and_junit_reports():
     props = {p.get("name"): p.get("value") for p in ET.fromstring(r.stdout).iter("property")}
     host = [v for k, v in props.items() if k.startswith("host_op.")]
     assert any("[unsupported_op]" in v and "'ArgMax'" in v and "action" in v for v in host)
+
+
+def test_float_op_on_integers_stays_on_the_host():
+    g = oh.make_graph(
+        [oh.make_node("Relu", ["x"], ["y"], name="r")],
+        "g",
+        [oh.make_tensor_value_info("x", TP.INT8, [2, 3])],
+        [oh.make_tensor_value_info("y", TP.INT8, [2, 3])],
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    ir, _ = to_ir(m)
+    (n,) = ir.nodes
+    assert n.op == "host_onnx" and "Relu on int8" in n.attrs["placement"]
+    x = np.array([[-3, 0, 5], [127, -128, 1]], np.int8)
+    assert np.array_equal(run_graph(ir, {"x": x})["y"], session(m).run(None, {"x": x})[0])
