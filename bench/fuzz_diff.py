@@ -6,8 +6,8 @@ For every generated model (`fuzz_gen.py`): compile it in process (`compiler.api.
 compile_model`, the same pipeline `prover check` and `npuc compile` run, proof store
 off), generate the NPU program (`npu_backend.codegen.generate`), run it on the
 simulator on random, extreme and half-step inputs (`fuzz_inputs.py`) and compare every
-NPU step's output and every graph output with ONNX Runtime (`fuzz_ref.py`: graph
-optimisations off, node by node; the whole graph at the default level as well).
+NPU step's output and every graph output with ONNX Runtime (`fuzz_ref.py`) at the
+optimisation level the reference profile names, and counts where the two levels differ.
 
 Failures (exit 1, one reproducer directory each under --out):
 - `false_proof`: an NPU step implementing a proven site differs from ORT beyond the policy;
@@ -19,10 +19,16 @@ Failures (exit 1, one reproducer directory each under --out):
 - `crash`: compile, codegen or simulation raised an internal error (exit 4 in the CLI);
 - `fuzzer_error`: the fuzzer's own reference is inconsistent (a bug here, not in the tool).
 Not failures, counted: `rejected` (the frontend said exit 2; grouped by message),
-`ort_rejects` (ONNX Runtime cannot run a model the frontend accepts), `ort_default_differs`
-(ORT's default optimisation level differs from level off: QDQ groups run as integer
-kernels), `ort_default_fails` (ORT's own default-level optimiser breaks the model), `host_reference_divergence` (this CPU's ORT differs from the checked reference profile
-in that step: u8s8 pair saturation, or the MLAS FMA logistic/tanh), `reference_undefined` (a Requantize precondition fails on the input).
+`ort_rejects` (ONNX Runtime cannot run a model the frontend accepts), `ort_levels_differ`
+(ORT's default optimisation level and level off give different outputs: its QDQ
+transformers run integer kernels), `ort_default_fails` / `ort_off_fails` (ORT breaks the
+model at that level), `host_reference_divergence` (this CPU's ORT differs from the checked
+reference profile in that step: u8s8 pair saturation, or the MLAS FMA logistic/tanh),
+`reference_undefined` (a Requantize precondition fails on the input).
+
+The reference is ORT at the level the checked profile names (`--reference`, default
+`onnx`): the default level where QDQ groups are read the integer way (what ORT's QDQ
+transformers make of them), level off for the `*-qdq-float` profiles.
 """
 
 from __future__ import annotations
@@ -61,8 +67,9 @@ FAILURES = (
 INFO = (
     "host_reference_divergence",
     "ort_rejects",
-    "ort_default_differs",
+    "ort_levels_differ",
     "ort_default_fails",
+    "ort_off_fails",
     "reference_undefined",
     "refutation_not_lifted",
 )
@@ -194,6 +201,10 @@ class Checker:
         self.target = resolve_target(spec["target"])
         self.timeout_s = timeout_s
         self.reference = reference
+        # the level whose results the checked profile names: ORT's default level where QDQ
+        # groups are read the integer way (as ORT's QDQ transformers rewrite them), else off
+        reading = str(getattr(R.profiles(reference)[0], "qdq_reading", "float"))
+        self.level = "default" if reading == "integer" else "off"
         self.ref = R.OrtReference(model)
         self.project = G.uses_project_domain(model)
         self.result: Any = None
@@ -235,27 +246,30 @@ class Checker:
         """Findings of one input batch (empty when everything matches)."""
         out: list[Finding] = []
         try:
-            ref = self.ref.values(feeds)
+            ref = self.ref.values(feeds, self.level)
         except R.ReferenceUndefined as e:
             return [Finding("reference_undefined", str(e), feeds)]
         if not self.project:
-            off = self.ref.outputs(feeds, "off")
-            for name, v in off.items():
-                if _diff(v, ref[name]) != 0:  # the exposed intermediates changed the graph?
-                    return [Finding("fuzzer_error", f"reference values differ on {name}", feeds)]
-            try:
-                dflt = self.ref.outputs(feeds, "default")
-            except Exception as e:  # noqa: BLE001 - ORT's own optimiser may break the model
-                out.append(Finding("ort_default_fails", str(e).splitlines()[0][:200], feeds))
-                dflt = {}
-            for name, v in dflt.items():
-                d = _diff(v, off[name])
-                if d:
-                    out.append(
-                        Finding(
-                            "ort_default_differs", f"{name}: level default vs off by {d}", feeds
-                        )
-                    )
+            whole = {}
+            for level in ("off", "default"):
+                try:
+                    whole[level] = self.ref.outputs(feeds, level)
+                except Exception as e:  # noqa: BLE001 - ORT's optimiser may break the model
+                    if level == self.level:
+                        raise
+                    out.append(Finding(f"ort_{level}_fails", str(e).splitlines()[0][:200], feeds))
+            for name, v in whole[self.level].items():
+                if _diff(v, ref[name]) != 0:
+                    if self.level == "off":  # nothing is fused at level off
+                        return [Finding("fuzzer_error", f"exposed values differ on {name}", feeds)]
+                    ref = dict(whole[self.level])  # an exposed value stopped a fusion of ORT's:
+                    break  # compare the graph outputs only
+            if len(whole) == 2:
+                for name, v in whole["default"].items():
+                    d = _diff(v, whole["off"][name])
+                    if d:
+                        msg = f"{name}: ORT level default vs off differ by {d}"
+                        out.append(Finding("ort_levels_differ", msg, feeds))
         sim = simulate(self.program, feeds)
         proven = self.proven_nodes()
         explained = False
@@ -338,7 +352,7 @@ class Checker:
             feeds = {k: np.asarray(v) for k, v in cx.inputs.items()}
             feeds_list.append((f"counterexample of {s.id}", feeds))
             try:
-                ref = self.ref.values(feeds)
+                ref = self.ref.values(feeds, self.level)
             except R.ReferenceUndefined as e:
                 out.append(Finding("reference_undefined", str(e), feeds))
                 continue
@@ -417,7 +431,7 @@ def check_model(
         return res, checker
     res.verdicts.update(s.verdict for s in checker.result.sites)
     try:  # can ONNX Runtime run this model at all? (with the project's Requantize too)
-        checker.ref.values(_zero_feeds(model))
+        checker.ref.values(_zero_feeds(model), checker.level)
     except R.ReferenceUndefined:
         pass
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own classes
@@ -506,8 +520,16 @@ def confirm_with_cli(d: Path) -> dict[str, Any]:
             with np.load(d / "inputs.npz") as z:
                 feeds = {k: z[k] for k in z.files}
             model = onnx.load(str(d / "model.onnx"))
+            reading = getattr(
+                R.profiles(meta["spec"].get("reference", "onnx"))[0], "qdq_reading", ""
+            )
+            level = "default" if str(reading) == "integer" else "off"
             try:
-                env = R.OrtReference(model).values(feeds)
+                ort_ref = R.OrtReference(model)
+                if G.uses_project_domain(model):
+                    env = ort_ref.values(feeds, level)
+                else:
+                    env = ort_ref.outputs(feeds, level)
             except Exception as e:  # noqa: BLE001 - ORT may have no kernel for the model
                 out["ort"] = str(e).splitlines()[0][:200]
                 env = {}

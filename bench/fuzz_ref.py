@@ -1,7 +1,7 @@
 """The reference side of the differential fuzzer: what ONNX Runtime computes.
 
-- `OrtReference.values(feeds)`: every integer value of the graph, computed by ONNX
-  Runtime with graph optimisations off (the whole graph, its intermediates exposed),
+- `OrtReference.values(feeds, level)`: every integer value of the graph, computed by ONNX
+  Runtime at an optimisation level (the whole graph, its intermediates exposed),
   the project's `Requantize` (which ONNX Runtime does not know) by the kernel's
   definition of it;
 - `OrtReference.outputs(model, feeds, level)`: the whole graph at an optimisation level
@@ -52,7 +52,7 @@ class OrtReference:
         self.model = model
         self.consts = {i.name: nh.to_array(i) for i in model.graph.initializer}
         self.opsets = list(model.opset_import)
-        self._node_sessions: dict[tuple[int, ...], ort.InferenceSession] = {}
+        self._node_sessions: dict[tuple, ort.InferenceSession] = {}
         self._sessions: dict[str, ort.InferenceSession] = {}
 
     def outputs(self, feeds: dict[str, np.ndarray], level: str) -> dict[str, np.ndarray]:
@@ -63,31 +63,32 @@ class OrtReference:
         names = [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(names, feeds), strict=True))
 
-    def values(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Graph inputs, integer intermediates and outputs, at optimisation level off.
+    def values(self, feeds: dict[str, np.ndarray], level: str = "off") -> dict[str, np.ndarray]:
+        """Graph inputs, integer intermediates and outputs, at optimisation `level`.
 
         Runs of standard nodes run as one graph (not node by node: at every level ORT
         keeps a float16 chain such as DequantizeLinear -> Sigmoid -> QuantizeLinear in
         float32 between nodes, which single-node sessions would round to float16), with
         every integer value exposed as an extra output; a project `Requantize` between
-        runs is evaluated by the kernel.
+        runs is evaluated by the kernel. (At the default level an exposed value can stop
+        one of ORT's fusions: compare the outputs with `outputs()` before trusting them.)
         """
         env = dict(feeds)
         run: list[tuple[int, onnx.NodeProto]] = []
         for i, n in enumerate(self.model.graph.node):
             if n.domain == PROJECT_DOMAIN:
-                self._run_segment(run, env)
+                self._run_segment(run, env, level)
                 run = []
                 env[n.output[0]] = self._requantize(n, env[n.input[0]])
             else:
                 run.append((i, n))
-        self._run_segment(run, env)
+        self._run_segment(run, env, level)
         return env
 
-    def _run_segment(self, run: list[tuple[int, onnx.NodeProto]], env: dict) -> None:
+    def _run_segment(self, run: list[tuple[int, onnx.NodeProto]], env: dict, level: str) -> None:
         if not run:
             return
-        key = tuple(i for i, _ in run)
+        key = (level, *(i for i, _ in run))
         nodes = [n for _, n in run]
         produced = [o for n in nodes for o in n.output]
         graph_outs = {o.name for o in self.model.graph.output}
@@ -113,7 +114,7 @@ class OrtReference:
             g = oh.make_graph(nodes, "segment", vis, vouts, inits)
             m = oh.make_model(g, opset_imports=self.opsets)
             m.ir_version = self.model.ir_version
-            sess = session(m.SerializeToString(), "off")
+            sess = session(m.SerializeToString(), level)
             self._node_sessions[key] = sess
         vals = sess.run(outs, {x: env[x] for x in ins})
         env.update(zip(outs, vals, strict=True))
