@@ -302,3 +302,23 @@ def test_valid_multipliers_exact_per_shift(seed, enumerate_below, monkeypatch):
                         want.append(m)
                         break
             assert sorted(got.tolist()) == want, (scheme, shift)
+
+
+def test_proof_record_stores_the_synthesised_parameters(tmp_path):
+    import json
+
+    from prover.proofstore import ProofStore
+
+    before, lo, hi, _ = _sigmoid_site(2)
+    params, _ = S.propose(before, "acc", lo, hi)
+    ob = S.obligation(before, "acc", lo, hi, params)
+    store = ProofStore(tmp_path, "rw")
+    assert check(ob, store=store).status == "proven"
+    rec = json.loads(store.path(ob.hash).read_text())
+    after = json.dumps(rec["obligation"]["after"])
+    assert (
+        f'"multiplier", {params.multiplier}' in after
+        or f'"multiplier": {params.multiplier}' in after
+    )
+    assert rec["obligation_hash"] == ob.hash and rec["verdict"]["status"] == "proven"
+    assert list(params.table) in list(_lists(rec["obligation"]["after"]))
