@@ -42,7 +42,7 @@ def dynamic_inputs(m: onnx.ModelProto) -> tuple[str, ...]:
         if vi.name in inits:
             continue
         dims = vi.type.tensor_type.shape.dim
-        if len(dims) and (not dims[0].HasField("dim_value") or dims[0].dim_value <= 0):
+        if len(dims) and not dims[0].HasField("dim_value"):  # 'N' or no value (0 is static)
             out.append(vi.name)
     return tuple(out)
 

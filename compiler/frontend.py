@@ -51,7 +51,7 @@ from prover.requant import check_multiplier, onnx_requant_scale
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
 from .errors import FrontendError, node_label
 from .ir import Graph, Node, Value
-from .ort_tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, reference_table
+from .ort_tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, reference_table, session
 from .qdq_reading import integer_reading
 
 PROJECT_DOMAIN = "ai.npufusion"
@@ -68,6 +68,8 @@ DTYPES = {
     TensorProto.INT64: "int64",
     TensorProto.FLOAT: "float32",
 }
+# Ops with an NPU form whose other valid forms (ONNX Runtime runs them) stay on the host.
+NPU_FORM_OPS = ("QLinearMatMul", "MatMulInteger", "QLinearConv", *QLINEAR_FUNCTIONS)
 HOST_FLOAT_OPS = ("MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Add", "Sub", "Mul", "Clip")
 EIGHT_BIT = ("int8", "uint8")
 MAX_ELEMENTS = 1 << 31
@@ -156,6 +158,12 @@ class _Builder:
 
     def fail(self, n: onnx.NodeProto, msg: str) -> FrontendError:
         return FrontendError(f"{self.label(n)}: {msg}")
+
+    def bad(self, n: onnx.NodeProto, msg: str) -> FrontendError:
+        """A value no reading makes meaningful (e.g. a zero scale): bad input even on the host."""
+        e = self.fail(n, msg)
+        e.bad_input = True
+        return e
 
     def attrs(self, n: onnx.NodeProto) -> dict[str, Any]:
         """The node's attributes by name; an attribute its handler does not interpret fails."""
@@ -445,7 +453,33 @@ class _Builder:
             if dom == PROJECT_DOMAIN:
                 raise self.fail(n, f"unsupported operator (domain '{dom}')")
             return self.unsupported(n, f"{n.op_type} (domain '{dom or 'ai.onnx'}') has no NPU form")
-        handler(n)
+        if n.op_type not in NPU_FORM_OPS or dom == PROJECT_DOMAIN:
+            return handler(n)
+        try:
+            handler(n)
+        except FrontendError as e:
+            # a form the NPU has no meaning for (a 3x3 QLinearConv, dynamic weights, ...) is
+            # still a valid op ONNX Runtime runs: it stays on the host; else the input is bad
+            if getattr(e, "bad_input", False) or not self.ort_runs(n):
+                raise
+            self.unsupported(n, str(e).split(": ", 1)[-1])
+
+    def ort_runs(self, n: onnx.NodeProto) -> bool:
+        """Whether ONNX Runtime accepts node `n` on its inputs' types and shapes."""
+        from .host import submodel
+
+        ins = {i: self.values[i] for i in n.input if i and i in self.values}
+        if any(i and i not in self.values and i not in self.consts for i in n.input):
+            return False
+        consts = {i: self.consts[i] for i in n.input if i in self.consts}
+        try:
+            m = submodel([n], ins, consts, None, self.opsets)
+            del m.graph.output[:]
+            m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in n.output if o)
+            session(m)
+        except Exception:  # noqa: BLE001 - any refusal means ORT cannot run it
+            return False
+        return True
 
     def unsupported(self, n: onnx.NodeProto, why: str) -> None:
         """Keep `n` on the host (ONNX Runtime runs it) with an `unsupported_op` diagnostic."""
@@ -544,7 +578,7 @@ class _Builder:
         bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
         scales = self.requant_scales(n, a_scale, bs, y_scale)
         if any(not (s > 0 and np.isfinite(s)) for s in scales):
-            raise self.fail(n, "requantization scale must be finite and positive")
+            raise self.bad(n, "requantization scale must be finite and positive")
         self.check_acc(n, w, w_zp, at, a_zp)
         out = self.matmul_out(n, a, w, out_t)
         requant = {"scheme": "float", "scale": scales, "zp": y_zp, "out": out_t}
@@ -561,11 +595,11 @@ class _Builder:
         ):
             f = float(np.float32(v))
             if not (np.isfinite(f) and f > 0):
-                raise self.fail(n, f"{what} {v} must be finite and positive")
+                raise self.bad(n, f"{what} {v} must be finite and positive")
         with np.errstate(all="ignore"):
             scales = tuple(float(onnx_requant_scale(a_scale, s, y_scale)) for s in b_scales)
         if any(not (np.isfinite(s) and s > 0) for s in scales):
-            raise self.fail(
+            raise self.bad(
                 n, "requantization scale a_scale*b_scale/y_scale must be finite and positive"
             )
         return scales
@@ -912,7 +946,7 @@ class _Builder:
         quantize_precision: str = "float32",
     ) -> None:
         if not (xs > 0 and ys > 0 and np.isfinite(xs) and np.isfinite(ys)):
-            raise self.fail(n, "scales must be finite and positive")
+            raise self.bad(n, "scales must be finite and positive")
         try:
             table = reference_table(
                 form,

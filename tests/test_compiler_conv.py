@@ -7,7 +7,6 @@ import pytest
 from models import conv_activation, matmul_activation, random_inputs
 
 from compiler.api import compile_model, recompile
-from compiler.errors import FrontendError
 from compiler.frontend import to_ir
 from compiler.ort_tables import session
 from compiler.semantics import run_graph
@@ -63,6 +62,9 @@ def test_conv_refutation_replays_with_nchw_inputs():
     assert int(ref[idx]) == cx.before and int(cx.actual["y"][idx]) == cx.after != cx.before
 
 
-def test_non_pointwise_conv_is_a_frontend_error():
-    with pytest.raises(FrontendError, match=r"node 'conv' \(QLinearConv\): only pointwise"):
-        to_ir(conv_activation(kernel=3))
+def test_non_pointwise_conv_stays_on_the_host_named():
+    g, _ = to_ir(conv_activation(kernel=3))
+    (conv,) = [n for n in g.nodes if n.origin == ("conv",)]
+    assert conv.op == "host_onnx"
+    assert "node 'conv' (QLinearConv)" in conv.attrs["placement"]
+    assert "only pointwise" in conv.attrs["placement"]
