@@ -265,14 +265,15 @@ def change_points(ref: _Reference, lo: int, hi: int) -> np.ndarray:
 # --- the fixed-point requantizer as a function of the multiplier -------------------------
 
 
-def _q(scheme: str, shift: int, x: int, m: np.ndarray) -> np.ndarray:
-    """`Q(x; M)` (the requantizer before zero point and saturation) for an array of M."""
+def _q(scheme: str, shift: int, x, m) -> np.ndarray:
+    """`Q(x; M)` (the requantizer before zero point and saturation), elementwise."""
+    x = np.asarray(x, dtype=np.int64)
     m = np.asarray(m, dtype=np.int64)
     if scheme == "fixed_double":
         left, right = max(shift, 0), max(-shift, 0)
-        return rq.rdbpot(NUMPY, rq.srdhm(NUMPY, np.int64(x << left), m), right)
-    total = 31 - shift  # rq.single_round with the multiplier as the array operand
-    return NUMPY.shr(np.int64(x) * m + np.int64(1 << (total - 1)), total)
+        return rq.rdbpot(NUMPY, rq.srdhm(NUMPY, x << left, m), right)
+    total = 31 - shift  # rq.single_round with the multiplier as an array operand
+    return NUMPY.shr(x * m + np.int64(1 << (total - 1)), total)
 
 
 def _first_true(pred: Callable[[np.ndarray], np.ndarray], n: int, a: int, b: int) -> np.ndarray:
@@ -289,29 +290,27 @@ def _first_true(pred: Callable[[np.ndarray], np.ndarray], n: int, a: int, b: int
         lo = np.where(active & ~up, mid + 1, lo)
 
 
-def _at_least(scheme, shift, x, ks, a, b):
-    """Half-open [s, e) per k: {M in [a, b] : Q(x; M) >= k}."""
+def _level_sets(scheme, shift, xs, ks, a, b):
+    """Per row (x, k): the half-open multiplier intervals {M in [a, b] : Q(x; M) >= k} and
+    its complement {Q < k}, as (ge_start, ge_end, lt_start, lt_end) arrays.
+
+    Q(x; M) is non-decreasing in M for x > 0 and non-increasing for x <= 0 (constant 0 at
+    x = 0), so both sets are intervals split at one boundary, found by one binary search.
+    """
+    xs = np.asarray(xs, dtype=np.int64)
     ks = np.asarray(ks, dtype=np.int64)
-    n = len(ks)
-    if x > 0:
-        s = _first_true(lambda m: _q(scheme, shift, x, m) >= ks, n, a, b)
-        return s, np.full(n, b + 1, dtype=np.int64)
-    if x < 0:
-        e = _first_true(lambda m: _q(scheme, shift, x, m) < ks, n, a, b)
-        return np.full(n, a, dtype=np.int64), e
-    ok = ks <= 0
-    return np.where(ok, a, b + 1).astype(np.int64), np.full(n, b + 1, dtype=np.int64)
+    pos = xs > 0
 
+    def flipped(m: np.ndarray) -> np.ndarray:
+        q = _q(scheme, shift, xs, m)
+        return np.where(pos, q >= ks, q < ks)
 
-def _below(scheme, shift, x, ks, a, b):
-    """Half-open [s, e) per k: {M in [a, b] : Q(x; M) < k} (the complement)."""
-    s, e = _at_least(scheme, shift, x, ks, a, b)
-    if x > 0:
-        return np.full(len(s), a, dtype=np.int64), s
-    if x < 0:
-        return e, np.full(len(s), b + 1, dtype=np.int64)
-    ok = np.asarray(ks) > 0
-    return np.where(ok, a, b + 1).astype(np.int64), np.full(len(s), b + 1, dtype=np.int64)
+    bnd = _first_true(flipped, len(xs), a, b)
+    lo = np.full(len(xs), a, dtype=np.int64)
+    hi = np.full(len(xs), b + 1, dtype=np.int64)
+    ge_s, ge_e = np.where(pos, bnd, lo), np.where(pos, hi, bnd)
+    lt_s, lt_e = np.where(pos, lo, bnd), np.where(pos, bnd, hi)
+    return ge_s, ge_e, lt_s, lt_e
 
 
 Intervals = list[tuple[int, int]]  # sorted, disjoint, half-open
@@ -371,24 +370,30 @@ class _Problem:
 def _window(p: _Problem, cmin: int, cmax: int, n: int) -> Intervals:
     """Multipliers for which some zero point keeps every change point inside the type."""
     a, b = 0, p.multiplier_max
-    x: Intervals = [(a, b + 1)]
-    s, e = _at_least(p.scheme, p.shift, cmin, [p.kmin], a, b)
-    x = _intersect(x, _union(s, e))
-    s, e = _below(p.scheme, p.shift, cmax - 1, [p.kmax], a, b)
-    x = _intersect(x, _union(s, e))
-    if p.scheme == "fixed_single":  # the result must fit int32 (NPU-side precondition)
-        s, e = _below(p.scheme, p.shift, p.hi, [INT32_MAX + 1], a, b)
-        x = _intersect(x, _union(s, e))
-        s, e = _at_least(p.scheme, p.shift, p.lo, [INT32_MIN], a, b)
-        x = _intersect(x, _union(s, e))
-    if n >= 2 and x:
-        a, b = x[0][0], x[-1][1] - 1
+    # Q(cmin) >= L, Q(cmax - 1) < U; single rounding: Q(lo), Q(hi) in int32 (NPU side)
+    xs, ks, want_ge = [cmin, cmax - 1], [p.kmin, p.kmax], [True, False]
+    if p.scheme == "fixed_single":
+        xs, ks, want_ge = (
+            xs + [p.hi, p.lo],
+            ks + [INT32_MAX + 1, INT32_MIN],
+            want_ge + [False, True],
+        )
+    ge_s, ge_e, lt_s, lt_e = _level_sets(p.scheme, p.shift, xs, ks, a, b)
+    g = np.asarray(want_ge)
+    s, e = np.where(g, ge_s, lt_s).max(), np.where(g, ge_e, lt_e).min()
+    if s >= e:
+        return []
+    x: Intervals = [(int(s), int(e))]
+    if n >= 2:
+        a, b = x[0][0], x[0][1] - 1
         ks = np.arange(p.kmin, p.kmax, dtype=np.int64)
-        s1, e1 = _at_least(p.scheme, p.shift, cmin, ks, a, b)
-        s2, e2 = _below(p.scheme, p.shift, cmin, ks + 1, a, b)
-        s3, e3 = _below(p.scheme, p.shift, cmax - 1, ks + p.span + 1, a, b)
-        s = np.maximum(np.maximum(s1, s2), s3)
-        e = np.minimum(np.minimum(e1, e2), e3)
+        m = len(ks)
+        rows_x = np.concatenate([np.full(m, cmin), np.full(m, cmin), np.full(m, cmax - 1)])
+        rows_k = np.concatenate([ks, ks + 1, ks + p.span + 1])
+        ge_s, ge_e, lt_s, lt_e = _level_sets(p.scheme, p.shift, rows_x, rows_k, a, b)
+        # Q(cmin) == k and Q(cmax - 1) <= k + span
+        s = np.maximum(np.maximum(ge_s[:m], lt_s[m : 2 * m]), lt_s[2 * m :])
+        e = np.minimum(np.minimum(ge_e[:m], lt_e[m : 2 * m]), lt_e[2 * m :])
         x = _intersect(x, _union(s, e))
     return x
 
@@ -402,9 +407,12 @@ def _step(p: _Problem, c: int, x: Intervals) -> Intervals:
     if k_lo > k_hi:
         return []
     ks = np.arange(k_lo, k_hi + 1, dtype=np.int64)
-    s1, e1 = _at_least(p.scheme, p.shift, c, ks, a, b)
-    s2, e2 = _below(p.scheme, p.shift, c - 1, ks, a, b)
-    return _intersect(x, _union(np.maximum(s1, s2), np.minimum(e1, e2)))
+    m = len(ks)
+    rows_x = np.concatenate([np.full(m, c), np.full(m, c - 1)])
+    ge_s, ge_e, lt_s, lt_e = _level_sets(p.scheme, p.shift, rows_x, np.concatenate([ks, ks]), a, b)
+    s = np.maximum(ge_s[:m], lt_s[m:])
+    e = np.minimum(ge_e[:m], lt_e[m:])
+    return _intersect(x, _union(s, e))
 
 
 def _enumerate(p: _Problem, ms: np.ndarray, points: np.ndarray) -> np.ndarray:
