@@ -1166,16 +1166,23 @@ def to_ir(
     A symbolic leading (batch) dimension of graph inputs is fixed to `batch` (default 1)
     in both returned forms; `Graph.dynamic_batch` names those inputs (see
     `compiler.batch`). Ops of any domain the frontend does not lower run on the host.
+    Under a reference whose `qdq_reading` is integer, QDQ groups are read as the integer
+    kernels ONNX Runtime's default level runs (`compiler.qdq_reading`); the returned model
+    is then that rewritten graph (what the reference runs). The user's own model is read
+    first either way, so its errors name its own nodes.
     """
     m = load_model(model)
-    if str(getattr(reference, "qdq_reading", "float")) == "integer":
-        r = integer_reading(m)
-        m = m if r is m else load_model(r)
     for o in m.opset_import:
         if o.domain not in KNOWN_DOMAINS and not _ort_knows_domain(o.domain):
             raise FrontendError(
                 f"opset domain '{o.domain}' is not supported (ONNX Runtime cannot run it)"
             )
+    if str(getattr(reference, "qdq_reading", "float")) == "integer":
+        r = integer_reading(m)
+        if r is not m:
+            dyn = dynamic_inputs(m)
+            _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
+            m = load_model(r)
     dynamic = dynamic_inputs(m)
     if dynamic:
         if batch is not None and int(batch) < 1:
