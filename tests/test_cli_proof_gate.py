@@ -22,7 +22,6 @@ SHOWCASE = EXAMPLES / "showcase.onnx"
 # Exit code of the ro gate per shipped example under the defaults (README table).
 EXPECTED_EXIT = {
     "showcase.onnx": 1,  # one site refuted, replayed from its committed record
-    "ort_quantized_qdq_matmul_sigmoid.onnx": 3,  # a float32 QDQ MatMul site stays unknown
 }
 
 
