@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .site import ACTIONS
+
 MAX_PIECES = 20000  # above this (after merging equal neighbours) an epilogue is not drawn
 MAX_GROUPS = 4  # epilogue groups drawn per site (per-channel models have one per column set
 VERSIONED = ("npu-fusion-prover", "numpy", "onnx", "onnxruntime", "z3-solver", "bitwuzla")
@@ -121,8 +123,6 @@ def collect(run: Any) -> Views:
         n.host = n.name in host
     ledger, note = _ledger(run)
     sites: dict[str, SiteView] = {}
-    from .site import ACTIONS
-
     for cs in result.sites:
         sv = SiteView(cs.id)
         if cs.reason is not None:
