@@ -150,3 +150,21 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
     return env
+
+
+def test_model_controlled_names_are_escaped(tmp_path):
+    """Node names come from the model file: the page must show them, never run them."""
+    import onnx
+    from models import matmul_activation
+
+    m = matmul_activation()
+    hostile = ['<script>alert("x")</script>', "<img src=x onerror=alert(1)>"]
+    for node, name in zip(m.graph.node, hostile, strict=False):
+        node.name = name
+    path = tmp_path / "hostile.onnx"
+    onnx.save(m, path)
+    out = tmp_path / "h.html"
+    assert cli_prover.main(["check", str(path), "--no-progress", "--format", "html", "-o", str(out)]) in (0, 1)  # fmt: skip
+    h = out.read_text()
+    assert "<script" not in h and "<img" not in h
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in h  # shown, escaped
