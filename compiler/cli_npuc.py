@@ -185,6 +185,8 @@ def _compile(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise UsageError(f"-o is a directory, not a program file: {args.output}")
     kind = report_kind(args.report)
+    if args.indent is not None and kind != "json":
+        raise UsageError(f"--indent applies to a JSON --report, not {kind or 'none'}")
     if kind == "html":
         from compiler.report_plots import require_matplotlib
 

@@ -15,6 +15,7 @@ from compiler import report_json, report_junit, report_markdown, report_sarif, r
 from compiler.cli_common import (
     PROOFS_HELP,
     Parser,
+    UsageError,
     add_proof_store_options,
     add_reference_option,
     argv_or_default,
@@ -117,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(args: argparse.Namespace) -> int:
     from compiler.check_run import CheckOptions, print_store_summary, run_pipeline
 
+    if args.indent is not None and args.format != "json":
+        raise UsageError(f"--indent applies to --format json, not {args.format}")
     opts = CheckOptions.from_args(args)
     if args.format == "html":
         from compiler.report_plots import require_matplotlib

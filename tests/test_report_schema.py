@@ -168,3 +168,25 @@ def _check_hook(tmp_path: Path) -> None:
     found = invalid_reports(tmp_path)
     assert len(found) == 1 and found[0].startswith(str(tmp_path / "a" / "bad.json"))
     assert "verdict" in found[0] or "maybe" in found[0]
+
+
+def test_indent_with_another_format_is_bad_usage(tmp_path):
+    from cli_helpers import assert_one_line_error, prover
+
+    out = tmp_path / "r.md"
+    p = prover("check", str(EXAMPLES / "showcase.onnx"), "--format", "markdown", "--indent", "2", "-o", str(out))  # fmt: skip
+    assert_one_line_error(p, "--indent applies to --format json")
+    assert not out.exists()
+
+
+def test_npuc_indent_needs_a_json_report(tmp_path):
+    from cli_helpers import assert_one_line_error, npuc
+
+    prog = tmp_path / "p.npuprog"
+    p = npuc("compile", str(EXAMPLES / "showcase.onnx"), "-o", str(prog), "--report", str(tmp_path / "r.html"), "--indent", "2")  # fmt: skip
+    assert_one_line_error(p, "--indent applies to a JSON --report, not html")
+    assert not prog.exists()
+    rep = tmp_path / "r.json"
+    p = npuc("compile", str(EXAMPLES / "showcase.onnx"), "-o", str(prog), "--report", str(rep), "--indent", "4", "--no-progress")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert '\n    "sites": [' in rep.read_text()
