@@ -56,12 +56,66 @@ class ColumnGroup:
         return self.post.epilogue_term(acc)
 
 
-def bias_index(site: Site) -> int | None:
-    """Index in `site.chain` of a QLinearAdd bias (`qlinear_binary` node), if any."""
+@dataclass(frozen=True)
+class BiasView:
+    """A bias between the requantization and the table, whatever op carries it: a
+    QLinearAdd (`qlinear_binary` node) or ORT's float DQ -> Add -> Q group."""
+
+    start: int  # first chain index it covers
+    end: int  # last chain index it covers
+    type: str  # the 8-bit value it adds to (and its result)
+    x_scale: float
+    x_zp: int
+    const: tuple[int, ...]  # per output column
+    const_type: str
+    const_scale: float
+    const_zp: int
+    c_scale: float
+    c_zp: int
+    x_is_p: bool  # the varying value is MLAS's span operand
+    q_scalar: bool
+    tables: tuple[tuple[int, ...], ...] | None = None  # the reference's, when not derived
+    node: Node | None = None
+
+    def const_of(self, j: int) -> int:
+        return int(self.const[j] if len(self.const) > 1 else self.const[0])
+
+    def table(self, j: int) -> tuple[int, ...]:
+        """The reference's value for every x (offset order), column `j`."""
+        if self.tables is not None:
+            return self.tables[j if len(self.tables) > 1 else 0]
+        return binary_table(self.node, j)
+
+
+def bias_view(site: Site) -> BiasView | None:
+    """The site's bias, if any (a `qlinear_binary` node, or `site.float_bias`)."""
+    fb = getattr(site, "float_bias", None)
+    if fb is not None:
+        return BiasView(
+            fb.start, fb.end, fb.x_type, fb.x_scale, fb.x_zp, fb.const, fb.const_type,
+            fb.const_scale, fb.const_zp, fb.y_scale, fb.y_zp, True, False, fb.tables,
+        )  # fmt: skip
     for i, n in enumerate(site.chain):
         if n.op == "qlinear_binary":
-            return i
+            a, p = n.attrs, binary_params(n)
+            x = (p.a_scale, p.a_zp) if a["x_is_a"] else (p.b_scale, p.b_zp)
+            k = (p.b_scale, p.b_zp) if a["x_is_a"] else (p.a_scale, p.a_zp)
+            mode = SpanMode(a["mode"])
+            return BiasView(
+                i, i, p.dtype, x[0], int(x[1]), tuple(int(v) for v in a["const"]), p.dtype,
+                k[0], int(k[1]), p.c_scale, int(p.c_zp),
+                # which operand MLAS treats as the span (prover.qlinear_binary_of)
+                x_is_p=a["x_is_a"] != (mode is SpanMode.A_SCALAR),
+                q_scalar=mode is not SpanMode.GENERAL,
+                node=n,
+            )  # fmt: skip
     return None
+
+
+def bias_index(site: Site) -> int | None:
+    """Last index in `site.chain` covered by the site's bias, if any."""
+    b = bias_view(site)
+    return None if b is None else b.end
 
 
 def binary_params(n: Node) -> QLinearBinaryParams:
@@ -88,42 +142,39 @@ def binary_table(n: Node, j: int) -> tuple[int, ...]:
     )
 
 
-def column_node_term(n: Node, x: Term, j: int) -> Term:
-    """`node_term`, with a `qlinear_binary` node's per-column constant for column `j`."""
-    if n.op == "qlinear_binary":
-        ty = binary_params(n).dtype
-        return op("lut", x, table=binary_table(n, j), in_type=ty, index_order="offset")
-    return node_term(n, x)
+def before_term(site: Site, x: Term, j: int, start: int = 0) -> Term:
+    """The chain from index `start` on, for column `j` (the bias as its reference table)."""
+    b = bias_view(site)
+    for i, n in enumerate(site.chain):
+        if i < start:
+            continue
+        if b is not None and b.start <= i <= b.end:
+            if i == b.start:
+                x = op("lut", x, table=b.table(j), in_type=b.type, index_order="offset")
+            continue
+        x = node_term(n, x)
+    return x
 
 
-def add_stage(n: Node, j: int, fma: bool) -> AddParams:
-    """The target's add stage computing node `n` (a QLinearAdd) for column `j`."""
-    a, p = n.attrs, binary_params(n)
-    x = (p.a_scale, p.a_zp) if a["x_is_a"] else (p.b_scale, p.b_zp)
-    k = (p.b_scale, p.b_zp) if a["x_is_a"] else (p.a_scale, p.a_zp)
-    mode = SpanMode(a["mode"])
-    # which operand MLAS treats as the span `p` (prover.qlinear_binary.qlinear_binary_of)
-    x_is_p = a["x_is_a"] != (mode is SpanMode.A_SCALAR)
+def add_stage(b: BiasView, j: int, fma: bool) -> AddParams:
+    """The target's add stage computing bias `b` for column `j`."""
     return AddParams(
-        p.dtype, x[0], int(x[1]), binary_const(n, j), k[0], int(k[1]), p.c_scale, int(p.c_zp),
-        x_is_p=x_is_p, q_scalar=mode is not SpanMode.GENERAL, fma=fma,
+        b.type, b.x_scale, b.x_zp, b.const_of(j), b.const_scale, b.const_zp, b.c_scale,
+        b.c_zp, x_is_p=b.x_is_p, q_scalar=b.q_scalar, fma=fma,
+        const_type=None if b.const_type == b.type else b.const_type,
     )  # fmt: skip
 
 
-def folded_bias(n: Node, requant_scale: float, j: int) -> tuple[int, float]:
-    """(accumulator offset, requantization scale) folding QLinearAdd `n` into the accumulator.
+def folded_bias(b: BiasView, requant_scale: float, j: int) -> tuple[int, float]:
+    """(accumulator offset, requantization scale) folding bias `b` into the accumulator.
 
     The accumulator's unit is `requant_scale * x_scale` (the producer requantizes with
-    `requant_scale` to the add's x operand); the bias `(const - zp) * const_scale` in that
-    unit is rounded half to even; the single requantization goes to the add's output scale.
+    `requant_scale` to the bias's x operand); the bias `(const - zp) * const_scale` in that
+    unit is rounded half to even; the single requantization goes to the output scale.
     """
-    a, p = n.attrs, binary_params(n)
-    xs, (ks, kz) = (
-        (p.a_scale, (p.b_scale, p.b_zp)) if a["x_is_a"] else (p.b_scale, (p.a_scale, p.a_zp))
-    )
-    unit = float(np.float32(requant_scale)) * float(np.float32(xs))
-    offset = int(np.rint((binary_const(n, j) - kz) * float(np.float32(ks)) / unit))
-    return offset, float(np.float32(unit / float(np.float32(p.c_scale))))
+    unit = float(np.float32(requant_scale)) * float(np.float32(b.x_scale))
+    offset = int(np.rint((b.const_of(j) - b.const_zp) * float(np.float32(b.const_scale)) / unit))
+    return offset, float(np.float32(unit / float(np.float32(b.c_scale))))
 
 
 def requant_stage(site: Site) -> int:
@@ -181,8 +232,8 @@ def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]
     order = target.lut_builder.index_order
     table = tuple(int(v) for v in reorder_table(logical, int_type(in_type), "offset", order))
     lut = LutParams(table, in_type, act.attrs["out_type"], order, spec)
-    bi = bias_index(site)
-    two_rounding = bi is not None and "requantized" in caps.bias
+    bias = bias_view(site)
+    two_rounding = bias is not None and "requantized" in caps.bias
     groups: dict[tuple[str, PostProcess, int], list[int]] = {}
     befores: dict[str, Term] = {}
     for j in range(n_cols):
@@ -192,12 +243,9 @@ def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]
             rq_ir = c.attrs["requant"]
             before = requant_term(acc, rq_ir, j)
             scale = rq_ir["scale"][j] if isinstance(rq_ir["scale"], tuple) else rq_ir["scale"]
-            if bi is not None and not two_rounding:
-                add = site.chain[bi]
-                offset, scale = folded_bias(add, scale, j)
-                rq = requant_from_scale(
-                    scale, binary_params(add).c_zp, rq_ir["out"], caps.requant_scheme
-                )
+            if bias is not None and not two_rounding:
+                offset, scale = folded_bias(bias, scale, j)
+                rq = requant_from_scale(scale, bias.c_zp, rq_ir["out"], caps.requant_scheme)
             else:
                 rq = requant_from_scale(scale, rq_ir["zp"], rq_ir["out"], caps.requant_scheme)
         else:
@@ -211,9 +259,8 @@ def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]
                 multiplier=a.get("multiplier"),
                 shift=a.get("shift"),
             )
-        for n in site.chain:
-            before = column_node_term(n, before, j)
-        add_p = add_stage(site.chain[bi], j, caps.add_fma) if two_rounding else None
+        before = before_term(site, before, j)
+        add_p = add_stage(bias, j, caps.add_fma) if two_rounding else None
         post = PostProcess(
             rq,
             None,

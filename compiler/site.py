@@ -99,6 +99,9 @@ class Site:
     obligation_hash: str | None = None  # the deciding obligation (the refuted one, else the first)
     solver: str | None = None
     ledger: Any = None
+    float_bias: Any = (
+        None  # compiler.float_bias.FloatBias when ORT's float bias group is in the chain
+    )
 
     @property
     def activation(self) -> Node:

@@ -160,6 +160,7 @@ class AddParams:
     x_is_p: bool = True
     q_scalar: bool = True
     fma: bool = True
+    const_type: str | None = None  # the constant's own 8-bit type (default `type`)
 
     def table(self) -> tuple[int, ...]:
         """The stage's value for every `type` input, in offset order (index x - min)."""
@@ -181,9 +182,10 @@ class AddParams:
     def check(self) -> None:
         """Raise `KernelError` unless scales are positive finite float32 and zps fit `type`."""
         t = int_type(self.type)
-        for name in ("x_zp", "const", "const_zp", "c_zp"):
-            if not t.contains(int(getattr(self, name))):
-                raise KernelError(f"add stage {name} {getattr(self, name)} outside {t.name}")
+        ct = int_type(self.const_type or self.type)
+        for name, ty in (("x_zp", t), ("const", ct), ("const_zp", ct), ("c_zp", t)):
+            if not ty.contains(int(getattr(self, name))):
+                raise KernelError(f"add stage {name} {getattr(self, name)} outside {ty.name}")
         for name in ("x_scale", "const_scale", "c_scale"):
             s = float(np.float32(getattr(self, name)))
             if not (np.isfinite(s) and s > 0):

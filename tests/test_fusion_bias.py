@@ -178,11 +178,41 @@ def test_qdq_sites_under_both_readings():
     assert r.sites[0].nodes == ["MatMul", "Add", "Sigmoid"]
     r = compile_model(u8, "bitwise", FLOAT_T, reference="onnx-qdq-float")
     assert r.sites and all(s.reason.code == "float_accumulation" for s in r.sites)
-    r = compile_model(DIGITS / "digits_matmul_qdq_s8s8_pt.onnx", "bitwise", FLOAT_T)
-    assert len(r.sites) == 2
-    for s in r.sites:
-        assert s.verdict == "rejected" and s.reason.code == "not_adjacent"
-        assert "'Add" in s.reason.message and "QuantType.QUInt8" in s.reason.message
+
+
+def test_float_qdq_bias_add_is_fused_against_orts_own_tables(digits):
+    """ORT keeps the s8s8 bias as float DQ -> Add -> Q: its per-column tables come from ORT,
+    the add stage is proven against them, and the program equals ORT at its default level."""
+    model = DIGITS / "digits_matmul_qdq_s8s8_pt.onnx"
+    r = compile_model(model, "bitwise", FLOAT_T, reference="ort-host")
+    assert len(r.sites) == 2 and all(s.verdict == "proven" and s.applied for s in r.sites)
+    assert r.sites[0].float_bias is not None and len(r.sites[0].float_bias.tables) == 64
+    assert (
+        "intercepts_DequantizeLinear"
+        in r.graph.nodes[[n.op for n in r.graph.nodes].index("fused")].origin
+    )
+    got = run_batched(generate(r.lowered, FLOAT_T), {"input": digits})[0]
+    want = _ort(model, digits)
+    assert all(np.array_equal(np.asarray(got[k]), v) for k, v in want.items())
+    # negative: one wrong entry in ORT's table is caught by the prover (refuted)
+    s = r.sites[0]
+    grp = s.post[0]
+    j = grp.columns[0]
+    fb = s.float_bias
+    t = list(fb.tables[j])
+    rq = s.compute.attrs["requant"]
+    k = int(rq["zp"]) - int_type(rq["out"]).min  # x at acc = 0: reachable in every column
+    t[k] += 1 if t[k] < 255 else -1
+    fb.tables = tuple(tuple(t) if c == j else fb.tables[c] for c in range(len(fb.tables)))
+    a = s.compute.attrs
+    rng = accumulator_range(
+        a["w"], np.asarray(a["w_zp"]), int_type(a["a_type"]), int(a["a_zp"]), a["bias"]
+    )
+    bad = build_columns(s, FLOAT_T)
+    g2 = next(g for g in bad if j in g.columns)
+    ranges = {"acc": (int(rng.lo[j]), int(rng.hi[j]))}
+    v = check(Obligation("epilogue", g2.before, g2.after(Var("acc")), ranges, Policy(0)))
+    assert v.status == "refuted"
 
 
 def _first_layer(tmp_path) -> Path:

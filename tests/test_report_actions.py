@@ -13,11 +13,11 @@ from compiler.site import ACTIONS
 MODEL = str(
     Path(__file__).resolve().parent.parent / "examples/digits/digits_matmul_qdq_s8s8_pt.onnx"
 )
-ACTION = ACTIONS["not_adjacent"]
+ACTION = ACTIONS["unsupported_intermediate_type"]  # uint8 intermediates on npu_fixed
 
 
 def _check(fmt: str) -> str:
-    r = prover("check", MODEL, "--proofs-mode", "off", "--format", fmt)
+    r = prover("check", MODEL, "--proofs-mode", "off", "--target", "npu_fixed", "--format", fmt)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -35,9 +35,9 @@ def test_site_actions_in_text_json_sarif_junit():
     assert len(rejected) == 2 and all(f"; action: {ACTION}" in line for line in rejected)
     sites = json.loads(_check("json"))["sites"]
     assert [s["reason"]["action"] for s in sites] == [ACTION, ACTION]
-    assert all("'Add" in s["reason"]["message"] for s in sites)
+    assert all("'Sigmoid" in s["reason"]["message"] for s in sites)
     results = json.loads(_check("sarif"))["runs"][0]["results"]
-    site_results = [x for x in results if x["ruleId"] == "not_adjacent"]
+    site_results = [x for x in results if x["ruleId"] == "unsupported_intermediate_type"]
     assert len(site_results) == 2
     assert all(
         x["properties"]["action"] == ACTION and ACTION in x["message"]["text"] for x in site_results
@@ -45,5 +45,5 @@ def test_site_actions_in_text_json_sarif_junit():
     root = ET.fromstring(_check("junit"))
     skipped = [el.get("message") for el in root.iter("skipped")]
     assert len(skipped) == 2 and all(
-        s.startswith("[not_adjacent]") and ACTION in s for s in skipped
+        s.startswith("[unsupported_intermediate_type]") and ACTION in s for s in skipped
     )

@@ -64,11 +64,22 @@ def rule_single_user(g: Graph, site: Site, ctx) -> str | None:
 
 def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
     """The activation's input is not produced directly by the compute op (only requantize,
-    a QLinearAdd bias, clip and layout ops may sit between them)."""
+    a bias (a QLinearAdd, or ORT's float DequantizeLinear -> Add -> QuantizeLinear group
+    after a QLinearMatMul), clip and layout ops may sit between them)."""
+    fb = None
+    if site.compute.attrs.get("requant") is not None:
+        from ..float_bias import ort_tables, recognize
+
+        fb = recognize(g, site, site.compute.output)
+        if fb is not None:
+            fb.tables = ort_tables(g, site, fb)
+    site.float_bias = fb
+    inside = set() if fb is None else set(range(fb.start, fb.end + 1))
     bad = [
         n
-        for n in site.chain[:-1]
-        if n.op not in ABSORBABLE
+        for i, n in enumerate(site.chain[:-1])
+        if i not in inside
+        and n.op not in ABSORBABLE
         or n.op == "qlinear_binary"
         and n.attrs.get("binary") != "QLinearAdd"
     ]
@@ -138,6 +149,8 @@ def bias_placement(site: Site, ctx) -> str | None:
     (target `bias`) it is folded into the accumulator, which needs the compute op's own
     float requantization (a QLinearMatMul/QGemm scale) to fold into."""
     adds = [i for i, n in enumerate(site.chain) if n.op == "qlinear_binary"]
+    if getattr(site, "float_bias", None) is not None:
+        adds.append(site.float_bias.start)
     if not adds or site.compute.op == "host_onnx":
         return None
     if len(adds) > 1:

@@ -50,13 +50,16 @@ def apply_site(g: Graph, site: Site, groups, structure: str = "plain") -> Node:
         site=site.id,
         structure=structure,
     )
+    extra = []
+    if getattr(site, "float_bias", None) is not None:
+        extra.append(g.node(site.float_bias.const_node.name))  # the bias's constant DQ
     origin: list[str] = []
-    for n in [compute, *chain]:
+    for n in [compute, *chain, *extra]:
         origin += [o for o in n.origin if o not in origin]
     fused = Node(compute.name, "fused", list(compute.inputs), [act.output], attrs, tuple(origin))
     pos = g.index(act)
     g.nodes[pos] = fused
-    g.remove([compute, *chain[:-1]])
+    g.remove([compute, *chain[:-1], *extra])
     return fused
 
 
