@@ -50,6 +50,7 @@ from prover.requant import check_multiplier, onnx_requant_scale
 
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
 from .errors import FrontendError, node_label
+from .f16_context import decorated_groups, fold_cast, ort_dequantize_types
 from .ir import Graph, Node, Value
 from .ort_tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, reference_table, session
 from .qdq_reading import integer_reading
@@ -150,6 +151,8 @@ class _Builder:
                 self.onnx_users.setdefault(i, []).append(n)
         self.graph_outputs = [o.name for o in g.output]
         self.names: set[str] = set()
+        self.f16_dq_types: dict[str, str] = {}
+        self._ort_dq_types: list[dict[str, str]] | None = None
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -317,7 +320,15 @@ class _Builder:
         """Map the name of each group's final QuantizeLinear to (kind, nodes of the group)."""
         prod = self.producer_map()
         groups: dict[str, tuple[str, list[onnx.NodeProto]]] = {}
+        # float16 groups as ORT runs them, with its float32 casts (the integer QDQ reading)
+        self.f16_dq_types: dict[str, str] = {}
+        for out, (members, dq_type) in decorated_groups(self.m.graph, self.single_use).items():
+            q = members[-1]
+            groups[q.name or q.output[0]] = ("act", members)
+            self.f16_dq_types[out] = dq_type
         for q in self.m.graph.node:
+            if q.output and q.output[0] in self.f16_dq_types:
+                continue
             if q.op_type != "QuantizeLinear" or q.domain not in ("", "ai.onnx"):
                 continue
             mid = prod.get(q.input[0])
@@ -486,8 +497,20 @@ class _Builder:
         self.host([n], placement=f"{self.label(n)} runs on the host: {why}")
 
     def cast(self, n: onnx.NodeProto) -> None:
-        """Cast to the input's own type is a no-op (`identity`); any other Cast is hosted."""
+        """Cast to the input's own type is a no-op (`identity`); any other Cast is hosted.
+
+        A Cast of a constant (ORT's InsertedPrecisionFreeCast_* on a float16 scale, in the
+        graph the integer QDQ reading reads) is folded exactly as ORT casts.
+        """
         to = next((int(a.i) for a in n.attribute if a.name == "to"), None)
+        if n.input and n.input[0] in self.consts and to is not None:
+            folded = fold_cast(self.consts[n.input[0]], to)
+            if folded is None:
+                raise self.fail(
+                    n, f"a Cast of constant '{n.input[0]}' to {_type_name(to)} is not folded"
+                )
+            self.consts[n.output[0]] = folded
+            return
         x = self.value(n, n.input[0])
         if to is not None and DTYPES.get(to) == x.dtype:
             self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
@@ -865,7 +888,8 @@ class _Builder:
         when there is no zero point; DequantizeLinear-23: must be the scale type),
         `saturate` (float8 only, and float8 is rejected) and `precision` (the scale type).
         """
-        dq, act, q = members
+        dq, q = members[0], members[-1]
+        act = next(m for m in members if m.op_type in QDQ_FUNCTIONS)
         da, qa = self.attrs(dq), self.attrs(q)
         self.attrs(act)
         for node, a in ((dq, da), (q, qa)):
@@ -877,16 +901,19 @@ class _Builder:
         x = self.value(dq, dq.input[0])
         xs, xs_t = self.scale(dq, 1, "x_scale", tuple(QDQ_SCALE_TYPES.values()))
         ys, ys_t = self.scale(q, 1, "y_scale", tuple(QDQ_SCALE_TYPES.values()))
-        if xs_t != ys_t:
+        dq_type = self.f16_dq_types.get(q.output[0])
+        if dq_type is None and xs_t != ys_t:
             raise self.fail(q, f"y_scale has type {ys_t}, x_scale {xs_t}; mixed types unsupported")
-        scale_tp = {v: k for k, v in QDQ_SCALE_TYPES.items()}[xs_t]
-        for node, attr in ((dq, "output_dtype"), (q, "precision")):
+        if dq_type is None and ys_t == "float16":
+            dq_type = self.ort_dq_type(q)
+        for node, attr, t in ((dq, "output_dtype", xs_t), (q, "precision", ys_t)):
             a = (da if node is dq else qa).get(attr, 0)
+            scale_tp = {v: k for k, v in QDQ_SCALE_TYPES.items()}[t]
             if int(a) not in (0, scale_tp):
                 raise self.fail(
                     node,
                     f"attribute '{attr}' = {_type_name(a)} differs from the scale type "
-                    f"{xs_t}; not supported",
+                    f"{t}; not supported",
                 )
         xz = int(self.scalar(dq, 2, "x_zero_point", default=0))
         yz_arr = self.const(q, 2, "y_zero_point", optional=True)
@@ -908,7 +935,7 @@ class _Builder:
             )
         # QuantizeLinear-23 divides in `precision`, by default the scale's type.
         q_version = self.opsets.get("", self.opsets.get("ai.onnx", 0))
-        precision = xs_t if q_version >= 23 else "float32"
+        precision = ys_t if q_version >= 23 else "float32"
         self.lut(
             q,
             members,
@@ -923,9 +950,42 @@ class _Builder:
             ot,
             None,
             op_type=act.op_type,
-            scale_type=xs_t,
+            scale_type=ys_t,
             quantize_precision=precision,
+            dequantize_type=dq_type,
         )
+
+    def ort_dq_type(self, q: onnx.NodeProto) -> str:
+        """The DequantizeLinear output type ORT gives a float16 group in this model
+        (`compiler.f16_context`), else an error naming `q`.
+
+        The float QDQ reading names ORT's level off. The integer reading names its default
+        level, but counterexamples are replayed at level off: the two must agree.
+        """
+        if self._ort_dq_types is None:
+            integer = str(getattr(self.reference, "qdq_reading", "float")) == "integer"
+            levels = ("default", "off") if integer else ("off",)
+            self._ort_dq_types = [ort_dequantize_types(self.m, lv) for lv in levels]
+        found = []
+        for types in self._ort_dq_types:
+            t = types.get(q.output[0])
+            if t is None and q.name:
+                t = types.get(f"node:{q.name}")
+            found.append(t)
+        if None in found:
+            raise self.fail(
+                q,
+                "ONNX Runtime casts this float16 QDQ group to float32 in a way the tool does "
+                "not model (compiler.f16_context); not supported",
+            )
+        if len(set(found)) > 1:
+            raise self.fail(
+                q,
+                "ONNX Runtime computes this float16 QDQ group differently at optimisation "
+                "levels default and off (it rounds the dequantized value to float16 at one "
+                "only); not supported",
+            )
+        return found[0]
 
     def lut(
         self,
@@ -944,6 +1004,7 @@ class _Builder:
         op_type=None,
         scale_type: str = "float32",
         quantize_precision: str = "float32",
+        dequantize_type: str | None = None,
     ) -> None:
         if not (xs > 0 and ys > 0 and np.isfinite(xs) and np.isfinite(ys)):
             raise self.bad(n, "scales must be finite and positive")
@@ -961,6 +1022,7 @@ class _Builder:
                 fma=self.reference.mlas_fma,
                 scale_type=scale_type,
                 quantize_precision=quantize_precision,
+                dequantize_type=dequantize_type,
             )
         except KernelError as e:
             raise self.fail(n, str(e)) from None

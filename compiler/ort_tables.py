@@ -55,12 +55,14 @@ def reference_table(
     fma: bool = True,
     scale_type: str = "float32",
     quantize_precision: str = "float32",
+    dequantize_type: str | None = None,
 ) -> tuple[int, ...]:
     """The 256-entry table (offset index order) ONNX Runtime computes, from the kernel model.
 
     Arguments as for `ort_table`; `fma` selects MLAS's FMA or non-FMA logistic/tanh (the
     reference profile's `mlas_fma`), `scale_type` the element type of a QDQ group's scales,
-    `quantize_precision` the type its QuantizeLinear divides in.
+    `quantize_precision` the type its QuantizeLinear divides in, `dequantize_type` the type
+    of its DequantizeLinear's output in the graph ORT runs (`prover.lut.build_ort_qdq_table`).
     """
     if form == "qlinear" and scale_type != "float32":
         raise ValueError(f"{op_type} takes float32 scales only")
@@ -83,6 +85,7 @@ def reference_table(
             fused=fma,
             scale_type=scale_type,
             quantize_precision=quantize_precision,
+            dequantize_type=dequantize_type,
         )
     else:
         raise ValueError(f"no table model for {form} {op_type}")

@@ -273,6 +273,7 @@ def build_ort_qdq_table(
     fused: bool = True,
     scale_type: str = "float32",
     quantize_precision: str = "float32",
+    dequantize_type: str | None = None,
     index_order: str = "offset",
 ) -> np.ndarray:
     """ONNX Runtime's CPU table for DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear.
@@ -291,6 +292,13 @@ def build_ort_qdq_table(
       point and saturates. ONNX Runtime divides in float32 up to QuantizeLinear-21 and in
       float16 (the scale's type, QuantizeLinear-23's default `precision`) from opset 23 on.
 
+    `dequantize_type` (default: `scale_type`) is the type DequantizeLinear's output has in
+    the graph ONNX Runtime runs. ORT's CPU provider casts float16 islands to float32 and
+    places the cast by context (`compiler.f16_context`): either after DequantizeLinear (its
+    output rounded to float16, `float16`) or on its scale (DequantizeLinear computes
+    `float(x - zp) * float(scale)` in float32 and its output is never rounded to float16,
+    `float32`); the activation's result is rounded to float16 either way.
+
     Measured against ONNX Runtime 1.32 (x86-64, AVX2/FMA) at optimisation levels off,
     basic and all: bit-identical tables (tests/test_qdq_float16.py).
     """
@@ -301,6 +309,9 @@ def build_ort_qdq_table(
             raise KernelError(f"unsupported scale type {t!r}; known: {SCALE_TYPES}")
     if scale_type == "float32" and quantize_precision != "float32":
         raise KernelError("a float32 scale is divided in float32")
+    dq_type = scale_type if dequantize_type is None else dequantize_type
+    if dq_type not in SCALE_TYPES or (scale_type == "float32" and dq_type != "float32"):
+        raise KernelError(f"unsupported dequantize type {dq_type!r} for {scale_type} scales")
     ft = np.float16 if scale_type == "float16" else np.float32
     with np.errstate(over="ignore"):
         xs_t, ys_t = ft(in_scale), ft(out_scale)
@@ -313,7 +324,8 @@ def build_ort_qdq_table(
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64)
     with np.errstate(over="ignore"):
-        real = ((xs - int(in_zp)).astype(np.float32) * np.float32(xs_t)).astype(ft)
+        dft = np.float16 if dq_type == "float16" else np.float32
+        real = ((xs - int(in_zp)).astype(np.float32) * np.float32(xs_t)).astype(dft)
         v = real.astype(np.float32)
         if function == "sigmoid":
             y = mlas_logistic(v, fused=fused)
