@@ -1,14 +1,14 @@
 """What the command-line tools share: one-line errors, exit codes, model and target loading.
 
 Every expected failure (bad file, unsupported op, bad option value, proof-store
-problem) becomes `UsageError` with a one-line message and exit code 2; anything
-else is a bug in the tool and exits 4 with a pointer to `--debug`.
+problem) is a `prover.errors.BadInput` (e.g. `UsageError`) and becomes a one-line
+message and exit code 2; a read-only proof-gate miss (`StoreMiss`) exits 5;
+anything else is a bug in the tool and exits 4 with a pointer to `--debug`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from compiler.report_model import ExitCode
+from prover.errors import BadInput, StoreMiss
 
 DIST_NAME = "npu-fusion-prover"
 
 
-class UsageError(Exception):
+class UsageError(BadInput):
     """Bad usage or bad input: reported as one line, exit code 2."""
 
 
@@ -40,33 +41,23 @@ class Parser(argparse.ArgumentParser):
         self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _optional(module: str, name: str) -> type[BaseException] | None:
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-
-
-# (module, class) of every error that means "bad input", never "tool bug".
-_EXPECTED = (
-    ("compiler.errors", "FrontendError"),
-    ("npu_backend.target", "TargetError"),
-    ("npu_backend.program", "ProgramError"),
-    ("npu_backend.simulator", "SimulatorInputError"),
-    ("prover.domain", "KernelError"),
-    ("prover.errors", "StoreMiss"),
-    ("prover.errors", "StoreCorrupt"),
-    ("prover.errors", "VacuousObligation"),
-    ("onnx.checker", "ValidationError"),
-    ("onnx.shape_inference", "InferenceError"),
-    ("google.protobuf.message", "DecodeError"),
-)
-
-
 def expected_errors() -> tuple[type[BaseException], ...]:
-    """The exception classes that mean bad input (those importable right now)."""
-    found = [_optional(m, n) for m, n in _EXPECTED]
-    return (UsageError, OSError, *[c for c in found if c is not None])
+    """The exception classes that mean bad input (exit 2), never a tool bug.
+
+    Our own errors all derive from `prover.errors.BadInput`; the third-party ones
+    are the ONNX checker's and protobuf's errors on a malformed model file.
+    """
+    import onnx.checker
+    import onnx.shape_inference
+    from google.protobuf.message import DecodeError
+
+    return (
+        BadInput,
+        OSError,
+        onnx.checker.ValidationError,
+        onnx.shape_inference.InferenceError,
+        DecodeError,
+    )
 
 
 def one_line(e: BaseException) -> str:
@@ -86,6 +77,11 @@ def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argpars
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except StoreMiss as e:  # a read-only gate miss that reached the top: its own code
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        return ExitCode.PROOF_MISSING
     except expected_errors() as e:
         if debug:
             traceback.print_exc()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from prover.errors import BadInput
+
 
 class CompilerError(Exception):
     """Base class of the compiler's errors."""
 
 
-class FrontendError(CompilerError):
+class FrontendError(CompilerError, BadInput):
     """The ONNX model cannot be loaded into the integer IR (unsupported op, bad dtype...)."""
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from prover.errors import BadInput
 from prover.terms import from_json as term_from_json
 from prover.terms import to_json as term_to_json
 
@@ -32,7 +33,7 @@ VERSION = 1
 _DATE = (1980, 1, 1, 0, 0, 0)
 
 
-class ProgramError(ValueError):
+class ProgramError(BadInput, ValueError):
     """A program file that is missing, corrupt, or of an unknown format/version."""
 
 

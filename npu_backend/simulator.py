@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from prover.domain import NUMPY
+from prover.errors import BadInput
 from prover.terms import PreconditionViolation, evaluate
 
 from .host import HostError, run_host, store
@@ -44,7 +45,7 @@ class SimulatorError(RuntimeError):
     """The program cannot execute (bad inputs, or it uses state it never set up)."""
 
 
-class SimulatorInputError(SimulatorError, ValueError):
+class SimulatorInputError(SimulatorError, BadInput, ValueError):
     """The inputs given to `run` do not match the program's inputs (user error)."""
 
 

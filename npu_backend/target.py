@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from prover.errors import BadInput
 from prover.inttypes import TYPES
 from prover.lut import FUNCTIONS, INDEX_ORDERS, PRECISIONS, ROUNDINGS, ZP_PLACEMENTS, LutSpec
 from prover.requant import onnx_requant_scale, quantize_multiplier
@@ -32,7 +33,7 @@ MEMORIES = ("dram", "sram", "wmem", "pmem")
 BIAS_STAGES = ("accumulator", "requantized")
 
 
-class TargetError(ValueError):
+class TargetError(BadInput, ValueError):
     """A target description that is missing, malformed or inconsistent."""
 
 

@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 import z3
 
+from .errors import BadInput
 
-class KernelError(ValueError):
+
+class KernelError(BadInput, ValueError):
     """Bad input to a kernel primitive (a shift out of range, a table of the wrong size...)."""
 
 
