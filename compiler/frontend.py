@@ -104,6 +104,14 @@ INTERPRETED_ATTRIBUTES: dict[str, frozenset[str]] = {
     "QLinearMul": frozenset(),
     "QGemm": frozenset({"alpha", "transA", "transB"}),
 }
+# (a, b, y) element types ONNX Runtime 1.32's CPU provider has a QLinearMatMul, QLinearConv
+# and QGemm kernel for (measured, tests/test_ort_kernel_types.py); a model using another
+# combination cannot run and has no reference meaning.
+ORT_QLINEAR_TYPES = (
+    ("uint8", "uint8", "uint8"),
+    ("uint8", "int8", "uint8"),
+    ("int8", "int8", "int8"),
+)
 # Scale element types a QDQ activation table models exactly (prover.lut.build_ort_qdq_table).
 QDQ_SCALE_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
 
@@ -581,7 +589,34 @@ class _Builder:
             raise self.fail(n, f"output type {t} not supported; supported: int8, uint8")
         return t
 
+    def elem_type(self, name: str) -> str | None:
+        """Element type of a constant or a known value (None if neither)."""
+        if name in self.consts:
+            return self.consts[name].dtype.name
+        v = self.values.get(name)
+        return None if v is None else v.dtype
+
+    def ort_kernel_types(self, n: onnx.NodeProto, b_idx: int, y_zp_idx: int) -> None:
+        """Bad input unless ONNX Runtime has a kernel for the node's (a, b, y) types.
+
+        y's type is y_zero_point's; without one (QGemm) it is a's, or float.
+        """
+        names = [n.input[i] if i < len(n.input) else "" for i in (0, b_idx, y_zp_idx)]
+        a_t, b_t, y_t = (self.elem_type(x) if x else None for x in names)
+        if a_t is None or b_t is None:
+            return  # a missing or unknown input is reported by the handler
+        if not names[2]:
+            y_t = a_t
+        if (a_t, b_t, y_t) not in ORT_QLINEAR_TYPES:
+            known = ", ".join(f"({a}, {b}, {y})" for a, b, y in ORT_QLINEAR_TYPES)
+            raise self.bad(
+                n,
+                f"ONNX Runtime has no {n.op_type} kernel for types (a, b, y) = "
+                f"({a_t}, {b_t}, {y_t}); it has {known}",
+            )
+
     def qlinear_matmul(self, n: onnx.NodeProto) -> None:
+        self.ort_kernel_types(n, 3, 7)
         self.attrs(n)
         at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
         a = self.value(n, n.input[0])
@@ -629,6 +664,7 @@ class _Builder:
 
     def qlinear_conv(self, n: onnx.NodeProto) -> None:
         """Pointwise (1x1) QLinearConv: a matmul over channels, channel axis 1 (NCHW)."""
+        self.ort_kernel_types(n, 3, 7)
         at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
         x = self.value(n, n.input[0])
         W = self.const(n, 3, "weights")
@@ -798,6 +834,7 @@ class _Builder:
 
         transA, a float output (no y_scale) or a bias varying by row stay on the host.
         """
+        self.ort_kernel_types(n, 3, 8)
         try:
             self._qgemm(n)
         except FrontendError as e:
@@ -904,8 +941,6 @@ class _Builder:
         dq_type = self.f16_dq_types.get(q.output[0])
         if dq_type is None and xs_t != ys_t:
             raise self.fail(q, f"y_scale has type {ys_t}, x_scale {xs_t}; mixed types unsupported")
-        if dq_type is None and ys_t == "float16":
-            dq_type = self.ort_dq_type(q)
         for node, attr, t in ((dq, "output_dtype", xs_t), (q, "precision", ys_t)):
             a = (da if node is dq else qa).get(attr, 0)
             scale_tp = {v: k for k, v in QDQ_SCALE_TYPES.items()}[t]
@@ -936,6 +971,8 @@ class _Builder:
         # QuantizeLinear-23 divides in `precision`, by default the scale's type.
         q_version = self.opsets.get("", self.opsets.get("ai.onnx", 0))
         precision = ys_t if q_version >= 23 else "float32"
+        if dq_type is None and ys_t == "float16":
+            dq_type = self.ort_dq_type(q)
         self.lut(
             q,
             members,

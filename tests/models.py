@@ -134,15 +134,18 @@ def matmul_activation(
         ws = np.float32(w_scale)
     nodes, inits = [], [const("W", W, "int8")]
     inputs = []
+    # ONNX Runtime has no QLinearMatMul for int8 x int8 -> uint8: a uint8 output takes a
+    # uint8 activation (u8s8u8)
+    a_type = "uint8" if inter_type == "uint8" else "int8"
     if float_input:
         inputs.append(oh.make_tensor_value_info("x_f", TP.FLOAT, [M, K]))
-        inits += [const("x_s", a_scale, "float32"), const("x_z", a_zp, "int8")]
+        inits += [const("x_s", a_scale, "float32"), const("x_z", a_zp, a_type)]
         nodes.append(oh.make_node("QuantizeLinear", ["x_f", "x_s", "x_z"], ["x"], name="quant"))
     else:
-        inputs.append(oh.make_tensor_value_info("x", TP.INT8, [M, K]))
+        inputs.append(oh.make_tensor_value_info("x", getattr(TP, a_type.upper()), [M, K]))
     inits += [
         const("a_s", a_scale, "float32"),
-        const("a_z", a_zp, "int8"),
+        const("a_z", a_zp, a_type),
         const("w_s", ws, "float32"),
         const("w_z", w_zp, "int8"),
         const("y_s", y_scale, "float32"),
