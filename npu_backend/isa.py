@@ -83,7 +83,7 @@ class ParamLoad:
     post: Post
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MatMul:
     """out = epilogue(matmul_acc(a, w, a_zp, w_zp, bias)); a in sram, w/bias in wmem.
 
@@ -129,7 +129,7 @@ class MatMul:
         return apply_columns(with_table(self.post, table), acc)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Activation:
     """Standalone activation: out = table[index(x)] with table `table` in slot `table_slot`."""
 

@@ -14,7 +14,7 @@ The entry then names the removed op and the dram traffic the host round trip cos
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -96,10 +96,7 @@ def unfuse_with_add(step: NpuMatMul) -> tuple[list[Step], dict[str, np.ndarray]]
     mm, act = unfuse(step)
     inner = tuple(p.requant_only() for p in posts) if n > 1 else posts[0].requant_only()
     pre_add = f"{step.out}.pre_add"
-    mm = NpuMatMul(
-        mm.name, mm.a, mm.w, pre_add, mm.a_zp, mm.w_zp, mm.bias, mm.a_type, mm.w_type, inner,
-        mm.structure, mm.onnx_nodes, mm.compute,
-    )  # fmt: skip
+    mm = replace(mm, out=pre_add, post=inner)
     # per column j the add is a table over the 8-bit value: one lookup at j*size + (x - min)
     table = [v for p in posts for v in p.add.table()] + [0] * (65536 - n * ty.size)
     col = f"{step.out}.column"

@@ -23,7 +23,7 @@ Host steps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class TensorSpec:
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NpuMatMul:
     """out = epilogue((a - a_zp) @ (w - w_zp) + bias), a: [..., M, K], w: [K, N] constant.
 
@@ -79,7 +79,7 @@ class NpuMatMul:
         return any(p.lut is not None or p.function is not None for p in posts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NpuLut:
     """Standalone activation: out = table[index(x)] for x of `in_type`."""
 
@@ -98,15 +98,15 @@ class NpuLut:
         name: str, x: str, out: str, lut: LutParams, function: str | None, onnx_nodes=()
     ) -> NpuLut:
         return NpuLut(
-            name,
-            x,
-            out,
-            tuple(lut.table),
-            lut.in_type,
-            lut.out_type,
-            lut.index_order,
-            tuple(onnx_nodes),
-            function,
+            name=name,
+            x=x,
+            out=out,
+            table=tuple(lut.table),
+            in_type=lut.in_type,
+            out_type=lut.out_type,
+            index_order=lut.index_order,
+            onnx_nodes=tuple(onnx_nodes),
+            function=function,
         )
 
     @property
@@ -208,21 +208,7 @@ def unfuse(step: NpuMatMul) -> list[Step]:
         else step.post.without_lut()
     )
     mid = f"{step.out}.pre_act"
-    mm = NpuMatMul(
-        step.name,
-        step.a,
-        step.w,
-        mid,
-        step.a_zp,
-        step.w_zp,
-        step.bias,
-        step.a_type,
-        step.w_type,
-        inner,
-        step.structure,
-        step.onnx_nodes,
-        step.compute,
-    )
+    mm = replace(step, out=mid, post=inner)
     act = NpuLut.from_params(f"{step.name}.act", mid, step.out, lut, function, step.onnx_nodes)
     return [mm, act]
 

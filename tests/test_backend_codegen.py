@@ -67,7 +67,20 @@ def _chain(target, posts):
     for i, post in enumerate(posts):
         w, _ = weights(seed=i, n=K)
         consts[f"w{i}"] = w
-        steps.append(NpuMatMul(f"mm{i}", prev, f"w{i}", f"y{i}", 0, 0, None, "int8", "int8", post))
+        steps.append(
+            NpuMatMul(
+                name=f"mm{i}",
+                a=prev,
+                w=f"w{i}",
+                out=f"y{i}",
+                a_zp=0,
+                w_zp=0,
+                bias=None,
+                a_type="int8",
+                w_type="int8",
+                post=post,
+            )
+        )
         prev = f"y{i}"
     return LoweredModel([TensorSpec("x", "int8", (4, K))], [prev], consts, steps)
 
@@ -122,8 +135,26 @@ def test_standalone_luts_share_tables():
     post = fused_post(FLOAT)
     lut = post.lut
     steps = [
-        NpuLut("a0", "x", "y0", lut.table, "int8", "int8", "offset", function="sigmoid"),
-        NpuLut("a1", "y0", "y1", lut.table, "int8", "int8", "offset", function="sigmoid"),
+        NpuLut(
+            name="a0",
+            x="x",
+            out="y0",
+            table=lut.table,
+            in_type="int8",
+            out_type="int8",
+            index_order="offset",
+            function="sigmoid",
+        ),
+        NpuLut(
+            name="a1",
+            x="y0",
+            out="y1",
+            table=lut.table,
+            in_type="int8",
+            out_type="int8",
+            index_order="offset",
+            function="sigmoid",
+        ),
     ]
     model = LoweredModel([TensorSpec("x", "int8", (3, 5))], ["y1"], {}, steps)
     prog = generate(model, FLOAT)
@@ -168,7 +199,20 @@ def test_operand_checks():
         [TensorSpec("x", "int8", (1, 140000))],
         ["y"],
         {"w": np.full((140000, 1), 127, np.int8)},
-        [NpuMatMul("mm", "x", "w", "y", 0, 0, None, "int8", "int8", None)],
+        [
+            NpuMatMul(
+                name="mm",
+                a="x",
+                w="w",
+                out="y",
+                a_zp=0,
+                w_zp=0,
+                bias=None,
+                a_type="int8",
+                w_type="int8",
+                post=None,
+            )
+        ],
     )
     with pytest.raises(CodegenError, match="exceeds int32"):
         generate(big_k, FLOAT)

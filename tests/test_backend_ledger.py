@@ -35,7 +35,18 @@ def test_only_fused_sites_get_entries():
 def test_two_sites_measured_separately():
     model = matmul_model(fused_post(FLOAT))
     st = model.steps[0]
-    second = NpuMatMul("mm2", "x", "w", "y2", 0, 0, None, "int8", "int8", fused_post(FLOAT, "tanh"))
+    second = NpuMatMul(
+        name="mm2",
+        a="x",
+        w="w",
+        out="y2",
+        a_zp=0,
+        w_zp=0,
+        bias=None,
+        a_type="int8",
+        w_type="int8",
+        post=fused_post(FLOAT, "tanh"),
+    )
     model = LoweredModel(model.inputs, ["y", "y2"], model.constants, [st, second])
     entries = ledger(model, FLOAT)
     assert [e.site for e in entries] == ["mm", "mm2"]

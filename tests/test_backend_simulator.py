@@ -88,7 +88,18 @@ def test_per_channel_requant_and_weight_zero_points():
 def test_standalone_requant_clip_and_host_kernel():
     rq = requant_post(FLOAT, scale=0.01, zp=1).requant
     steps = [
-        NpuMatMul("mm", "x", "w", "acc", 3, 0, "b", "int8", "int8", None),
+        NpuMatMul(
+            name="mm",
+            a="x",
+            w="w",
+            out="acc",
+            a_zp=3,
+            w_zp=0,
+            bias="b",
+            a_type="int8",
+            w_type="int8",
+            post=None,
+        ),
         NpuRequant("rq", "acc", "q", rq),
         NpuClip("cl", "q", "c", -20, 30, "int8"),
         HostKernel("hk", ("c", "q"), "s", op("add", Var("c"), Var("q")), "int16"),
@@ -196,7 +207,7 @@ def _lowered(w, target, sigmoid):
             tuple(int(v) for v in table), "int8", "int8", target.lut_builder.index_order
         )
         post = PostProcess(rq, function="sigmoid", lut=lut, out_zp=OZ)
-    step = NpuMatMul("mm", "x", "w", "y", XZ, WZ, None, "int8", "int8", post,
+    step = NpuMatMul(name="mm", a="x", w="w", out="y", a_zp=XZ, w_zp=WZ, bias=None, a_type="int8", w_type="int8", post=post,
                      onnx_nodes=("QLinearMatMul", "QLinearSigmoid"))  # fmt: skip
     return LoweredModel([TensorSpec("x", "int8", (68, K))], ["y"], {"w": w}, [step])
 

@@ -43,7 +43,18 @@ def matmul_model(post, structure: str = "plain", seed: int = 1, m: int = M) -> L
     """x[m,K] int8 -> NpuMatMul(post) -> y."""
     w, b = weights(seed)
     step = NpuMatMul(
-        "mm", "x", "w", "y", 3, 0, "b", "int8", "int8", post, structure, ("MatMul_0", "Sigmoid_0")
+        name="mm",
+        a="x",
+        w="w",
+        out="y",
+        a_zp=3,
+        w_zp=0,
+        bias="b",
+        a_type="int8",
+        w_type="int8",
+        post=post,
+        structure=structure,
+        onnx_nodes=("MatMul_0", "Sigmoid_0"),
     )
     return LoweredModel([TensorSpec("x", "int8", (m, K))], ["y"], {"w": w, "b": b}, [step])
 

@@ -64,19 +64,19 @@ def _kind(n: Node) -> str:
 def _matmul_step(n: Node, post, structure: str, out: str | None = None) -> NpuMatMul:
     a = n.attrs
     return NpuMatMul(
-        n.name,
-        n.inputs[0],
-        f"{n.name}.w",
-        out or n.output,
-        int(a["a_zp"]),
-        a["w_zp"],
-        None,
-        a["a_type"],
-        a.get("w_type", "int8"),
-        post,
-        structure,
-        tuple(n.origin),
-        _kind(n),
+        name=n.name,
+        a=n.inputs[0],
+        w=f"{n.name}.w",
+        out=out or n.output,
+        a_zp=int(a["a_zp"]),
+        w_zp=a["w_zp"],
+        bias=None,
+        a_type=a["a_type"],
+        w_type=a.get("w_type", "int8"),
+        post=post,
+        structure=structure,
+        onnx_nodes=tuple(n.origin),
+        compute=_kind(n),
     )
 
 
@@ -215,19 +215,19 @@ class Lowerer:
         if a.get("bias") is not None:
             bias = f"{n.name}.bias"
         step = NpuMatMul(
-            n.name,
-            nat_in.name,
-            f"{n.name}.w",
-            out.name,
-            int(a["a_zp"]),
-            a["w_zp"],
-            bias,
-            a["a_type"],
-            a.get("w_type", "int8"),
-            post,
-            structure,
-            tuple(n.origin),
-            _kind(n),
+            name=n.name,
+            a=nat_in.name,
+            w=f"{n.name}.w",
+            out=out.name,
+            a_zp=int(a["a_zp"]),
+            w_zp=a["w_zp"],
+            bias=bias,
+            a_type=a["a_type"],
+            w_type=a.get("w_type", "int8"),
+            post=post,
+            structure=structure,
+            onnx_nodes=tuple(n.origin),
+            compute=_kind(n),
         )
         if ok:
             w = np.asarray(a["w"])
