@@ -38,7 +38,7 @@ def lift_spec(node, j: int) -> LiftSpec:
 
 def find_row(
     node, columns, acc: int, hint: tuple[int, ...] | None, hint_col: int
-) -> tuple[int, int, tuple[int, ...]]:
+) -> tuple[int, tuple[int, ...]]:
     """(column, row) such that the row's accumulator in that column is `acc`."""
     if hint is not None and row_value(lift_spec(node, hint_col), hint) == acc:
         return hint_col, tuple(hint)
