@@ -61,7 +61,17 @@ def epilogue(
 
 def obligations(per_k: int) -> list[tuple[str, bool, Obligation]]:
     rng = np.random.default_rng(SEED)
-    table = build_lut(LutSpec("sigmoid", 0.0625, 0, "int8", 1 / 256, -128, "int8"))
+    table = build_lut(
+        LutSpec(
+            function="sigmoid",
+            in_scale=0.0625,
+            in_zp=0,
+            in_type="int8",
+            out_scale=1 / 256,
+            out_zp=-128,
+            out_type="int8",
+        )
+    )
     table_tc = reorder_table(table, INT8, "offset", "twos_complement")
     out = []
     for k in (64, 512, 4096):

@@ -194,13 +194,13 @@ def replay_row(
     feeds, why = _to_inputs(g, node.inputs[0], A.astype(np.dtype(a_val.dtype)))
     out_name = site.activation.output
     base = WholeModelCounterexample(
-        None,
-        None,
-        None,
-        dict(assignment),
-        int(before),
-        None if after is None else int(after),
-        {"value": out_name, "column": j},
+        inputs=None,
+        expected=None,
+        actual=None,
+        assignment=dict(assignment),
+        before=int(before),
+        after=None if after is None else int(after),
+        element={"value": out_name, "column": j},
     )
     if feeds is None:
         base.note = f"not liftable to whole-model inputs: {why}"

@@ -17,7 +17,7 @@ from compiler.progress import Progress
 from compiler.report_model import Counterexample, Reason, Report, SiteReport, arrays
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CheckOptions:
     """Options of one check run (the command-line flags, parsed)."""
 

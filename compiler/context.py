@@ -12,7 +12,7 @@ from .ir import Graph
 from .site import Diagnostic, Site
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Context:
     target: Any  # npu_backend.target.Target
     policy: Any  # prover.policy.Policy

@@ -56,7 +56,7 @@ class ColumnGroup:
         return self.post.epilogue_term(acc)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BiasView:
     """A bias between the requantization and the table, whatever op carries it: a
     QLinearAdd (`qlinear_binary` node) or ORT's float DQ -> Add -> Q group."""
@@ -92,9 +92,21 @@ def bias_view(site: Site) -> BiasView | None:
     fb = getattr(site, "float_bias", None)
     if fb is not None:
         return BiasView(
-            fb.start, fb.end, fb.x_type, fb.x_scale, fb.x_zp, fb.const, fb.const_type,
-            fb.const_scale, fb.const_zp, fb.y_scale, fb.y_zp, True, False, fb.tables,
-        )  # fmt: skip
+            start=fb.start,
+            end=fb.end,
+            type=fb.x_type,
+            x_scale=fb.x_scale,
+            x_zp=fb.x_zp,
+            const=fb.const,
+            const_type=fb.const_type,
+            const_scale=fb.const_scale,
+            const_zp=fb.const_zp,
+            c_scale=fb.y_scale,
+            c_zp=fb.y_zp,
+            x_is_p=True,
+            q_scalar=False,
+            tables=fb.tables,
+        )
     for i, n in enumerate(site.chain):
         if n.op == "qlinear_binary":
             a, p = n.attrs, binary_params(n)
@@ -102,13 +114,22 @@ def bias_view(site: Site) -> BiasView | None:
             k = (p.b_scale, p.b_zp) if a["x_is_a"] else (p.a_scale, p.a_zp)
             mode = SpanMode(a["mode"])
             return BiasView(
-                i, i, p.dtype, x[0], int(x[1]), tuple(int(v) for v in a["const"]), p.dtype,
-                k[0], int(k[1]), p.c_scale, int(p.c_zp),
+                start=i,
+                end=i,
+                type=p.dtype,
+                x_scale=x[0],
+                x_zp=int(x[1]),
+                const=tuple(int(v) for v in a["const"]),
+                const_type=p.dtype,
+                const_scale=k[0],
+                const_zp=int(k[1]),
+                c_scale=p.c_scale,
+                c_zp=int(p.c_zp),
                 # which operand MLAS treats as the span (prover.qlinear_binary_of)
                 x_is_p=a["x_is_a"] != (mode is SpanMode.A_SCALAR),
                 q_scalar=mode is not SpanMode.GENERAL,
                 node=n,
-            )  # fmt: skip
+            )
     return None
 
 
@@ -159,10 +180,19 @@ def before_term(site: Site, x: Term, j: int, start: int = 0) -> Term:
 def add_stage(b: BiasView, j: int, fma: bool) -> AddParams:
     """The target's add stage computing bias `b` for column `j`."""
     return AddParams(
-        b.type, b.x_scale, b.x_zp, b.const_of(j), b.const_scale, b.const_zp, b.c_scale,
-        b.c_zp, x_is_p=b.x_is_p, q_scalar=b.q_scalar, fma=fma,
+        type=b.type,
+        x_scale=b.x_scale,
+        x_zp=b.x_zp,
+        const=b.const_of(j),
+        const_scale=b.const_scale,
+        const_zp=b.const_zp,
+        c_scale=b.c_scale,
+        c_zp=b.c_zp,
+        x_is_p=b.x_is_p,
+        q_scalar=b.q_scalar,
+        fma=fma,
         const_type=None if b.const_type == b.type else b.const_type,
-    )  # fmt: skip
+    )
 
 
 def folded_bias(b: BiasView, requant_scale: float, j: int) -> tuple[int, float]:

@@ -24,7 +24,7 @@ from .site import Site
 EIGHT_BIT = ("int8", "uint8")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FloatBias:
     """The recognised group: chain indices, its parameters, and ORT's per-column tables."""
 
@@ -101,7 +101,19 @@ def recognize(g: Graph, site: Site, stage_out: str) -> FloatBias | None:
         if x[3] != y[3] or g.values[stage_out].dtype != x[3]:
             return None  # the add stage keeps the intermediate type
         const = tuple(int(v) for v in np.broadcast_to(data.reshape(-1), (n_cols,)))
-        return FloatBias(i, c, x[3], x[1], x[2], const, data.dtype.name, cq[1], cq[2], y[1], y[2])
+        return FloatBias(
+            start=i,
+            const_node=c,
+            x_type=x[3],
+            x_scale=x[1],
+            x_zp=x[2],
+            const=const,
+            const_type=data.dtype.name,
+            const_scale=cq[1],
+            const_zp=cq[2],
+            y_scale=y[1],
+            y_zp=y[2],
+        )
     return None
 
 

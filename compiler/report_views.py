@@ -51,7 +51,7 @@ class TableView:
         return np.nonzero(self.reference != self.npu)[0]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EpilogueView:
     """Both sides of one epilogue obligation over its whole accumulator range, exactly."""
 

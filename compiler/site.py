@@ -43,7 +43,7 @@ class Reason:
         return {"code": self.code, "message": self.message}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class WholeModelCounterexample:
     """A refutation replayed on the whole model."""
 
@@ -78,7 +78,7 @@ class WholeModelCounterexample:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Site:
     """One candidate fusion: a compute op, the chain after it, and the activation it ends in."""
 

@@ -32,7 +32,7 @@ class LedgerError(RuntimeError):
     """Fused and unfused programs disagree (a backend bug), or the model has no inputs to run."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FusionEntry:
     """Measured effect of one fusion (fused minus unfused, as positive savings)."""
 

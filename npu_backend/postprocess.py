@@ -137,7 +137,7 @@ class LutParams:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AddParams:
     """The post-requantization add stage: QLinearAdd(x, const) in float32, MLAS's formula.
 

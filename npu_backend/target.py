@@ -37,7 +37,7 @@ class TargetError(BadInput, ValueError):
     """A target description that is missing, malformed or inconsistent."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ComputeCaps:
     """What one compute op's postprocessor supports on a target."""
 
@@ -117,17 +117,17 @@ class Target:
         """A `LutSpec` with this target's builder settings (rounding, zp placement, ...)."""
         b = self.lut_builder
         return LutSpec(
-            function,
-            float(in_scale),
-            int(in_zp),
-            in_type,
-            float(out_scale),
-            int(out_zp),
-            out_type,
-            b.rounding,
-            b.zp_placement,
-            b.precision,
-            b.index_order,
+            function=function,
+            in_scale=float(in_scale),
+            in_zp=int(in_zp),
+            in_type=in_type,
+            out_scale=float(out_scale),
+            out_zp=int(out_zp),
+            out_type=out_type,
+            rounding=b.rounding,
+            zp_placement=b.zp_placement,
+            precision=b.precision,
+            index_order=b.index_order,
         )
 
     def requant_params(

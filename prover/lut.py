@@ -110,7 +110,7 @@ FUNCTIONS: dict[str, Callable[[np.ndarray, type], np.ndarray]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LutSpec:
     """Everything that determines a quantized activation table."""
 
@@ -241,8 +241,16 @@ def build_ort_leaky_relu_table(
 
     Dequantize and quantize exactly as for `build_ort_sigmoid_table`.
     """
-    spec = LutSpec("identity", float(in_scale), int(in_zp), in_type, float(out_scale),
-                   int(out_zp), out_type, index_order=index_order)  # fmt: skip
+    spec = LutSpec(
+        function="identity",
+        in_scale=float(in_scale),
+        in_zp=int(in_zp),
+        in_type=in_type,
+        out_scale=float(out_scale),
+        out_zp=int(out_zp),
+        out_type=out_type,
+        index_order=index_order,
+    )
     spec.validate()
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64)
@@ -319,8 +327,16 @@ def build_ort_qdq_table(
         if not (math.isfinite(float(s_t)) and float(s_t) > 0 and float(s_t) == float(s)):
             raise KernelError(f"scale {s} is not a finite positive {scale_type}")
     # validates types, zero points and index order
-    LutSpec("identity", float(in_scale), int(in_zp), in_type, float(out_scale), int(out_zp),
-            out_type, index_order=index_order).validate()  # fmt: skip
+    LutSpec(
+        function="identity",
+        in_scale=float(in_scale),
+        in_zp=int(in_zp),
+        in_type=in_type,
+        out_scale=float(out_scale),
+        out_zp=int(out_zp),
+        out_type=out_type,
+        index_order=index_order,
+    ).validate()
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64)
     with np.errstate(over="ignore"):

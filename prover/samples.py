@@ -14,7 +14,17 @@ from .terms import Term, Var, op
 
 
 def sigmoid_table(in_scale: float = 0.0625) -> tuple[int, ...]:
-    t = build_lut(LutSpec("sigmoid", in_scale, 0, "int8", 1 / 256, -128, "int8"))
+    t = build_lut(
+        LutSpec(
+            function="sigmoid",
+            in_scale=in_scale,
+            in_zp=0,
+            in_type="int8",
+            out_scale=1 / 256,
+            out_zp=-128,
+            out_type="int8",
+        )
+    )
     return tuple(int(v) for v in t)
 
 

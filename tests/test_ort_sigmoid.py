@@ -62,10 +62,29 @@ def test_qlinear_sigmoid_tables_match_ort(rng, dtype):
 def test_plain_sigmoid_differs_where_mlas_matches(case):
     dtype, xs, xz, ys, yz = case
     want = M.run_lookup(M.qlinear_lookup("QLinearSigmoid", dtype), dtype, xs, xz, ys, yz)
-    spec = LutSpec("sigmoid_mlas" if FUSED else "sigmoid_mlas_nofma", xs, xz, dtype, ys, yz, dtype)
+    spec = LutSpec(
+        function="sigmoid_mlas" if FUSED else "sigmoid_mlas_nofma",
+        in_scale=xs,
+        in_zp=xz,
+        in_type=dtype,
+        out_scale=ys,
+        out_zp=yz,
+        out_type=dtype,
+    )
     assert np.array_equal(build_lut(spec), want)
     if FUSED:  # the regression cases were found with the FMA kernel
-        plain = build_lut(LutSpec("sigmoid", xs, xz, dtype, ys, yz, dtype, precision="float32"))
+        plain = build_lut(
+            LutSpec(
+                function="sigmoid",
+                in_scale=xs,
+                in_zp=xz,
+                in_type=dtype,
+                out_scale=ys,
+                out_zp=yz,
+                out_type=dtype,
+                precision="float32",
+            )
+        )
         assert (plain != want).sum() >= 1
 
 

@@ -64,5 +64,15 @@ def test_qdq_tanh_table(rng, dtype):
             helper.make_tensor("yz", et, [], [yz]),
         ]
         want = _model(nodes, dtype, dtype, inits).run(None, {"x": x})[0].astype(np.int64)
-        got = build_lut(LutSpec("tanh_mlas", xs, xz, dtype, ys, yz, dtype))
+        got = build_lut(
+            LutSpec(
+                function="tanh_mlas",
+                in_scale=xs,
+                in_zp=xz,
+                in_type=dtype,
+                out_scale=ys,
+                out_zp=yz,
+                out_type=dtype,
+            )
+        )
         assert np.array_equal(got, want), (xs, xz, ys, yz)

@@ -68,7 +68,14 @@ def run(g: Graph, ctx) -> Graph:
             if is_compute(p):
                 if p.op == "fused":
                     break  # already fused by an earlier run: nothing new to propose
-                sites.append(Site(f"site-{len(sites)}", pattern_of(p, chain), p, chain))
+                sites.append(
+                    Site(
+                        id=f"site-{len(sites)}",
+                        pattern=pattern_of(p, chain),
+                        compute=p,
+                        chain=chain,
+                    )
+                )
                 break
             varying = varying_inputs(g, p)
             if len(varying) != 1:
