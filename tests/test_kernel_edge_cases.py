@@ -65,7 +65,16 @@ def test_int32_to_float32_inexact_above_2_pow_24():
 
 
 def test_lut_index_order_offset_vs_twos_complement():
-    spec = L.LutSpec("sigmoid", 0.05, 0, "int8", 1 / 256, -128, "int8", index_order="offset")
+    spec = L.LutSpec(
+        function="sigmoid",
+        in_scale=0.05,
+        in_zp=0,
+        in_type="int8",
+        out_scale=1 / 256,
+        out_zp=-128,
+        out_type="int8",
+        index_order="offset",
+    )
     off = L.build_lut(spec)
     twos = L.build_lut(L.LutSpec(**{**spec.__dict__, "index_order": "twos_complement"}))
     assert not np.array_equal(off, twos)
@@ -80,7 +89,17 @@ def test_lut_index_order_offset_vs_twos_complement():
     assert L.lut_index(NUMPY, np.int64(-128), INT8, "twos_complement") == 128
     assert L.lut_index(NUMPY, np.int64(-1), INT8, "twos_complement") == 255
     # For an unsigned input type both orders coincide.
-    u = L.build_lut(L.LutSpec("sigmoid", 0.05, 128, "uint8", 1 / 256, 0, "uint8"))
+    u = L.build_lut(
+        L.LutSpec(
+            function="sigmoid",
+            in_scale=0.05,
+            in_zp=128,
+            in_type="uint8",
+            out_scale=1 / 256,
+            out_zp=0,
+            out_type="uint8",
+        )
+    )
     assert np.array_equal(L.reorder_table(u, UINT8, "offset", "twos_complement"), u)
 
 
