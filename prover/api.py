@@ -24,8 +24,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from . import enumerate as _enum
 from . import segments as _seg
@@ -114,6 +115,7 @@ def decide(
     budget = budget or Budget()
     deadline = time.perf_counter() + budget.timeout_s
     solver = solver_name(solver)
+    order: tuple[str, ...]
     if solver == "auto":
         order = PORTFOLIO
     else:
@@ -163,7 +165,7 @@ def check(
     made = decide(ob, solver, budget, cross_check)
     first = made[0]
     decisive = [m.procedure for m in made if m.decisive]
-    details = {
+    details: dict[str, Any] = {
         "budget": budget.to_dict(),
         "cross_checked_by": (decisive[1] if len(decisive) > 1 else None) if cross_check else None,
         "solver_version": first.version,
@@ -182,16 +184,16 @@ def check(
         v = Verdict(
             "proven", ob.policy, ob.hash, first.procedure, ms, first.max_diff, details=details
         )
-    elif not fits(replace(ob, ranges={**ob.ranges, **_point(first.witness)}), 1 << 63):
+    elif not fits(replace(ob, ranges={**ob.ranges, **_point(first.violation())}), 1 << 63):
         why = (
-            f"{first.procedure} found a violation at {_fmt(first.witness)}, but values there "
+            f"{first.procedure} found a violation at {_fmt(first.violation())}, but values there "
             "exceed 64 bits and the concrete replay cannot confirm it"
         )
         return Verdict(
             UNKNOWN, ob.policy, ob.hash, first.procedure, ms, reason=why, details=details
         )
     else:
-        cex = replay(ob, first.witness)
+        cex = replay(ob, first.violation())
         if ob.lift is not None and cex.lifted_input is None:
             found = _liftable_witness(
                 ob, solver, budget, cex.assignment[ob.lift.var], t0 + budget.timeout_s
@@ -216,7 +218,7 @@ def check(
             details["minimal"] = False
         for other in made[1:]:
             if other.status == VIOLATED:  # a cross-checking witness must reproduce as well
-                replay(ob, other.witness)
+                replay(ob, other.violation())
         details["minimal"] = first.minimal
         reason = (
             f"{_fmt(cex.assignment)}: before={cex.before} after={cex.after} (|diff|={cex.diff})"
@@ -252,6 +254,7 @@ def _serve(ob: Obligation, ps: ProofStore, rlimit: int | None, t0: float) -> Ver
     if rec is None:
         return None
     cached = rec.verdict
+    how: str | None
     if cached.counterexample is not None:
         replay(ob, cached.counterexample.assignment)  # a stored refutation still reproduces
         how = "replayed"
@@ -329,9 +332,12 @@ def _liftable_witness(
     range is split around each unreachable witness and searched again, a bounded
     number of times, within what is left of the obligation's own time budget.
     """
-    var = ob.lift.var
+    lift = ob.lift
+    if lift is None:
+        return None
+    var = lift.var
     lo, hi = ob.ranges[var]
-    pending = _split_reachable(ob.lift, lo, hi, bad)
+    pending = _split_reachable(lift, lo, hi, bad)
     while pending and attempts > 0:
         a, b = pending.pop(0)
         if a > b:
@@ -347,11 +353,11 @@ def _liftable_witness(
             continue
         if d.status != VIOLATED:
             continue
-        cex = replay(sub, d.witness)
+        cex = replay(sub, d.violation())
         if cex.lifted_input is not None:
             return cex
         w = cex.assignment[var]
-        pending += _split_reachable(ob.lift, a, b, w)
+        pending += _split_reachable(lift, a, b, w)
     return None
 
 
@@ -369,9 +375,9 @@ def _split_reachable(lift: LiftSpec, a: int, b: int, w: int) -> list[tuple[int, 
     return [(a, below), (above, b)]
 
 
-def _point(w: dict[str, int]) -> dict[str, tuple[int, int]]:
+def _point(w: Mapping[str, int]) -> dict[str, tuple[int, int]]:
     return {k: (int(v), int(v)) for k, v in w.items()}
 
 
-def _fmt(a: dict[str, int]) -> str:
+def _fmt(a: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in a.items())

@@ -88,17 +88,19 @@ def magnitude(ob: Obligation) -> int | None:
         if id(t) in memo:
             return memo[id(t)]
         if isinstance(t, T.Var):
-            iv: Interval | None = tuple(ob.ranges[t.name])
+            lo, hi = ob.ranges[t.name]
+            iv: Interval | None = (int(lo), int(hi))
         elif isinstance(t, T.Const):
             iv = (int(t.value), int(t.value))
         else:
             args = [go(a) for a in t.args]
+            ivs = [a for a in args if a is not None]
             rule = RULES.get(t.prim)
-            if rule is None or any(a is None for a in args):
+            if rule is None or len(ivs) != len(args):
                 known = False
                 iv = None
             else:
-                iv = rule(args, t.kwargs)
+                iv = rule(ivs, t.kwargs)
         if iv is not None:
             see(iv)
         memo[id(t)] = iv

@@ -91,7 +91,7 @@ def replay(ob: Obligation, assignment: Mapping[str, int]) -> Counterexample:
     if not ok_a and not undefined:
         raise ReplayMismatch(f"witness {assignment}: implementation precondition not located")
     diff = None if undefined else max(abs(x - y) for x, y in zip(b, a, strict=True))
-    if not undefined and ob.policy.allows(diff):
+    if diff is not None and ob.policy.allows(diff):
         raise ReplayMismatch(
             f"witness {assignment} does not reproduce: before={b} after={a} under {ob.policy}"
         )

@@ -26,6 +26,12 @@ class Decision:
     time_ms: float = 0.0
     stats: dict = field(default_factory=dict)
 
+    def violation(self) -> dict[str, int]:
+        """The witness of a `violated` decision (a ValueError if there is none)."""
+        if self.witness is None:
+            raise ValueError(f"{self.procedure}: a {self.status} decision has no witness")
+        return self.witness
+
     @property
     def decisive(self) -> bool:
         return self.status in (HOLDS, VIOLATED)

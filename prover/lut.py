@@ -173,7 +173,7 @@ def build_lut(spec: LutSpec) -> np.ndarray:
     """The table of `spec` in its physical index order (int64 entries)."""
     spec.validate()
     it, ot = int_type(spec.in_type), int_type(spec.out_type)
-    ft = np.float32 if spec.precision == "float32" else np.float64
+    ft: type[np.floating[Any]] = np.float32 if spec.precision == "float32" else np.float64
     xs = np.arange(it.min, it.max + 1, dtype=np.int64)
     real = (xs - spec.in_zp).astype(ft) * ft(spec.in_scale)
     with np.errstate(over="ignore"):

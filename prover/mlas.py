@@ -22,6 +22,7 @@ float64 and round-to-odd, which makes the final rounding to float32 correct).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 F32 = np.float32
 
@@ -51,7 +52,7 @@ BETA = tuple(
 )
 
 
-def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> np.ndarray:
     """float32 fused multiply-add `a*b + c` with a single rounding (round half to even).
 
     The float32 product is exact in float64; the float64 sum is turned into its

@@ -94,7 +94,7 @@ def pair_bounds(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def reachable_columns(w: np.ndarray) -> np.ndarray:
     """Per column: can some uint8 input row saturate some pair (bool [N])."""
     lo, hi = pair_bounds(w)
-    return ((hi > INT16_MAX) | (lo < INT16_MIN)).any(axis=0)
+    return np.asarray(((hi > INT16_MAX) | (lo < INT16_MIN)).any(axis=0))
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class SaturatingPairs:
         return bool(self.above or self.below)
 
 
-def saturating_pairs(w_col: Sequence[int]) -> SaturatingPairs:
+def saturating_pairs(w_col: Sequence[int] | np.ndarray) -> SaturatingPairs:
     """Which pairs (k = 2i, 2i+1) of one raw int8 weight column can saturate."""
     lo, hi = pair_bounds(np.asarray(w_col, dtype=np.int64).reshape(-1, 1))
     return SaturatingPairs(
@@ -143,7 +143,11 @@ def saturating_row(w_col: Sequence[int]) -> tuple[int, ...] | None:
 
 
 def column_accs(
-    row: Sequence[int], w_col: Sequence[int], a_zp: int, w_zp: int, bias: int
+    row: Sequence[int] | np.ndarray,
+    w_col: Sequence[int] | np.ndarray,
+    a_zp: int,
+    w_zp: int,
+    bias: int,
 ) -> tuple[int, int]:
     """(exact, pair-saturating) accumulator of one row against one weight column."""
     a = np.asarray(row, dtype=np.int64).reshape(1, -1)

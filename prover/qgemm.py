@@ -71,7 +71,7 @@ class QGemmParams:
             raise KernelError(f"QGemm alpha {self.alpha} must be finite")
         if (self.y_scale is None) != (self.y_zp is None):
             raise KernelError("QGemm y_scale and y_zero_point must be given together")
-        if self.y_scale is not None:
+        if self.y_scale is not None and self.y_zp is not None:
             _check_scale("y_scale", self.y_scale)
             y_type = self.y_type or self.a_type
             if y_type != self.a_type:
@@ -155,8 +155,8 @@ def qgemm_acc(
     prof = get_profile(profile) if isinstance(profile, str) else profile
     a64, b64 = _operands(a, b, p)
     m, n = a64.shape[0], b64.shape[1]
-    b_zp = np.asarray(p.b_zp, dtype=np.int64)
-    b_zp = b_zp if b_zp.size > 1 else int(b_zp[0])
+    zps = np.asarray(p.b_zp, dtype=np.int64)
+    b_zp: np.ndarray | int = zps if zps.size > 1 else int(zps[0])
     bias = None if c is None else broadcast_bias(c, m, n)
     u8s8 = p.a_type == "uint8" and p.b_type == "int8"
     if u8s8 and prof.u8s8_accumulation is Accumulation.PAIR_SATURATING_INT16:
@@ -177,7 +177,7 @@ def qgemm(
     acc = qgemm_acc(a, b, p, c, profile)
     scale = output_scales(p)
     if p.quantized_output:
-        return requant_float_concrete(acc, scale, int(p.y_zp), p.out)
+        return requant_float_concrete(acc, scale, _y_zp(p), p.out)
     return (acc.astype(F32) * scale).astype(F32)
 
 
@@ -190,4 +190,10 @@ def qgemm_epilogue(d: Domain, acc: Any, p: QGemmParams, column: int = 0) -> Any:
         raise KernelError("a float-output QGemm has no integer epilogue")
     s = output_scales(p)
     scale = s[column] if s.size > 1 else s[0]
-    return requant_float(d, acc, float(scale), int(p.y_zp), p.out)
+    return requant_float(d, acc, float(scale), _y_zp(p), p.out)
+
+
+def _y_zp(p: QGemmParams) -> int:
+    if p.y_zp is None:
+        raise KernelError("a float-output QGemm has no output zero point")
+    return int(p.y_zp)

@@ -125,6 +125,8 @@ def cuts(t: T.Term, out: set | None = None) -> set:
 def _chain_interval(t: T.Term, iv: Interval) -> Interval:
     if isinstance(t, T.Var):
         return iv
+    if not isinstance(t, T.Op):
+        raise NotApplicable("a constant inside a unary chain")
     inner = _chain_interval(t.args[0], iv)
     res = MONOTONE[t.prim](inner, t.kwargs)
     if max(abs(res[0]), abs(res[1])) >= SAFE:

@@ -9,8 +9,9 @@ Bitwuzla gets wall time (it has no resource counter).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import z3
 
@@ -119,7 +120,15 @@ def run_cvc5(text: str, names: Sequence[str], budget: Budget, width: int = WIDTH
     return SatResult("unknown", reason=f"cvc5: {r.getUnknownExplanation()}")
 
 
-BACKENDS: dict[str, Callable[[str, Sequence[str], Budget], SatResult]] = {
+class Backend(Protocol):
+    """How `run` calls a backend: SMT-LIB2 text, the variables to read back, the budget."""
+
+    def __call__(
+        self, text: str, names: Sequence[str], budget: Budget, *, width: int = WIDTH
+    ) -> SatResult: ...
+
+
+BACKENDS: dict[str, Backend] = {
     "bitwuzla": run_bitwuzla,
     "z3": run_z3,
     "cvc5": run_cvc5,
