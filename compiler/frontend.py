@@ -971,8 +971,16 @@ class _Builder:
         # QuantizeLinear-23 divides in `precision`, by default the scale's type.
         q_version = self.opsets.get("", self.opsets.get("ai.onnx", 0))
         precision = ys_t if q_version >= 23 else "float32"
-        if dq_type is None and ys_t == "float16":
-            dq_type = self.ort_dq_type(q)
+        if ys_t == "float16":
+            # written with casts or not, the group means what ORT runs (it may move casts)
+            ort_type = self.ort_dq_type(q)
+            if dq_type not in (None, ort_type):
+                raise self.fail(
+                    q,
+                    f"ONNX Runtime runs this float16 QDQ group's DequantizeLinear in {ort_type}, "
+                    f"not the {dq_type} its casts say; not supported",
+                )
+            dq_type = ort_type
         self.lut(
             q,
             members,

@@ -233,3 +233,24 @@ def test_cast_of_a_constant_that_is_not_folded_is_exit_2(tmp_path):
     assert_one_line_error(
         prover("check", p, "--proofs-mode", "off", "--no-progress"), "node 'cast_c' (Cast)"
     )
+
+
+def test_user_written_casts_after_a_producer_are_read_as_written():
+    """DQ(f16) -> Cast(float) -> Tanh -> Cast(float16) -> Q after a Reshape: the user's own
+    casts keep the DQ output in float16 (ORT does not move them), unlike the plain group."""
+    nodes = [
+        oh.make_node("Reshape", ["x", "shape"], ["xi"], name="rs"),
+        oh.make_node("DequantizeLinear", ["xi", "xs", "xz"], ["d"], name="dq"),
+        oh.make_node("Cast", ["d"], ["d32"], to=TP.FLOAT, name="c1"),
+        oh.make_node("Tanh", ["d32"], ["a32"], name="act"),
+        oh.make_node("Cast", ["a32"], ["a"], to=TP.FLOAT16, name="c2"),
+        oh.make_node("QuantizeLinear", ["a", "ys", "yz"], ["y"], name="q"),
+    ]
+    plain = _group("Reshape")
+    m = finish(nodes, list(plain.graph.input), list(plain.graph.output),
+               list(plain.graph.initializer), 20)  # fmt: skip
+    g, _ = to_ir(m)
+    lut = next(n for n in g.nodes if n.op == "lut")
+    assert tuple(lut.attrs["table"]) == tuple(_table("float16"))
+    for level in ("off", "all"):
+        np.testing.assert_array_equal(run_graph(g, ALL_U8)["y"], ort_run(m, ALL_U8, level)[0])
