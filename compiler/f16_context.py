@@ -119,14 +119,54 @@ def _ort_graph(model_bytes: bytes, level: str) -> bytes:
         return out.read_bytes()
 
 
+PROJECT_DOMAIN = "ai.npufusion"
+_INT_TYPES = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8, "int16": TensorProto.INT16,
+              "uint16": TensorProto.UINT16, "int32": TensorProto.INT32}  # fmt: skip
+
+
+def without_project_ops(m: onnx.ModelProto) -> onnx.ModelProto:
+    """`m` with each project-domain node (ONNX Runtime cannot run it) cut out: its outputs
+    become graph inputs and its inputs graph outputs, as when ORT runs the standard nodes
+    around it and the project's kernel runs in between."""
+    proj = [n for n in m.graph.node if n.domain == PROJECT_DOMAIN]
+    if not proj:
+        return m
+    r = onnx.ModelProto()
+    r.CopyFrom(m)
+    known = {vi.name: vi for vi in [*m.graph.value_info, *m.graph.output]}
+    keep = [n for n in r.graph.node if n.domain != PROJECT_DOMAIN]
+    del r.graph.node[:]
+    r.graph.node.extend(keep)
+    have_out = {o.name for o in r.graph.output}
+    for n in proj:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        t = attrs.get("output_type", b"int8")
+        t = t.decode() if isinstance(t, bytes) else str(t)
+        for o in n.output:
+            if o in known:
+                r.graph.input.append(known[o])
+            else:
+                tt = _INT_TYPES.get(t, TensorProto.INT8)
+                r.graph.input.append(onnx.helper.make_tensor_value_info(o, tt, None))
+        for i in n.input:
+            if i and i not in have_out:
+                r.graph.output.append(onnx.ValueInfoProto(name=i))
+                have_out.add(i)
+    ops = [o for o in r.opset_import if o.domain != PROJECT_DOMAIN]
+    del r.opset_import[:]
+    r.opset_import.extend(ops)
+    return r
+
+
 def ort_dequantize_types(m: onnx.ModelProto, level: str) -> dict[str, str]:
     """For each float16 activation group ORT runs at `level` ("off" or "default"): the type
     of its DequantizeLinear's output (see the module docstring), by QuantizeLinear output
     name and by `node:` + its node name.
 
     A group missing from the answer has a cast placement this module does not model.
+    Project-domain nodes are cut out first (`without_project_ops`).
     """
-    r = onnx.load_from_string(_ort_graph(m.SerializeToString(), level))
+    r = onnx.load_from_string(_ort_graph(without_project_ops(m).SerializeToString(), level))
     users: dict[str, int] = {}
     for n in r.graph.node:
         for i in n.input:

@@ -254,3 +254,22 @@ def test_user_written_casts_after_a_producer_are_read_as_written():
     assert tuple(lut.attrs["table"]) == tuple(_table("float16"))
     for level in ("off", "all"):
         np.testing.assert_array_equal(run_graph(g, ALL_U8)["y"], ort_run(m, ALL_U8, level)[0])
+
+
+@pytest.mark.parametrize("pre,dq_type", [(None, "float16"), ("Reshape", "float32")])
+def test_group_after_a_project_requantize(pre, dq_type):
+    """ORT cannot run ai.npufusion Requantize: it is cut out and its output read as an input
+    of the graph ORT runs around it (the fuzzer's reference runs those segments the same way)."""
+    base = _group(pre)
+    rq = oh.make_node("Requantize", ["acc"], ["x"], name="rq", domain="ai.npufusion",
+                      multiplier=1 << 30, shift=0, zero_point=0, output_type="uint8")  # fmt: skip
+    g = oh.make_graph([rq, *base.graph.node], "g",
+                      [oh.make_tensor_value_info("acc", TP.INT32, [256])],
+                      list(base.graph.output), list(base.graph.initializer))  # fmt: skip
+    m = oh.make_model(
+        g, opset_imports=[oh.make_opsetid("", 20), oh.make_opsetid("ai.npufusion", 1)]
+    )
+    m.ir_version = 10
+    ir, _ = to_ir(m)
+    lut = next(n for n in ir.nodes if n.op == "lut")
+    assert tuple(lut.attrs["table"]) == tuple(_table(dq_type))
