@@ -6,6 +6,9 @@ import pytest
 # Every JSON report a test writes under tmp_path is validated against the shipped schema.
 from report_schema_hook import pytest_sessionfinish  # noqa: F401
 
+# `--cpu-durations=N`: CPU time per test, the measure of the suite's time budget.
+pytest_plugins = ["cpu_time_hook"]
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:
