@@ -1,6 +1,8 @@
 """Fuzzing the front door: hostile ONNX files fed to `prover check` and `npuc compile`.
 
-Real subprocesses (as users run them), under a memory limit and a timeout. For every
+Each command runs in its own process under a memory limit and a timeout, forked from one
+driver that imported the tools once (`fork_runner`: a fresh interpreter per command spent
+most of this module's 20-70 s of CPU on imports). For every
 hostile case: exit code 2, exactly one stderr line, no traceback, nothing (no verdict)
 on stdout, no program written. Random byte flips of a valid model must never crash:
 rejected (2, as above) or decided (0, 1, 3). Cases in `KNOWN` are open bugs found by
@@ -9,10 +11,9 @@ this fuzzer (strict xfail: they fail loudly once fixed, so the marker gets remov
 
 from __future__ import annotations
 
-import resource
+import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import fuzz_models as F
@@ -32,26 +33,34 @@ KNOWN: dict[tuple[str, str], str] = {}
 # error line for a zero scale.
 
 
-def _limit() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-
-
-def run_tool(tool: str, model: Path, out_dir: Path) -> subprocess.CompletedProcess:
+def tool_argv(tool: str, model: Path, out_dir: Path) -> list[str]:
     """`prover check MODEL` or `npuc compile MODEL -o ...`, proof store off, no progress bar."""
     common = ["--proofs-mode", "off", "--no-progress", "--timeout", "5"]
     if tool == "prover":
-        args = ["-m", "compiler.cli_prover", "check", str(model), *common]
-    else:
-        prog = out_dir / f"{model.stem}.npuprog"
-        args = ["-m", "compiler.cli_npuc", "compile", str(model), "-o", str(prog), *common]
-    return subprocess.run(
-        [sys.executable, *args],
+        return ["check", str(model), *common]
+    prog = out_dir / f"{model.stem}.npuprog"
+    return ["compile", str(model), "-o", str(prog), *common]
+
+
+def run_tools(jobs: list[tuple[str, Path, Path]]) -> list[subprocess.CompletedProcess]:
+    """Run (tool, model, out_dir) command lines, one forked process each (`fork_runner`)."""
+    spec = [
+        {"tool": t, "argv": tool_argv(t, m, o), "memory": MEMORY_LIMIT, "timeout": TIMEOUT_S}
+        for t, m, o in jobs
+    ]
+    driver = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("fork_runner.py"))],
+        input=json.dumps(spec),
         capture_output=True,
         text=True,
         cwd=REPO,
-        timeout=TIMEOUT_S,
-        preexec_fn=_limit,
+        timeout=TIMEOUT_S * max(1, len(jobs)),
+        check=True,
     )
+    return [
+        subprocess.CompletedProcess([t, *s["argv"]], r["returncode"], r["stdout"], r["stderr"])
+        for (t, _, _), s, r in zip(jobs, spec, json.loads(driver.stdout), strict=True)
+    ]
 
 
 # `npuc compile` shares the model validation of `prover check`; by default it runs on
@@ -65,8 +74,7 @@ NPUC_DEFAULT = {
 
 def _run_all(cases: list[F.Case], out_dir: Path, want=lambda name, tool: True) -> dict:
     jobs = [(c, t) for c in cases for t in ("prover", "npuc") if want(c.name, t)]
-    with ThreadPoolExecutor(max_workers=3) as ex:
-        procs = list(ex.map(lambda ct: run_tool(ct[1], ct[0].path, out_dir), jobs))
+    procs = run_tools([(t, c.path, out_dir) for c, t in jobs])
     return {(c.name, t): (c, p) for (c, t), p in zip(jobs, procs, strict=True)}
 
 
