@@ -198,7 +198,8 @@ class Synthesis:
     def after(self, acc: Term) -> Term:
         """The synthesised epilogue term (raises when none exists)."""
         if self.params is None:
-            raise KernelError("no parameters were synthesised: " + self.conflict.message())
+            why = self.conflict.message() if self.conflict is not None else "none found"
+            raise KernelError("no parameters were synthesised: " + why)
         return self.params.term(acc)
 
 
@@ -386,10 +387,10 @@ def _window(p: _Problem, cmin: int, cmax: int, n: int) -> Intervals:
     x: Intervals = [(int(s), int(e))]
     if n >= 2:
         a, b = x[0][0], x[0][1] - 1
-        ks = np.arange(p.kmin, p.kmax, dtype=np.int64)
-        m = len(ks)
+        levels = np.arange(p.kmin, p.kmax, dtype=np.int64)
+        m = len(levels)
         rows_x = np.concatenate([np.full(m, cmin), np.full(m, cmin), np.full(m, cmax - 1)])
-        rows_k = np.concatenate([ks, ks + 1, ks + p.span + 1])
+        rows_k = np.concatenate([levels, levels + 1, levels + p.span + 1])
         ge_s, ge_e, lt_s, lt_e = _level_sets(p.scheme, p.shift, rows_x, rows_k, a, b)
         # Q(cmin) == k and Q(cmax - 1) <= k + span
         s = np.maximum(np.maximum(ge_s[:m], lt_s[m : 2 * m]), lt_s[2 * m :])
@@ -537,7 +538,7 @@ def synthesize(
     else:
         raise KernelError(f"reference zero point {ref_zp} does not fit {mid.name}")
     tried = 0
-    best_fail = (-1, None)
+    best_fail: tuple[int, tuple[str, int] | None] = (-1, None)
     for scheme in space.schemes:
         for shift in _shift_order(space, scheme, scale):
             if not _shift_fits(scheme, shift, lo, hi):
@@ -579,8 +580,8 @@ def synthesize(
         a, b = c - 1, c
     outs = ref.at(np.array([a, b]))
     conflict = Conflict((a, b), (int(outs[0]), int(outs[1])), fail, len(pts))
-    ms = (time.perf_counter() - t0) * 1000
-    return Synthesis("impossible", None, conflict, len(pts), tried, ms)
+    elapsed = (time.perf_counter() - t0) * 1000
+    return Synthesis("impossible", None, conflict, len(pts), tried, elapsed)
 
 
 def _ideal(scale: float, shift: int, mmax: int) -> tuple[int, float]:
@@ -623,7 +624,7 @@ def propose(
     """The synthesised parameters and the `after` term over `Var(var)` (raises if none)."""
     s = synthesize(before, var, lo, hi, space)
     if s.params is None:
-        raise KernelError(s.conflict.message())
+        raise KernelError(s.conflict.message() if s.conflict else "no parameters found")
     return s.params, s.params.term(Var(var))
 
 
