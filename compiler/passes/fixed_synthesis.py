@@ -84,7 +84,8 @@ def describe(s: Synthesis | Exception) -> str:
         p = s.params
         return (f"synthesised multiplier={p.multiplier} shift={p.shift} zp={p.zp} "
                 f"({s.change_points} reference steps, {s.time_ms:.0f} ms)")  # fmt: skip
-    return f"no {'/'.join(CHOOSABLE)} on this target works: {s.conflict.message()}"
+    why = s.conflict.message() if s.conflict is not None else "none found"
+    return f"no {'/'.join(CHOOSABLE)} on this target works: {why}"
 
 
 def _compute_kind(node) -> str:
@@ -148,6 +149,15 @@ def summary(site) -> str:
             parts = [f"{kinds.count(k)} {k}" for k in ("rounded", "synthesised", "impossible",
                                                         "refuted") if kinds.count(k)]  # fmt: skip
             return f"requantization of {len(kinds)} column groups: " + ", ".join(parts)
+    return ""
+
+
+def refuted_note(site, columns: tuple[int, ...]) -> str:
+    """'; <what synthesis found>' for the refuted group `columns` ('' when not tried)."""
+    for d in site.details:
+        for o in d.get("requant", ()):
+            if o["columns"][0] == columns[0] and o["kind"] != "rounded":
+                return f"; {o['message']}"
     return ""
 
 
