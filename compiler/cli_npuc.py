@@ -137,7 +137,7 @@ def _inputs(args: argparse.Namespace) -> int:
 
     from compiler.cli_common import check_model_file
     from compiler.model_inputs import from_float, input_specs, skeleton
-    from npu_backend.runner import load_inputs
+    from npu_backend.runner import load_inputs, save_arrays
 
     model = check_model_file(args.model)
     dims: dict[str, int] = {}
@@ -165,8 +165,7 @@ def _inputs(args: argparse.Namespace) -> int:
         ]
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "wb") as f:
-        np.savez(f, **arrays)
+    save_arrays(out, arrays)
     print(f"wrote {out}: " + "; ".join(notes))
     return ExitCode.OK
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from prover.terms import Term
 
-from .postprocess import LutParams, Post, PostProcess, RequantParams
+from .postprocess import LutParams, Post, PostProcess, RequantParams, posts_of
 
 STRUCTURES = ("plain", "grouped", "tiled")
 
@@ -97,14 +97,18 @@ class NpuLut:
     def from_params(
         name: str, x: str, out: str, lut: LutParams, function: str | None, onnx_nodes=()
     ) -> NpuLut:
+        """The standalone activation of a complete LUT (a ValueError if a field is missing)."""
+        table, in_type, out_type, order = lut.table, lut.in_type, lut.out_type, lut.index_order
+        if table is None or in_type is None or out_type is None or order is None:
+            raise ValueError(f"{name}: an incomplete LUT cannot be a standalone activation")
         return NpuLut(
             name=name,
             x=x,
             out=out,
-            table=tuple(lut.table),
-            in_type=lut.in_type,
-            out_type=lut.out_type,
-            index_order=lut.index_order,
+            table=tuple(table),
+            in_type=in_type,
+            out_type=out_type,
+            index_order=order,
             onnx_nodes=tuple(onnx_nodes),
             function=function,
         )
@@ -195,7 +199,7 @@ def unfuse(step: NpuMatMul) -> list[Step]:
     """
     if not step.fused:
         return [step]
-    posts = step.post if isinstance(step.post, tuple) else (step.post,)
+    posts = posts_of(step.post)
     luts = {(p.lut, p.function) for p in posts}
     if len(luts) != 1:
         raise ValueError(f"{step.name}: per-column LUTs differ; cannot split into one activation")
@@ -205,7 +209,7 @@ def unfuse(step: NpuMatMul) -> list[Step]:
     inner: Post = (
         tuple(p.without_lut() for p in posts)
         if isinstance(step.post, tuple)
-        else step.post.without_lut()
+        else posts[0].without_lut()
     )
     mid = f"{step.out}.pre_act"
     mm = replace(step, out=mid, post=inner)

@@ -18,8 +18,8 @@ from prover.inttypes import int_type
 from prover.lut import FUNCTIONS, check_table
 
 from .lowered import HostKernel, HostOnnx, NpuClip, NpuLut, NpuMatMul, NpuRequant, Step
-from .postprocess import LutParams, PostProcess, RequantParams, posts_of
-from .target import Target
+from .postprocess import AddParams, LutParams, PostProcess, RequantParams, posts_of
+from .target import ComputeCaps, Target
 
 CODES = (
     "incomplete_parameters",
@@ -88,12 +88,16 @@ def _requant_issues(rq: RequantParams, scheme: str, name: str) -> list[Validatio
 def _lut_issues(
     lut: LutParams, function: str | None, target: Target, name: str
 ) -> list[ValidationIssue]:
-    missing = [
-        f for f in ("table", "in_type", "out_type", "index_order") if getattr(lut, f) is None
-    ]
-    if function is None:
-        missing.append("function")
-    if missing:
+    table, in_type, out_type = lut.table, lut.in_type, lut.out_type
+    given = {
+        "table": table,
+        "in_type": in_type,
+        "out_type": out_type,
+        "index_order": lut.index_order,
+        "function": function,
+    }
+    missing = [f for f, v in given.items() if v is None]
+    if missing or table is None or in_type is None or out_type is None:
         return [
             ValidationIssue(
                 "incomplete_parameters",
@@ -106,17 +110,17 @@ def _lut_issues(
     if function not in FUNCTIONS:
         out.append(ValidationIssue("unsupported_function", name, f"unknown function {function!r}"))
     try:
-        check_table(lut.table, int_type(lut.in_type), int_type(lut.out_type))
+        check_table(table, int_type(in_type), int_type(out_type))
     except KernelError as e:
         out.append(
             ValidationIssue("incomplete_parameters", name, f"{e}; rebuild the table for the LUT")
         )
-    if len(lut.table) != target.tables.entries:
+    if len(table) != target.tables.entries:
         out.append(
             ValidationIssue(
                 "incomplete_parameters",
                 name,
-                f"table has {len(lut.table)} entries; table slots hold {target.tables.entries}",
+                f"table has {len(table)} entries; table slots hold {target.tables.entries}",
             )
         )
     if lut.index_order != target.lut_builder.index_order:
@@ -131,7 +135,9 @@ def _lut_issues(
     return out
 
 
-def _add_issues(p: PostProcess, caps, name: str, op_name: str, target: Target) -> list:
+def _add_issues(
+    p: PostProcess, add: AddParams, caps: ComputeCaps, name: str, op_name: str, target: Target
+) -> list[ValidationIssue]:
     """A post-requantization add stage: supported by the unit, complete, same type."""
     if "requantized" not in caps.bias:
         return [
@@ -144,23 +150,21 @@ def _add_issues(p: PostProcess, caps, name: str, op_name: str, target: Target) -
             )
         ]
     try:
-        p.add.check()
-        if p.add.type != p.requant.out_type:
+        add.check()
+        if add.type != p.requant.out_type:
             raise KernelError(
-                f"add stage type {p.add.type} differs from the intermediate type "
-                f"{p.requant.out_type}"
+                f"add stage type {add.type} differs from the intermediate type {p.requant.out_type}"
             )
-        if p.add.fma != caps.add_fma:
-            raise KernelError(f"add stage fma={p.add.fma} but the hardware's is {caps.add_fma}")
+        if add.fma != caps.add_fma:
+            raise KernelError(f"add stage fma={add.fma} but the hardware's is {caps.add_fma}")
     except KernelError as e:
         return [ValidationIssue("incomplete_parameters", name, f"{e}")]
     return []
 
 
 def _post_issues(
-    p: PostProcess, step: NpuMatMul, target: Target, op_name: str
+    p: PostProcess, step: NpuMatMul, caps: ComputeCaps, target: Target, op_name: str
 ) -> list[ValidationIssue]:
-    caps = target.compute(op_name)
     name = step.name
     out = _requant_issues(p.requant, caps.requant_scheme, name)
     if p.requant.out_type not in caps.intermediate_types:
@@ -186,7 +190,7 @@ def _post_issues(
         elif lo > hi:
             out.append(ValidationIssue("incomplete_parameters", name, f"clip lo {lo} > hi {hi}"))
     if p.add is not None:
-        out += _add_issues(p, caps, name, op_name, target)
+        out += _add_issues(p, p.add, caps, name, op_name, target)
     if p.lut is None and p.function is not None:
         out.append(
             ValidationIssue(
@@ -219,11 +223,10 @@ def _post_issues(
                         f"{p.requant.out_type!r}; rebuild the table for the intermediate encoding",
                     )
                 )
-            if len(p.lut.table) not in caps.lut_sizes:
+            size = len(p.lut.table or ())
+            if size not in caps.lut_sizes:
                 out.append(
-                    ValidationIssue(
-                        "incomplete_parameters", name, f"LUT size {len(p.lut.table)} unsupported"
-                    )
+                    ValidationIssue("incomplete_parameters", name, f"LUT size {size} unsupported")
                 )
     try:
         ot = int_type(p.output_type)
@@ -275,7 +278,7 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
     for p in posts:
         if p not in seen:
             seen.add(p)
-            out += _post_issues(p, step, target, op_name)
+            out += _post_issues(p, step, caps, target, op_name)
     luts = {(p.lut, p.function) for p in posts}
     if len(luts) > 1:
         out.append(
