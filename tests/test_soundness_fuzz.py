@@ -45,7 +45,12 @@ def tool_argv(tool: str, model: Path, out_dir: Path) -> list[str]:
 def run_tools(jobs: list[tuple[str, Path, Path]]) -> list[subprocess.CompletedProcess]:
     """Run (tool, model, out_dir) command lines, one forked process each (`fork_runner`)."""
     spec = [
-        {"tool": t, "argv": tool_argv(t, m, o), "memory": MEMORY_LIMIT, "timeout": TIMEOUT_S}
+        {
+            "module": f"compiler.cli_{t}",
+            "argv": tool_argv(t, m, o),
+            "memory": MEMORY_LIMIT,
+            "timeout": TIMEOUT_S,
+        }
         for t, m, o in jobs
     ]
     driver = subprocess.run(
