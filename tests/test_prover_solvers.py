@@ -55,6 +55,9 @@ CASES = {
 
 
 SMT_HARD = {"float_vs_double_bounded"}  # unsat float staircase vs fixed point: minutes for SMT
+# cvc5 needs 2.5-6 s of CPU on each of these (Bitwuzla and Z3 under 2 s): checked by
+# test_cvc5_agrees_on_the_costly_cases under -m slow, by default on the other cases.
+CVC5_COSTLY = {"bug_single_rounding", "equiv_twos_complement", "equiv_int16_saturate"}
 
 
 @pytest.mark.parametrize(
@@ -78,13 +81,25 @@ def test_all_procedures_agree(name):
         assert bz.minimal and bz.witness == ref.witness
     else:
         assert bz.max_diff == ref.max_diff
-    for backend in ("z3", "cvc5"):
-        d = smtdecide.decide(o, backend, budget, minimise=False)
-        # On the hard float case a budget may run out: unknown, never a wrong answer.
-        allowed = {ref.status, "unknown"} if name in SMT_HARD else {ref.status}
-        assert d.status in allowed, (backend, d.reason)
-        if d.status == "violated":
-            assert replay(o, d.witness).diff > o.policy.bound
+    for backend in ("z3",) if name in CVC5_COSTLY else ("z3", "cvc5"):
+        _agrees(name, o, ref, backend)
+
+
+def _agrees(name: str, o: Obligation, ref, backend: str) -> None:
+    """`backend` (no minimisation) gives enumeration's answer; a witness replays."""
+    d = smtdecide.decide(o, backend, Budget(timeout_s=60), minimise=False)
+    # On the hard float case a budget may run out: unknown, never a wrong answer.
+    allowed = {ref.status, "unknown"} if name in SMT_HARD else {ref.status}
+    assert d.status in allowed, (backend, d.reason)
+    if d.status == "violated":
+        assert replay(o, d.witness).diff > o.policy.bound
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CVC5_COSTLY))
+def test_cvc5_agrees_on_the_costly_cases(name):
+    o = CASES[name]()
+    _agrees(name, o, penum.decide(o), "cvc5")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
