@@ -70,7 +70,11 @@ def test_qlinearadd_bias_is_fused_with_its_own_rounding(model):
 
 
 @pytest.mark.parametrize(
-    "model", ["digits_matmul_qop_s8s8_pt.onnx", "digits_matmul_qop_u8s8_pc.onnx"]
+    "model",
+    [
+        pytest.param("digits_matmul_qop_s8s8_pt.onnx", marks=pytest.mark.slow),
+        "digits_matmul_qop_u8s8_pc.onnx",
+    ],
 )
 def test_program_equals_onnx_runtime_on_the_test_digits(model, digits):
     """Under the host's own profile, only proven fusions applied: bit for bit equal."""

@@ -90,7 +90,28 @@ def test_indent_rejects_a_negative_value(capsys):
     assert "must be >= 0" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("model", MODELS, ids=lambda p: p.name)
+# By default every example and one digits model per form (QOperator, QDQ, float); the
+# other digits models (1-2 s of CPU each) under -m slow.
+DIGITS_SAMPLE = {
+    "digits_matmul_qop_u8s8_pc.onnx",
+    "digits_gemm_qdq_s8s8_pc.onnx",
+    "digits_matmul_float.onnx",
+}
+
+
+def _model_params() -> list:
+    slow = [pytest.mark.slow]
+    return [
+        pytest.param(
+            m,
+            id=m.name,
+            marks=slow if m.parent.name == "digits" and m.name not in DIGITS_SAMPLE else [],
+        )
+        for m in MODELS
+    ]
+
+
+@pytest.mark.parametrize("model", _model_params())
 def test_every_shipped_example_report_validates(validator, model, tmp_path):
     """Every configuration's report validates; a model the frontend refuses writes none."""
     written = 0
