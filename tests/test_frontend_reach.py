@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from cli_helpers import npuc, prover
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper
@@ -119,13 +119,7 @@ def test_qdq_digits_integer_reading_equals_ort_default_level(path, digits, host_
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
 def test_every_digits_model_is_analysed_with_host_ops_named(path, tmp_path):
     out = tmp_path / "r.sarif"
-    r = subprocess.run(
-        [sys.executable, "-m", "compiler.cli_prover", "check", str(path), "--proofs-mode", "off"]
-        + ["--format", "sarif"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    r = prover("check", path, "--proofs-mode", "off", "--format", "sarif")
     assert r.returncode in (0, 1, 3), r.stderr
     out.write_text(r.stdout)
     run = json.loads(r.stdout)["runs"][0]
@@ -206,12 +200,7 @@ def test_rowwise_host_op_accepts_a_dynamic_batch():
 
 
 def _npuc(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "compiler.cli_npuc", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    return npuc(*args)
 
 
 def test_npuc_runs_any_batch_and_equals_ort(tmp_path, digits):
@@ -347,8 +336,8 @@ def test_host_ops_in_json_and_junit_reports():
     import jsonschema
 
     model = DIGITS / "digits_gemm_qop_s8s8_pt.onnx"
-    base = [sys.executable, "-m", "compiler.cli_prover", "check", str(model), "--proofs-mode"]
-    r = subprocess.run([*base, "off", "--format", "json"], capture_output=True, text=True, cwd=REPO)
+    base = ["check", model, "--proofs-mode"]
+    r = prover(*base, "off", "--format", "json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     schema = json.loads((REPO / "compiler" / "report_schema.json").read_text())
@@ -357,9 +346,7 @@ def test_host_ops_in_json_and_junit_reports():
     assert {"Sigmoid2_quant", "ArgMax", "ArrayFeatureExtractor", "Cast1"} <= set(by_node)
     afe = by_node["ArrayFeatureExtractor"]
     assert afe["code"] == "unsupported_op" and "ai.onnx.ml" in afe["message"] and afe["action"]
-    r = subprocess.run(
-        [*base, "off", "--format", "junit"], capture_output=True, text=True, cwd=REPO
-    )
+    r = prover(*base, "off", "--format", "junit")
     props = {p.get("name"): p.get("value") for p in ET.fromstring(r.stdout).iter("property")}
     host = [v for k, v in props.items() if k.startswith("host_op.")]
     assert any("[unsupported_op]" in v and "'ArgMax'" in v and "action" in v for v in host)
