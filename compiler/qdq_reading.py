@@ -14,6 +14,12 @@ ORT's: the rewritten op keeps the name of the group's compute node (e.g. "MatMul
 
 The rewrite depends only on the ORT build's architecture (x86-64 here; ARM64 keeps int8,
 which is numerically the same shift by 128), not on the CPU features of the machine.
+
+ONNX Runtime cannot load a model that holds the project's own ops (`ai.npufusion`), so
+such a model means: ORT runs the standard ops around each project op and the project's
+kernel runs in between. Its integer reading is read the same way: the project ops are cut
+out (their outputs become graph inputs, their inputs graph outputs), ORT rewrites the rest,
+and the project ops are put back between the rewritten parts.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 import onnx
 
 from .errors import FrontendError
+from .f16_context import PROJECT_DOMAIN, without_project_ops
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
@@ -52,11 +59,66 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
     """
     if not has_qdq_groups(m):
         return m
+    project = [n for n in m.graph.node if n.domain == PROJECT_DOMAIN]
+    base = without_project_ops(m) if project else m
     try:
-        r = ort_integer_model(m)
+        r = ort_integer_model(base)
     except FrontendError:
         return m  # ORT cannot run it at all: the frontend names what it cannot read
-    return r if integer_kernels(r) > integer_kernels(m) else m
+    if integer_kernels(r) <= integer_kernels(base):
+        return m
+    return splice_project_ops(r, m, project) if project else r
+
+
+def splice_project_ops(
+    r: onnx.ModelProto, m: onnx.ModelProto, project: list[onnx.NodeProto]
+) -> onnx.ModelProto:
+    """ORT's rewrite `r` of `m` without its project ops, with those ops put back.
+
+    The cut made each project output a graph input of `r` and each project input a graph
+    output; both are undone, the nodes are ordered topologically again, and the graph
+    inputs and outputs are `m`'s own.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(r)
+    g = out.graph
+    produced_by_project = {o for n in project for o in n.output}
+    original_inputs = {vi.name for vi in m.graph.input}
+    original_outputs = [vi.name for vi in m.graph.output]
+    inputs = [
+        vi for vi in g.input if vi.name not in produced_by_project or vi.name in original_inputs
+    ]
+    del g.input[:]
+    g.input.extend(inputs)
+    by_name = {vi.name: vi for vi in [*r.graph.output, *m.graph.output]}
+    del g.output[:]
+    g.output.extend(by_name[o] for o in original_outputs)
+    g.node.extend(project)
+    nodes = _topological(
+        list(g.node), {vi.name for vi in g.input} | {i.name for i in g.initializer}
+    )
+    del g.node[:]
+    g.node.extend(nodes)
+    have = {o.domain for o in out.opset_import}
+    out.opset_import.extend(o for o in m.opset_import if o.domain not in have)
+    return out
+
+
+def _topological(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
+    """`nodes` ordered so each reads only values already available (stable otherwise)."""
+    have = set(available) | {""}
+    todo, done = list(nodes), []
+    while todo:
+        ready = [n for n in todo if all(i in have for i in n.input)]
+        if not ready:
+            names = ", ".join(n.name or n.op_type for n in todo[:3])
+            raise FrontendError(f"the rewritten graph has a cycle or a missing value near {names}")
+        for n in ready:
+            done.append(n)
+            have.update(n.output)
+        ready_ids = {id(n) for n in ready}
+        todo = [n for n in todo if id(n) not in ready_ids]
+    return done
 
 
 def ort_integer_model(m: onnx.ModelProto) -> onnx.ModelProto:
