@@ -83,6 +83,7 @@ def compile_model(
     cross_check: bool = False,
     jobs: int = 1,
     compose_tables: bool = False,
+    synthesis: bool = False,
     schedule: Mapping[str, str] | None = None,
     check_options: Mapping[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -96,6 +97,8 @@ def compile_model(
     - `check_options`: the same options as a dict (`timeout_s`, `solver`, `store`,
       `cross_check`, `jobs`), as the command-line tools pass them; it overrides the keywords;
     - `compose_tables`: allow Act2(Act1(MatMul)) to fuse as one composed, proven table;
+    - `synthesis`: where rounding a fixed-point scale is refuted, synthesise the parameters
+      in the target's declared space (`prover.synthesis`; each proposal is proven);
     - `schedule`: ONNX compute node name -> scheduling structure ("plain", "grouped", "tiled");
     - `progress(done, total)`: called as sites are decided;
     - `reference`: the reference profile (a `prover.reference.ReferenceProfile` or its name,
@@ -127,6 +130,7 @@ def compile_model(
         cross_check=bool(opts.pop("cross_check", cross_check)),
         jobs=int(opts.pop("jobs", jobs)),
         compose_tables=compose_tables,
+        synthesis=bool(opts.pop("synthesis", synthesis)),
         schedule=dict(schedule or {}),
         progress=progress,
     )

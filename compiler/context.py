@@ -23,6 +23,9 @@ class Context:
     cross_check: bool = False
     jobs: int = 1  # worker processes deciding obligations (see prover.parallel)
     compose_tables: bool = False
+    # Where rounding a scale is refuted, synthesise fixed-point parameters in the target's
+    # declared space (`[compute.*] synthesis`, compiler.passes.fixed_synthesis).
+    synthesis: bool = False
     schedule: dict[str, str] = field(default_factory=dict)  # ONNX compute node name -> structure
     model: onnx.ModelProto | None = None  # the validated original model (replay reference)
     original: Graph | None = None  # the IR straight from the frontend

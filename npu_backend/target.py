@@ -51,6 +51,12 @@ class ComputeCaps:
     fused_structures: frozenset[str]
     bias: frozenset[str] = frozenset({"accumulator"})
     add_fma: bool = True  # the "requantized" add stage evaluates MLAS's FMA formula
+    # Fixed-point parameters the compiler may choose by synthesis (prover.synthesis) where
+    # rounding the scale is refuted: a subset of SYNTHESIS_PARAMS; empty = rounding only.
+    synthesis: frozenset[str] = frozenset()
+
+
+SYNTHESIS_PARAMS = ("multiplier", "shift", "zero_point", "table")
 
 
 @dataclass(frozen=True)
@@ -235,8 +241,15 @@ def _compute(op: str, data: Any) -> ComputeCaps:
         fused_structures=s.choices("fused_structures", STRUCTURES),
         bias=s.choices("bias", BIAS_STAGES) if "bias" in s.data else frozenset({"accumulator"}),
         add_fma=s.get("add_fma", bool, True),
+        synthesis=s.choices("synthesis", SYNTHESIS_PARAMS)
+        if "synthesis" in s.data
+        else frozenset(),
     )
     s.done()
+    if caps.synthesis and caps.requant_scheme not in ("fixed_double", "fixed_single"):
+        raise TargetError(f"[compute.{op}] synthesis needs a fixed-point requant_scheme")
+    if caps.synthesis and not {"multiplier", "shift", "table"} <= caps.synthesis:
+        raise TargetError(f"[compute.{op}] synthesis must include multiplier, shift and table")
     if "plain" not in caps.structures:
         raise TargetError(f"[compute.{op}] structures must include 'plain'")
     if not caps.fused_structures <= caps.structures:

@@ -16,10 +16,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from npu_backend.postprocess import LutParams, PostProcess, RequantParams
+from npu_backend.target import SYNTHESIS_PARAMS
 from prover.domain import KernelError
 from prover.synthesis import SCHEMES, FixedEpilogue, FixedPointSpace, Synthesis, synthesize
 
-CHOOSABLE = ("multiplier", "shift", "zero_point", "table")
+CHOOSABLE = SYNTHESIS_PARAMS
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from .. import cex, divergence
 from ..layout import index_map_terms
 from ..policy_scope import effective_policy
 from ..site import Site
+from . import fixed_synthesis
 from .rewrite import apply_site
 
 
@@ -136,6 +137,8 @@ def decide_site(g, site: Site, ctx) -> None:
         verdicts.append((ob, v, cols, lift_col))
         if not isinstance(v, Exception):
             site.time_ms += float(v.time_ms)
+    if getattr(ctx, "synthesis", False):
+        verdicts = fixed_synthesis.resynthesise(site, verdicts, ctx, _check)
     errors = [(ob, v) for ob, v, _, _ in verdicts if isinstance(v, Exception)]
     refuted = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "refuted"]
     unknown = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "unknown"]
@@ -163,7 +166,8 @@ def decide_site(g, site: Site, ctx) -> None:
         site.decide(
             "refuted",
             "refuted",
-            f"columns {cols[0]}..{cols[-1]}: {v.reason} under {_policy_note(ob.policy, ctx.policy)}",
+            f"columns {cols[0]}..{cols[-1]}: {v.reason} under {_policy_note(ob.policy, ctx.policy)}"
+            + fixed_synthesis.refuted_note(site, cols),
         )
         return
     first = verdicts[0]

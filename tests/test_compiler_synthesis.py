@@ -1,0 +1,107 @@
+"""The compiler synthesises fixed-point parameters where rounding the scale is refuted.
+
+On `npu_fixed` (double rounding; the target declares multiplier, shift, zero point and
+table choosable) the digits MLP's per-tensor Sigmoid sites are refuted with rounded
+parameters, fused with synthesised ones (each proven), and the program equals ONNX Runtime
+on the 360 test digits; the per-channel sites keep groups for which no parameters exist,
+and the report names the conflicting accumulator pair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from compiler.api import compile_model
+from compiler.passes.fixed_synthesis import summary
+from npu_backend.codegen import generate
+from npu_backend.postprocess import posts_of
+from npu_backend.runner import run_batched
+from npu_backend.target import TargetError, load_target, parse_target
+
+DIGITS = Path(__file__).resolve().parent.parent / "examples" / "digits"
+FIXED = load_target("npu_backend/targets/npu_fixed.toml")
+
+
+def _requant(site) -> list[dict]:
+    return next(d["requant"] for d in site.details if "requant" in d)
+
+
+def _ort(path, x):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, {"input": x}), strict=True))
+
+
+def test_target_declares_what_the_compiler_may_choose():
+    caps = FIXED.compute("MatMul")
+    assert caps.synthesis == frozenset({"multiplier", "shift", "zero_point", "table"})
+    assert load_target("npu_backend/targets/npu_float.toml").compute("MatMul").synthesis == set()
+    data = tomllib.loads(Path("npu_backend/targets/npu_fixed.toml").read_text())
+    data["compute"]["MatMul"]["synthesis"] = ["offset", "multiplier"]
+    with pytest.raises(TargetError, match="synthesis"):
+        parse_target(data)
+    data["compute"]["MatMul"]["synthesis"] = ["multiplier", "shift", "table"]
+    data["compute"]["MatMul"]["requant_scheme"] = "float32"
+    with pytest.raises(TargetError, match="synthesis"):
+        parse_target(data)
+
+
+@pytest.fixture(scope="module")
+def per_tensor():
+    return compile_model(DIGITS / "digits_matmul_qop_s8s8_pt.onnx", "bitwise", FIXED,
+                         reference="ort-host", synthesis=True)  # fmt: skip
+
+
+def test_per_tensor_sites_fuse_with_synthesised_parameters(per_tensor):
+    r = per_tensor
+    assert [s.verdict for s in r.sites] == ["proven", "proven"]
+    assert all(s.applied for s in r.sites)
+    for s in r.sites:
+        kinds = {o["kind"] for o in _requant(s)}
+        assert kinds == {"synthesised"}, kinds
+        assert "synthesised" in summary(s)
+        # the fused posts carry the synthesised fixed-point parameters and no clip
+        for p in posts_of(s.post[0].post if isinstance(s.post, list) else s.post):
+            assert p.requant.scheme == "fixed_double" and p.clip is None
+
+
+def test_per_tensor_program_equals_onnx_runtime_on_the_test_digits(per_tensor):
+    x = np.load(DIGITS / "digits_test.npz")["input"]
+    got = run_batched(generate(per_tensor.lowered, FIXED), {"input": x})[0]
+    want = _ort(DIGITS / "digits_matmul_qop_s8s8_pt.onnx", x)
+    for k, v in want.items():
+        assert np.array_equal(np.asarray(got[k]), v), k
+
+
+def test_without_a_declared_space_rounding_stays_refuted():
+    caps = dataclasses.replace(FIXED.compute("MatMul"), synthesis=frozenset())
+    tgt = dataclasses.replace(
+        FIXED, computes=tuple(caps if c.op == "MatMul" else c for c in FIXED.computes)
+    )
+    r = compile_model(DIGITS / "digits_matmul_qop_s8s8_pt.onnx", "bitwise", tgt, synthesis=True)
+    assert [s.verdict for s in r.sites] == ["refuted", "refuted"]
+    assert all("synthesised" not in summary(s) for s in r.sites)
+
+
+def test_synthesis_is_opt_in():
+    r = compile_model(DIGITS / "digits_matmul_qop_s8s8_pt.onnx", "bitwise", FIXED)
+    assert [s.verdict for s in r.sites] == ["refuted", "refuted"]
+    assert all(summary(s) == "" for s in r.sites)
+
+
+def test_per_channel_reports_impossible_groups_with_the_pair():
+    r = compile_model(DIGITS / "digits_matmul_qop_s8s8_pc.onnx", "bitwise", FIXED, synthesis=True)
+    for s in r.sites:
+        kinds = [o["kind"] for o in _requant(s)]
+        assert "impossible" in kinds and "synthesised" in kinds
+        assert s.verdict == "refuted"
+        assert "no multiplier, shift and zero point separates acc=" in s.reason.message
+        assert not s.applied
