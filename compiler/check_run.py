@@ -32,6 +32,7 @@ class CheckOptions:
     jobs: int = 1
     progress: bool = True
     reference: str = "onnx"  # a prover.reference profile name, or "ort-host"
+    synthesis: bool = False  # --synthesize (compiler.passes.fixed_synthesis)
 
     @classmethod
     def from_args(cls, args: Any) -> CheckOptions:
@@ -48,6 +49,7 @@ class CheckOptions:
             jobs=getattr(args, "jobs", 1),
             progress=not args.no_progress,
             reference=getattr(args, "reference", None) or "onnx",
+            synthesis=bool(getattr(args, "synthesize", False)),
         )
 
 
@@ -198,6 +200,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         "solver": solver,
         "jobs": opts.jobs,
         "reference": profile,
+        "synthesis": opts.synthesis,
     }
     if store is not None:
         check_options["store"] = store

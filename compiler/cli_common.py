@@ -167,6 +167,17 @@ def add_reference_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_synthesis_option(p: argparse.ArgumentParser) -> None:
+    """`--synthesize`: synthesise fixed-point parameters where rounding the scale is refuted."""
+    p.add_argument(
+        "--synthesize",
+        action="store_true",
+        help="where the rounded fixed-point requantization of a column group is refuted, "
+        "search the target's declared parameter space ([compute.*] synthesis) and prove "
+        "the proposal (prover.synthesis)",
+    )
+
+
 def positive_float(text: str) -> float:
     """argparse type: a float > 0."""
     try:

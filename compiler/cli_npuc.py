@@ -26,6 +26,7 @@ from compiler.cli_common import (
     UsageError,
     add_proof_store_options,
     add_reference_option,
+    add_synthesis_option,
     argv_or_default,
     non_negative_int,
     parse_policy,
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--policy", type=parse_policy, default=None, metavar="bitwise|bounded:N")
     c.add_argument("--target", metavar="FILE", help="target TOML (or a shipped target name)")
     add_reference_option(c)
+    add_synthesis_option(c)
     c.add_argument(
         "--report",
         metavar="FILE",

@@ -18,6 +18,7 @@ from compiler.cli_common import (
     UsageError,
     add_proof_store_options,
     add_reference_option,
+    add_synthesis_option,
     argv_or_default,
     non_negative_int,
     parse_policy,
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", metavar="FILE", help="target description TOML (or a shipped target name)"
     )
     add_reference_option(c)
+    add_synthesis_option(c)
     c.add_argument(
         "--format",
         choices=FORMATS,
