@@ -13,7 +13,7 @@ plus table loads, parameter loads, instructions (total and per opcode) and host 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -128,6 +128,12 @@ class Machine:
         self.pmem: dict[int, Any] = {}
         self.c = Counters()
 
+    @overload
+    def get(self, mem: str, name: str, who: str) -> np.ndarray: ...
+    @overload
+    def get(self, mem: str, name: None, who: str) -> None: ...
+    @overload
+    def get(self, mem: str, name: str | None, who: str) -> np.ndarray | None: ...
     def get(self, mem: str, name: str | None, who: str) -> np.ndarray | None:
         if name is None:
             return None

@@ -178,6 +178,8 @@ def onnx_requant_params(
 class _Section:
     """Typed access to one TOML table; every key must be consumed (unknown keys are errors)."""
 
+    used: set[str]
+
     def __init__(self, data: Any, where: str) -> None:
         if not isinstance(data, dict):
             raise TargetError(f"[{where}] must be a table")
