@@ -154,9 +154,9 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         specs[name] = TensorSpec(name, np.asarray(arr).dtype.name, tuple(np.shape(arr)))
 
     def need(name: str, step: Step) -> TensorSpec:
-        s = specs.get(name, "missing")
-        if s == "missing":
+        if name not in specs:
             raise CodegenError(f"{step.name}: input {name!r} is not produced before this step")
+        s = specs[name]
         if s is None:
             raise CodegenError(
                 f"{step.name}: the shape of host output {name!r} is unknown; give the HostOnnx "
@@ -191,10 +191,10 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
             x = need(st.x, st)
             specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), x.shape)
         elif isinstance(st, HostKernel):
-            shapes = [specs.get(i) for i in st.inputs]
+            known = [s for i in st.inputs if (s := specs.get(i)) is not None]
             shape = None
-            if all(s is not None for s in shapes):
-                shape = np.broadcast_shapes(*(s.shape for s in shapes))
+            if len(known) == len(st.inputs):
+                shape = np.broadcast_shapes(*(s.shape for s in known))
             specs[st.out] = None if shape is None else TensorSpec(st.out, st.out_dtype, shape)
         elif isinstance(st, HostOnnx):
             given = {s.name: s for s in st.output_specs}
@@ -354,8 +354,14 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         in_sram.add(name)
         return addr
 
-    def load_table(i: int, table: tuple[int, ...]) -> tuple[int, int]:
+    def table_key_at(i: int) -> str:
         key = table_seq[i]
+        if key is None:
+            raise CodegenError(f"{steps[i].name}: step has no table")
+        return key
+
+    def load_table(i: int, table: tuple[int, ...]) -> tuple[int, int]:
+        key = table_key_at(i)
         if key not in constants:
             constants[key] = np.asarray(table, dtype=np.int64)
         future = [k for k in table_seq[i + 1 :] if k is not None]
@@ -429,7 +435,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     out=st.out,
                     x_addr=x_addr,
                     out_addr=out_addr,
-                    table=table_seq[i],
+                    table=table_key_at(i),
                     table_slot=slot,
                     table_addr=taddr,
                     in_type=st.in_type,

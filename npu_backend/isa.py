@@ -114,7 +114,7 @@ class MatMul:
     table_addr: int | None
     intermediate_type: str | None
     out_type: str
-    out_zp: int
+    out_zp: int | None  # None when a LUT without a build spec leaves it unknown
     structure: str = "plain"
 
     def accumulate(self, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -126,7 +126,13 @@ class MatMul:
         """The postprocessing, with the LUT taken from table memory (`table`)."""
         if not self.post_enable:
             return acc
-        return apply_columns(with_table(self.post, table), acc)
+        return apply_columns(with_table(self.enabled_post(), table), acc)
+
+    def enabled_post(self) -> Post:
+        """The epilogue of a descriptor with `post_enable` set (ValueError if it has none)."""
+        if self.post is None:
+            raise ValueError(f"{self.name}: post_enable is set but the descriptor has no epilogue")
+        return self.post
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,7 +22,7 @@ from prover.inttypes import int_type
 from prover.terms import Var, op
 
 from .codegen import generate, infer_specs
-from .lowered import HostKernel, LoweredModel, NpuMatMul, Step, TensorSpec, unfuse
+from .lowered import HostKernel, LoweredModel, NpuLut, NpuMatMul, Step, TensorSpec, unfuse
 from .postprocess import posts_of
 from .simulator import Counters, run
 from .target import Target
@@ -89,16 +89,21 @@ def unfuse_with_add(step: NpuMatMul) -> tuple[list[Step], dict[str, np.ndarray]]
     posts = posts_of(step.post)
     if not step.fused or all(p.add is None for p in posts):
         return unfuse(step), {}
-    ty = int_type(posts[0].add.type)
+    adds = [p.add for p in posts if p.add is not None]
+    if len(adds) != len(posts):
+        return unfuse(step), {}  # not expressible as one uint16-indexed table: not split
+    ty = int_type(adds[0].type)
     n = len(posts) if isinstance(step.post, tuple) else 1
-    if any(p.add is None for p in posts) or n * ty.size > 65536:
+    if n * ty.size > 65536:
         return unfuse(step), {}  # not expressible as one uint16-indexed table: not split
     mm, act = unfuse(step)
+    if not (isinstance(mm, NpuMatMul) and isinstance(act, NpuLut)):
+        raise LedgerError(f"{step.name}: unfuse did not give a MatMul and an activation")
     inner = tuple(p.requant_only() for p in posts) if n > 1 else posts[0].requant_only()
     pre_add = f"{step.out}.pre_add"
     mm = replace(mm, out=pre_add, post=inner)
     # per column j the add is a table over the 8-bit value: one lookup at j*size + (x - min)
-    table = [v for p in posts for v in p.add.table()] + [0] * (65536 - n * ty.size)
+    table = [v for a in adds for v in a.table()] + [0] * (65536 - n * ty.size)
     col = f"{step.out}.column"
     index = op(
         "add", op("mul_const", Var(col), c=ty.size), op("add_const", Var(pre_add), c=-ty.min)
@@ -136,8 +141,13 @@ def ledger(
         for name in fused_out:
             if not np.array_equal(fused_out[name], out[name]):
                 raise LedgerError(f"{st.name}: fused and unfused programs differ on {name!r}")
-        mid = split[-1].x
+        act = split[-1]
+        if not isinstance(act, NpuLut):
+            raise LedgerError(f"{st.name}: the split does not end in a standalone activation")
+        mid = act.x
         spec = infer_specs(unfused)[mid]
+        if spec is None:
+            raise LedgerError(f"{st.name}: the shape of intermediate {mid!r} is unknown")
         w_f, r_f = _sram(fused_c)
         w_u, r_u = _sram(c)
         entries.append(

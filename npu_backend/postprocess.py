@@ -56,17 +56,28 @@ class RequantParams:
         """The requantization as a kernel term over `x`."""
         if self.scheme == "float32":
             return op(
-                "requant_float", x, scale=float(self.scale), zp=int(self.zp), out=self.out_type
+                "requant_float", x, scale=float(self._scale()), zp=int(self.zp), out=self.out_type
             )
         prim = {"fixed_double": "requant_double", "fixed_single": "requant_single"}[self.scheme]
+        multiplier, shift = self._fixed()
         return op(
             prim,
             x,
-            multiplier=int(self.multiplier),
-            shift=int(self.shift),
+            multiplier=int(multiplier),
+            shift=int(shift),
             zp=int(self.zp),
             out=self.out_type,
         )
+
+    def _scale(self) -> float:
+        if self.scale is None:
+            raise KernelError(f"requantization scheme {self.scheme!r} needs a scale")
+        return self.scale
+
+    def _fixed(self) -> tuple[int, int]:
+        if self.multiplier is None or self.shift is None:
+            raise KernelError(f"requantization scheme {self.scheme!r} needs multiplier and shift")
+        return self.multiplier, self.shift
 
     def check(self) -> None:
         """Raise `KernelError` unless the parameters are complete and valid for the scheme."""
@@ -80,9 +91,8 @@ class RequantParams:
             if not (np.isfinite(s) and s > 0):
                 raise KernelError(f"scale {self.scale} must be finite and positive in float32")
         else:
-            check_multiplier(
-                self.multiplier, self.shift, single_rounding=self.scheme == "fixed_single"
-            )
+            multiplier, shift = self._fixed()
+            check_multiplier(multiplier, shift, single_rounding=self.scheme == "fixed_single")
 
     def to_json(self) -> dict[str, Any]:
         return {

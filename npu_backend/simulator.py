@@ -222,7 +222,8 @@ class Machine:
         acc = ins.accumulate(a, w, bias)
         table = None
         if ins.post_enable:
-            if self._record(ins.param_addr, ins.name) != strip_tables(ins.post):
+            post = ins.enabled_post()
+            if self._record(ins.param_addr, ins.name) != strip_tables(post):
                 raise SimulatorError(f"{ins.name}: parameter record does not match the descriptor")
             if ins.table_slot is not None:
                 table = self.table(ins.table_slot, ins.name)
