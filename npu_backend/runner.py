@@ -2,7 +2,8 @@
 
 A program compiled from a model with a symbolic batch dimension (`Program.dynamic_batch`)
 holds one row; the frontend showed rows independent (`compiler.batch`), so a batch of B
-rows runs as B one-row runs whose outputs are stacked along axis 0. Inputs whose shapes
+rows runs in one wide pass (or, where that is not known exact, as B one-row runs whose
+outputs are stacked along axis 0). Inputs whose shapes
 do not fit (other dimensions, different batch sizes) are a `ProgramError`.
 """
 
@@ -17,7 +18,7 @@ from typing import BinaryIO
 import numpy as np
 
 from .program import Program, ProgramError
-from .simulator import Counters, run
+from .simulator import Counters, SimulatorError, run
 
 
 def load_inputs(path: str | Path) -> dict[str, np.ndarray]:
@@ -67,21 +68,69 @@ def batch_size(program: Program, inputs: dict[str, np.ndarray]) -> int | None:
 
 
 def run_batched(
-    program: Program, inputs: dict[str, np.ndarray]
+    program: Program, inputs: dict[str, np.ndarray], *, one_pass: bool = True
 ) -> tuple[dict[str, np.ndarray], Counters]:
-    """Run `program` on inputs of any batch size (row by row for a dynamic-batch program)."""
+    """Run `program` on inputs of any batch size.
+
+    A dynamic-batch program runs all rows in one wide pass when it can (`one_pass`), else
+    row by row; both give the same outputs and counters (see `_one_pass`).
+    """
     n = batch_size(program, inputs)
     rows = next((s.shape[0] for s in program.inputs if s.name in program.dynamic_batch), None)
     if n is None or n == rows:
         return run(program, inputs)
+    if one_pass and rows == 1:
+        got = _one_pass(program, inputs, n)
+        if got is not None:
+            return got
+    return _row_by_row(program, inputs, n)
+
+
+def _row(program: Program, inputs: dict[str, np.ndarray], r: int) -> dict[str, np.ndarray]:
+    return {
+        k: (np.asarray(v)[r : r + 1] if k in program.dynamic_batch else v)
+        for k, v in inputs.items()
+    }
+
+
+def _one_pass(
+    program: Program, inputs: dict[str, np.ndarray], n: int
+) -> tuple[dict[str, np.ndarray], Counters] | None:
+    """All `n` rows in one simulator pass, or None where that is not known to be exact.
+
+    NPU steps and host kernel terms are elementwise or an exact row-wise integer matmul,
+    so they run on all rows at once; host ONNX steps still run once per row inside the
+    wide pass (the simulator does that), as their models are compiled for one row and
+    ONNX Runtime may pick other float kernels for other row counts. Any failure (shape,
+    undefined result) falls back to the row-by-row run, which reports it as before. Counters do not depend on
+    the data, so the batch's are the first row's times `n`; the first and last rows'
+    one-row outputs double as a check of the wide pass.
+    """
+    try:
+        first, c = run(program, _row(program, inputs, 0))
+        last, _ = run(program, _row(program, inputs, n - 1))
+        outs, _ = run(program, inputs, rows=n)
+    except (SimulatorError, ValueError):  # e.g. a step whose shapes do not widen
+        return None
+    for o in program.outputs:
+        got = np.asarray(outs[o])
+        if got.shape[:1] != (n,) or got.dtype != first[o].dtype:
+            return None
+        if not (np.array_equal(got[:1], first[o]) and np.array_equal(got[-1:], last[o])):
+            return None
+    total = Counters()
+    for _ in range(n):
+        _add(total, c)
+    return outs, total
+
+
+def _row_by_row(
+    program: Program, inputs: dict[str, np.ndarray], n: int
+) -> tuple[dict[str, np.ndarray], Counters]:
     total = Counters()
     parts: dict[str, list[np.ndarray]] = {o: [] for o in program.outputs}
     for r in range(n):
-        feed = {
-            k: (np.asarray(v)[r : r + 1] if k in program.dynamic_batch else v)
-            for k, v in inputs.items()
-        }
-        outs, c = run(program, feed)
+        outs, c = run(program, _row(program, inputs, r))
         _add(total, c)
         for o in program.outputs:
             parts[o].append(outs[o])

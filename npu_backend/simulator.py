@@ -85,13 +85,23 @@ class Counters:
         }
 
 
-def _check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _batched(shape: tuple[int, ...], rows: int | None) -> tuple[int, ...]:
+    """`shape` with its one-row leading dimension widened to `rows` (batched runs)."""
+    if rows is None or not shape or shape[0] != 1:
+        return tuple(shape)
+    return (rows, *shape[1:])
+
+
+def _check_inputs(
+    program: Program, inputs: dict[str, np.ndarray], rows: int | None = None
+) -> dict[str, np.ndarray]:
     out = {}
     for spec in program.inputs:
         if spec.name not in inputs:
             raise SimulatorInputError(f"missing input {spec.name!r}")
         arr = np.asarray(inputs[spec.name])
-        if tuple(arr.shape) != tuple(spec.shape):
+        want = _batched(spec.shape, rows if spec.name in program.dynamic_batch else None)
+        if tuple(arr.shape) != want:
             raise SimulatorInputError(
                 f"input {spec.name!r} has shape {tuple(arr.shape)}, expected {tuple(spec.shape)}"
             )
@@ -119,8 +129,11 @@ def _check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, 
 class Machine:
     """Memory state of one run."""
 
-    def __init__(self, program: Program, inputs: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self, program: Program, inputs: dict[str, np.ndarray], rows: int | None = None
+    ) -> None:
         self.program = program
+        self.rows = rows  # a batched run: row tensors hold `rows` rows instead of one
         self.mem: dict[str, dict[str, np.ndarray]] = {"dram": {}, "sram": {}, "wmem": {}}
         self.mem["dram"].update({k: np.asarray(v) for k, v in program.constants.items()})
         self.mem["dram"].update(inputs)
@@ -239,12 +252,18 @@ class Machine:
                 raise SimulatorError(f"{step.name}: host input {name!r} is not in dram")
             self.c.read("dram", env[name].nbytes)
         try:
-            results = run_host(step, env)
+            if self.rows is not None and isinstance(step, HostOnnx):
+                results = self._host_rows(step, env, self.rows)
+            else:
+                results = run_host(step, env)
         except HostError as e:
             raise SimulatorError(str(e)) from None
         for name, arr in results.items():
             spec = self.program.tensors.get(name)
-            if spec is not None and (arr.dtype.name != spec.dtype or arr.shape != spec.shape):
+            if spec is not None and (
+                arr.dtype.name != spec.dtype
+                or arr.shape not in (tuple(spec.shape), _batched(spec.shape, self.rows))
+            ):
                 raise SimulatorError(
                     f"{step.name}: host output {name!r} is {arr.dtype.name}{list(arr.shape)}, "
                     f"the program declared {spec.dtype}{list(spec.shape)}"
@@ -252,10 +271,40 @@ class Machine:
             self.c.write("dram", arr.nbytes)
             env[name] = arr
 
+    def _host_rows(
+        self, step: HostOnnx, env: dict[str, np.ndarray], rows: int
+    ) -> dict[str, np.ndarray]:
+        """A host ONNX step of a batched run, once per row: its model is compiled for one
+        row, and ONNX Runtime's float kernels may differ with the row count."""
+        wide = {n for n in step.inputs if self._is_row_tensor(n, env[n], rows)}
+        parts = [
+            run_host(step, {n: (env[n][r : r + 1] if n in wide else env[n]) for n in step.inputs})
+            for r in range(rows)
+        ]
+        try:
+            return {n: np.concatenate([p[n] for p in parts], axis=0) for n in step.outputs}
+        except ValueError as e:  # 0-d outputs: not a row-wise step
+            raise SimulatorError(f"{step.name}: cannot run row by row: {e}") from None
 
-def run(program: Program, inputs: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], Counters]:
-    """Execute `program` on `inputs`; returns (outputs by name, counters)."""
-    m = Machine(program, _check_inputs(program, inputs))
+    def _is_row_tensor(self, name: str, arr: np.ndarray, rows: int) -> bool:
+        if name in self.program.constants or not arr.ndim or arr.shape[0] != rows:
+            return False
+        spec = self.program.tensors.get(name)
+        if spec is None:
+            return name in self.program.dynamic_batch
+        return bool(spec.shape) and spec.shape[0] == 1
+
+
+def run(
+    program: Program, inputs: dict[str, np.ndarray], rows: int | None = None
+) -> tuple[dict[str, np.ndarray], Counters]:
+    """Execute `program` on `inputs`; returns (outputs by name, counters).
+
+    With `rows`, the dynamic-batch inputs hold `rows` rows where the program was compiled
+    for one, and every step runs on all rows at once (`npu_backend.runner.run_batched`
+    checks the result against a one-row run; counters are then those of the wide run).
+    """
+    m = Machine(program, _check_inputs(program, inputs, rows), rows)
     for ins in program.instructions:
         try:
             m.step(ins)
