@@ -16,7 +16,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-from compiler.report_model import ExitCode
 from prover.errors import BadInput, StoreMiss
 
 DIST_NAME = "npu-fusion-prover"
@@ -38,6 +37,8 @@ class Parser(argparse.ArgumentParser):
     """argparse with a single-line error message (and exit code 2)."""
 
     def error(self, message: str) -> NoReturn:
+        from compiler.report_model import ExitCode  # lazy: it imports numpy
+
         self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
 
 
@@ -72,6 +73,8 @@ def one_line(e: BaseException) -> str:
 def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run `body(args)`, turning expected errors into exit 2 and bugs into exit 4."""
     debug = bool(getattr(args, "debug", False))
+    from compiler.report_model import ExitCode  # lazy: it imports numpy
+
     try:
         return int(body(args))
     except KeyboardInterrupt:

@@ -8,10 +8,11 @@ Exit codes: 0 every candidate decided and nothing refuted; 1 at least one refute
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from compiler import report_json, report_junit, report_markdown, report_sarif, report_text
 from compiler.cli_common import (
     PROOFS_HELP,
     Parser,
@@ -28,16 +29,13 @@ from compiler.cli_common import (
     tool_version,
     write_output,
 )
-from compiler.report_model import Report
+
+if TYPE_CHECKING:
+    from compiler.report_model import Report
 
 PROG = "prover"
-RENDERERS = {
-    "text": report_text.render,
-    "json": report_json.render,
-    "sarif": report_sarif.render,
-    "junit": report_junit.render,
-    "markdown": report_markdown.render,
-}
+# format -> renderer module (compiler.report_<format>), imported only for the chosen format
+RENDERERS = ("text", "json", "sarif", "junit", "markdown")
 FORMATS = sorted([*RENDERERS, "html"])  # html is rendered from the whole run (graph, plots)
 EXIT_HELP = """exit codes:
   0  every candidate site decided and none refuted
@@ -138,16 +136,23 @@ def _check(args: argparse.Namespace) -> int:
 
         write_output(report_html.render(run), args.output)
     elif args.format == "json":
+        from compiler import report_json
+
         write_output(report_json.render(report, args.indent), args.output)
     else:
-        write_output(RENDERERS[args.format](report), args.output)
+        renderer = importlib.import_module(f"compiler.report_{args.format}")
+        write_output(renderer.render(report), args.output)
     print_store_summary(PROG, run, args.model)
     return report.exit_code()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `prover` command; returns the exit code."""
-    args = build_parser().parse_args(argv_or_default(argv))
+    argv = argv_or_default(argv)
+    if argv == ["--version"]:  # as argparse would, without importing the prover for the parser
+        print(f"{PROG} {tool_version()}")
+        return 0
+    args = build_parser().parse_args(argv)
     return run_main(PROG, _check, args)
 
 

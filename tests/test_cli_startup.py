@@ -1,0 +1,32 @@
+"""CLI start-up stays light: `prover --version` imports no numpy, solvers or ONNX."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("numpy", "z3", "cvc5", "bitwuzla", "onnx", "onnxruntime", "matplotlib")
+
+
+def _loaded_after(code: str) -> list[str]:
+    probe = f"{code}\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return eval(p.stdout.strip().splitlines()[-1])  # a list literal printed by the probe
+
+
+def test_version_imports_nothing_heavy():
+    code = "from compiler.cli_prover import main\nassert main(['--version']) == 0"
+    assert _loaded_after(code) == []
+
+
+def test_version_output_matches_argparse():
+    fast = subprocess.run(
+        [sys.executable, "-m", "compiler.cli_prover", "--version"], capture_output=True, text=True
+    )
+    slow = subprocess.run(  # through the parser (a second argument disables the shortcut)
+        [sys.executable, "-m", "compiler.cli_prover", "--version", "check"],
+        capture_output=True,
+        text=True,
+    )
+    assert fast.returncode == slow.returncode == 0
+    assert fast.stdout == slow.stdout and fast.stdout.startswith("prover ")
