@@ -61,16 +61,24 @@ def _kind(n: Node) -> str:
     return "MatMul" if k == "Gemm" else k
 
 
-def _matmul_step(n: Node, post, structure: str, out: str | None = None) -> NpuMatMul:
+def _matmul_step(
+    n: Node, post, structure: str, out: str | None = None, a_in: str | None = None
+) -> NpuMatMul:
+    """The one NpuMatMul a matmul node lowers to: what validation checks is what is emitted.
+
+    `a_in`/`out` name the natural-layout input and output where host layout steps surround
+    it (a pointwise conv); the int32 bias, when the node has one, is the constant
+    `<name>.bias`.
+    """
     a = n.attrs
     return NpuMatMul(
         name=n.name,
-        a=n.inputs[0],
+        a=a_in or n.inputs[0],
         w=f"{n.name}.w",
         out=out or n.output,
         a_zp=int(a["a_zp"]),
         w_zp=a["w_zp"],
-        bias=None,
+        bias=None if a.get("bias") is None else f"{n.name}.bias",
         a_type=a["a_type"],
         w_type=a.get("w_type", "int8"),
         post=post,
@@ -211,24 +219,8 @@ class Lowerer:
         )
         nat_shape = nat_in.shape[:-1] + (a["w"].shape[1],)
         out = y if nat_shape == y.shape else Value(f"{y.name}.natural", y.dtype, nat_shape)
-        bias = None
-        if a.get("bias") is not None:
-            bias = f"{n.name}.bias"
-        step = NpuMatMul(
-            name=n.name,
-            a=nat_in.name,
-            w=f"{n.name}.w",
-            out=out.name,
-            a_zp=int(a["a_zp"]),
-            w_zp=a["w_zp"],
-            bias=bias,
-            a_type=a["a_type"],
-            w_type=a.get("w_type", "int8"),
-            post=post,
-            structure=structure,
-            onnx_nodes=tuple(n.origin),
-            compute=_kind(n),
-        )
+        step = _matmul_step(n, post, structure, out=out.name, a_in=nat_in.name)
+        bias = step.bias
         if ok:
             w = np.asarray(a["w"])
             sizes = (
