@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .domain import Domain, KernelError
+from .domain import NUMPY, Domain, KernelError
 from .inttypes import IntType, int_type
 from .mlas import mlas_logistic, mlas_tanh
 
@@ -61,8 +61,6 @@ def apply_lut(d: Domain, table: Sequence[int], x: Any, in_type: IntType, index_o
 
 def reorder_table(table: Sequence[int], in_type: IntType, src: str, dst: str) -> np.ndarray:
     """The same logical table stored in another index order."""
-    from .domain import NUMPY
-
     xs = np.arange(in_type.min, in_type.max + 1, dtype=np.int64)
     logical = np.asarray(table, dtype=np.int64)[lut_index(NUMPY, xs, in_type, src)]
     out = np.empty(in_type.size, dtype=np.int64)
@@ -186,10 +184,15 @@ def build_lut(spec: LutSpec) -> np.ndarray:
     else:
         r = round_with(q + ft(spec.out_zp), spec.rounding).astype(np.float64)
     logical = np.clip(r, ot.min, ot.max).astype(np.int64)
-    out = np.empty(it.size, dtype=np.int64)
-    from .domain import NUMPY
+    return _by_index_order(logical, xs, it, spec.index_order)
 
-    out[lut_index(NUMPY, xs, it, spec.index_order)] = logical
+
+def _by_index_order(
+    logical: np.ndarray, xs: np.ndarray, it: IntType, index_order: str
+) -> np.ndarray:
+    """The table holding `logical[i]` (the entry for input `xs[i]`) at its `index_order` slot."""
+    out = np.empty(it.size, dtype=np.int64)
+    out[lut_index(NUMPY, xs, it, index_order)] = logical
     return out
 
 
@@ -258,11 +261,7 @@ def build_ort_leaky_relu_table(
     y = np.where(v >= np.float32(0), v, np.float32(alpha) * v).astype(np.float32)
     q = round_with(y / np.float32(spec.out_scale), "half_even").astype(np.float64) + spec.out_zp
     logical = np.clip(q, ot.min, ot.max).astype(np.int64)
-    from .domain import NUMPY
-
-    out = np.empty(it.size, dtype=np.int64)
-    out[lut_index(NUMPY, xs, it, index_order)] = logical
-    return out
+    return _by_index_order(logical, xs, it, index_order)
 
 
 SCALE_TYPES = ("float32", "float16")
@@ -359,11 +358,7 @@ def build_ort_qdq_table(
         raise KernelError(f"QDQ {function} gives NaN on the input range")
     r = np.rint(q).astype(np.float64) + int(out_zp)
     logical = np.clip(r, ot.min, ot.max).astype(np.int64)
-    from .domain import NUMPY
-
-    out = np.empty(it.size, dtype=np.int64)
-    out[lut_index(NUMPY, xs, it, index_order)] = logical
-    return out
+    return _by_index_order(logical, xs, it, index_order)
 
 
 def check_table(table: Sequence[int], in_type: IntType, out_type: IntType) -> None:
