@@ -250,26 +250,24 @@ def add_proof_store_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an int >= 1."""
+def _int_at_least(text: str, low: int) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
+    if v < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low}: {text!r}")
     return v
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    return _int_at_least(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: an int >= 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
-    return v
+    return _int_at_least(text, 0)
 
 
 def write_output(text: str, output: str | None) -> None:

@@ -31,6 +31,7 @@ from compiler.cli_common import (
     non_negative_int,
     parse_policy,
     positive_float,
+    positive_int,
     run_main,
     tool_version,
 )
@@ -121,17 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     i.set_defaults(func=_inputs)
     return p
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an int >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
-    return v
 
 
 def _inputs(args: argparse.Namespace) -> int:
