@@ -135,26 +135,8 @@ def test_standalone_luts_share_tables():
     post = fused_post(FLOAT)
     lut = post.lut
     steps = [
-        NpuLut(
-            name="a0",
-            x="x",
-            out="y0",
-            table=lut.table,
-            in_type="int8",
-            out_type="int8",
-            index_order="offset",
-            function="sigmoid",
-        ),
-        NpuLut(
-            name="a1",
-            x="y0",
-            out="y1",
-            table=lut.table,
-            in_type="int8",
-            out_type="int8",
-            index_order="offset",
-            function="sigmoid",
-        ),
+        NpuLut.from_params("a0", "x", "y0", lut, "sigmoid"),
+        NpuLut.from_params("a1", "y0", "y1", lut, "sigmoid"),
     ]
     model = LoweredModel([TensorSpec("x", "int8", (3, 5))], ["y1"], {}, steps)
     prog = generate(model, FLOAT)

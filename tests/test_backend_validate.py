@@ -123,16 +123,7 @@ def test_table_in_the_wrong_index_order():
     assert [i.code for i in issues] == ["layout_mismatch"]
     assert "reorder_table" in issues[0].message
     lut = post_float_order.lut
-    standalone = NpuLut(
-        name="a",
-        x="x",
-        out="y",
-        table=lut.table,
-        in_type="int8",
-        out_type="int8",
-        index_order="offset",
-        function="sigmoid",
-    )
+    standalone = NpuLut.from_params("a", "x", "y", lut, "sigmoid")
     assert _codes(standalone, FIXED) == {"layout_mismatch"}
     assert validate_step(standalone, FLOAT) == []
 
