@@ -8,6 +8,7 @@ node names its logical locations.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,21 @@ def _artifact_uri(model: str) -> tuple[str, str | None]:
         return p.resolve().as_uri(), None
 
 
+def _locations(uri: str, base: str | None, scope: str, nodes: Sequence[str]) -> list[dict]:
+    """The one SARIF location of a result: the model file and its ONNX nodes under `scope`."""
+    loc: dict[str, Any] = {"uri": uri}
+    if base:
+        loc["uriBaseId"] = base
+    return [
+        {
+            "physicalLocation": {"artifactLocation": loc},
+            "logicalLocations": [
+                {"name": n, "kind": "function", "fullyQualifiedName": f"{scope}/{n}"} for n in nodes
+            ],
+        }
+    ]
+
+
 def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[str, Any]:
     code = s.reason.code if s.reason else s.verdict.value
     text = f"{s.verdict.value}: {s.pattern} ({', '.join(s.nodes)})"
@@ -48,9 +64,6 @@ def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[
             text += f" Action: {s.reason.action}."
     if s.verdict is Verdict.REFUTED and s.counterexample is not None:
         text += f"; counterexample {counterexample_summary(s.counterexample)}"
-    loc: dict[str, Any] = {"uri": uri}
-    if base:
-        loc["uriBaseId"] = base
     props: dict[str, Any] = {"verdict": s.verdict.value, "site": s.id, "nodes": list(s.nodes)}
     if s.reason is not None and s.reason.action:
         props["action"] = s.reason.action
@@ -63,15 +76,7 @@ def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[
         "ruleIndex": rule_index,
         "level": _LEVEL[s.verdict],
         "message": {"text": text},
-        "locations": [
-            {
-                "physicalLocation": {"artifactLocation": loc},
-                "logicalLocations": [
-                    {"name": n, "kind": "function", "fullyQualifiedName": f"{s.id}/{n}"}
-                    for n in s.nodes
-                ],
-            }
-        ],
+        "locations": _locations(uri, base, s.id, s.nodes),
         "partialFingerprints": {"siteId/v1": f"{s.pattern}:{','.join(s.nodes)}:{code}"},
         "properties": props,
     }
@@ -79,24 +84,13 @@ def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[
 
 def _host_result(h: dict[str, Any], rule_index: int, uri: str, base: str | None) -> dict:
     """A note-level result for one op kept on the host (its ONNX nodes as locations)."""
-    loc: dict[str, Any] = {"uri": uri}
-    if base:
-        loc["uriBaseId"] = base
     text = h["message"] + (f" Action: {h['action']}." if h.get("action") else "")
     return {
         "ruleId": h["code"],
         "ruleIndex": rule_index,
         "level": "note",
         "message": {"text": text},
-        "locations": [
-            {
-                "physicalLocation": {"artifactLocation": loc},
-                "logicalLocations": [
-                    {"name": n, "kind": "function", "fullyQualifiedName": f"host/{n}"}
-                    for n in h["nodes"]
-                ],
-            }
-        ],
+        "locations": _locations(uri, base, "host", h["nodes"]),
         "partialFingerprints": {"hostOp/v1": f"{','.join(h['nodes'])}:{h['code']}"},
         "properties": {"action": h.get("action", "")},
     }
