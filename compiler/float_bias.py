@@ -119,8 +119,9 @@ def recognize(g: Graph, site: Site, stage_out: str) -> FloatBias | None:
 
 def ort_tables(g: Graph, site: Site, fb: FloatBias) -> tuple[tuple[int, ...], ...]:
     """ORT's value of the group for every 8-bit x, per column (the group's own nodes)."""
-    import onnxruntime as ort
     from onnx import helper, numpy_helper
+
+    from .ort_tables import session
 
     dq, add, q = site.chain[fb.start : fb.start + 3]
     protos = [_proto(fb.const_node), _proto(dq), _proto(add), _proto(q)]
@@ -142,9 +143,6 @@ def ort_tables(g: Graph, site: Site, fb: FloatBias) -> tuple[tuple[int, ...], ..
     opset = int(g.opsets.get("", g.opsets.get("ai.onnx", 13)))
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = session(m)
     y = np.asarray(sess.run(None, {x_name: xs})[0], dtype=np.int64)
     return tuple(tuple(int(v) for v in y[:, j]) for j in range(n_cols))

@@ -13,6 +13,7 @@ import dataclasses
 from functools import lru_cache
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from prover.pair_saturation import pair_saturating_acc
@@ -32,7 +33,7 @@ _W = np.array([[127, -128], [127, -128], [3, 127], [1, 127]], dtype=np.int8)
 _A_ZP = 1
 
 
-def _probe_model() -> bytes:
+def _probe_model() -> onnx.ModelProto:
     node = helper.make_node("MatMulInteger", ["a", "w", "a_zp"], ["y"])
     g = helper.make_graph(
         [node],
@@ -46,17 +47,14 @@ def _probe_model() -> bytes:
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
-    return m.SerializeToString()
+    return m
 
 
 def probe_u8s8_accumulation() -> Accumulation:
     """How this machine's ONNX Runtime sums uint8 x int8 products (runs ORT once)."""
-    import onnxruntime as ort
+    from .ort_tables import session
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(_probe_model(), so, providers=["CPUExecutionProvider"])
+    sess = session(_probe_model())
     got = np.asarray(sess.run(None, {"a": _A})[0], dtype=np.int64)
     a64, w64 = _A.astype(np.int64), _W.astype(np.int64)
     exact = (a64 - _A_ZP) @ w64
