@@ -181,20 +181,7 @@ def test_operand_checks():
         [TensorSpec("x", "int8", (1, 140000))],
         ["y"],
         {"w": np.full((140000, 1), 127, np.int8)},
-        [
-            NpuMatMul(
-                name="mm",
-                a="x",
-                w="w",
-                out="y",
-                a_zp=0,
-                w_zp=0,
-                bias=None,
-                a_type="int8",
-                w_type="int8",
-                post=None,
-            )
-        ],
+        [dataclasses.replace(st, a_zp=0, bias=None, post=None)],
     )
     with pytest.raises(CodegenError, match="exceeds int32"):
         generate(big_k, FLOAT)
