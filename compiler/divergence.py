@@ -57,9 +57,13 @@ def site_witness(site, bound: int) -> tuple[int, tuple[int, ...], int, int, int,
     by more than `bound`; None if no such row was found."""
     cols = saturable_columns(site.compute)
     for grp in site.post:
-        for j in [c for c in cols if c in set(grp.columns)][:MAX_COLUMNS_TRIED]:
+        in_group = set(grp.columns)
+        tried = [c for c in cols if c in in_group][:MAX_COLUMNS_TRIED]
+        if not tried:
+            continue
+        before, after = grp.before, grp.after(Var("acc"))
+        for j in tried:
             w, w_zp, a_zp, bias = _col_params(site.compute, j)
-            before, after = grp.before, grp.after(Var("acc"))
 
             def differs(e: np.ndarray, s: np.ndarray, before=before, after=after) -> np.ndarray:
                 b = evaluate(before, NUMPY, {"acc": np.asarray(s, dtype=np.int64)})
