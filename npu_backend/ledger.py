@@ -87,13 +87,11 @@ def unfuse_with_add(step: NpuMatMul) -> tuple[list[Step], dict[str, np.ndarray]]
     Returns the steps and the constants they add (the column index of each element).
     """
     posts = posts_of(step.post)
-    if not step.fused or all(p.add is None for p in posts):
-        return unfuse(step), {}
     adds = [p.add for p in posts if p.add is not None]
-    if len(adds) != len(posts):
-        return unfuse(step), {}  # not expressible as one uint16-indexed table: not split
+    if not step.fused or not adds or len(adds) != len(posts):
+        return unfuse(step), {}  # no add stage, or only on some columns: not split
     ty = int_type(adds[0].type)
-    n = len(posts) if isinstance(step.post, tuple) else 1
+    n = len(posts)
     if n * ty.size > 65536:
         return unfuse(step), {}  # not expressible as one uint16-indexed table: not split
     mm, act = unfuse(step)
