@@ -59,13 +59,13 @@ def apply_lut(d: Domain, table: Sequence[int], x: Any, in_type: IntType, index_o
     return d.lut(table, lut_index(d, x, in_type, index_order))
 
 
-def reorder_table(table: Sequence[int], in_type: IntType, src: str, dst: str) -> np.ndarray:
+def reorder_table(
+    table: Sequence[int] | np.ndarray, in_type: IntType, src: str, dst: str
+) -> np.ndarray:
     """The same logical table stored in another index order."""
     xs = np.arange(in_type.min, in_type.max + 1, dtype=np.int64)
     logical = np.asarray(table, dtype=np.int64)[lut_index(NUMPY, xs, in_type, src)]
-    out = np.empty(in_type.size, dtype=np.int64)
-    out[lut_index(NUMPY, xs, in_type, dst)] = logical
-    return out
+    return _by_index_order(logical, xs, in_type, dst)
 
 
 # --- float functions --------------------------------------------------------------------

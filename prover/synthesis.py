@@ -64,7 +64,7 @@ import numpy as np
 from . import requant as rq
 from .domain import NUMPY, KernelError
 from .inttypes import INT32_MAX, INT32_MIN, int_type
-from .lut import lut_index
+from .lut import reorder_table
 from .obligation import Obligation
 from .policy import Policy
 from .staircase import monotone_thresholds
@@ -482,8 +482,7 @@ def _build_table(
         if reached[i]:
             last = vals[i]
         logical[i] = last
-    physical = np.empty(mid.size, dtype=np.int64)
-    physical[lut_index(NUMPY, levels, mid, space.index_order)] = logical
+    physical = reorder_table(logical, mid, "offset", space.index_order)
     return FixedEpilogue(
         scheme, m, shift, zp, mid.name, tuple(int(v) for v in physical), space.index_order
     )
