@@ -32,10 +32,12 @@ def const(name: str, value, dtype: str) -> onnx.TensorProto:
     return nh.from_array(np.asarray(value, dtype=NP[dtype]), name)
 
 
-def make(nodes, inputs, outputs, inits, name: str = "test") -> onnx.ModelProto:
+def make(
+    nodes, inputs, outputs, inits, name: str = "test", full_check: bool = False
+) -> onnx.ModelProto:
     g = oh.make_graph(nodes, name, inputs, outputs, inits)
     m = oh.make_model(g, opset_imports=OPSETS)
-    onnx.checker.check_model(m)
+    onnx.checker.check_model(m, full_check=full_check)
     return m
 
 

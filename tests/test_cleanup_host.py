@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from models import OPSETS, const, weights
+from models import const, make, weights
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
@@ -53,15 +53,14 @@ def _model(layout: str, where: str) -> onnx.ModelProto:
     nodes.append(oh.make_node("DequantizeLinear", [cur, "ys", "z"], [out], name="dq"))
     if where == "output":
         nodes.append(noop(out, "y", "shp4"))
-    g = oh.make_graph(
+    m = make(
         nodes,
-        "t",
         [oh.make_tensor_value_info("xf", TP.FLOAT, [2, 16])],
         [oh.make_tensor_value_info("y", TP.FLOAT, [2, 4])],
         inits,
+        name="t",
+        full_check=True,
     )
-    m = oh.make_model(g, opset_imports=OPSETS)
-    onnx.checker.check_model(m, full_check=True)
     return m
 
 
@@ -91,15 +90,14 @@ def test_identity_before_a_matmul_that_falls_back_to_the_host(tmp_path):
         oh.make_node("Identity", ["x"], ["xi"], name="id"),
         oh.make_node("MatMulInteger", ["xi", "W"], ["y"], name="mm"),
     ]
-    g = oh.make_graph(
+    m = make(
         nodes,
-        "t",
         [oh.make_tensor_value_info("x", TP.UINT8, [2, 16])],
         [oh.make_tensor_value_info("y", TP.INT32, [2, 4])],
         [nh.from_array(np.full((16, 4), 127, np.int8), "W")],
+        name="t",
+        full_check=True,
     )
-    m = oh.make_model(g, opset_imports=OPSETS)
-    onnx.checker.check_model(m, full_check=True)
     feeds = {"x": np.full((2, 16), 255, np.uint8)}
     check_end_to_end(m, feeds, tmp_path, args=("--reference", "ort-x86-avx2"))
 
@@ -134,15 +132,14 @@ def test_host_fallback_of_a_fused_site_reincludes_the_bypassed_layout_op(layout)
             domain="com.microsoft",
         ),
     ]
-    g = oh.make_graph(
+    m = make(
         nodes,
-        "t",
         [oh.make_tensor_value_info("x", TP.INT8, [3, 16])],
         [oh.make_tensor_value_info("y", TP.INT8, [3, 4])],
         inits,
+        name="t",
+        full_check=True,
     )
-    m = oh.make_model(g, opset_imports=OPSETS)
-    onnx.checker.check_model(m, full_check=True)
     r = compile_model(m)
     fused = next(n for n in r.graph.nodes if n.op == "fused")
     (step,) = Lowerer(r.graph, r.context).host_origin(fused)

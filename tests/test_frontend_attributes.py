@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pytest
 from cli_helpers import assert_one_line_error, prover
-from models import OPSETS, const, weights
+from models import OPSETS, const, make, weights
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
@@ -252,15 +252,14 @@ def _reshape_after_matmul(constant: onnx.NodeProto) -> onnx.ModelProto:
             domain="com.microsoft",
         ),
     ]
-    g = oh.make_graph(
+    m = make(
         nodes,
-        "t",
         [oh.make_tensor_value_info("x", TP.INT8, [2, 16])],
         [oh.make_tensor_value_info("y", TP.INT8, [1, 2, 4])],
         inits,
+        name="t",
+        full_check=True,
     )
-    m = oh.make_model(g, opset_imports=OPSETS)
-    onnx.checker.check_model(m, full_check=True)
     return m
 
 
