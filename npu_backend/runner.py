@@ -119,8 +119,7 @@ def _one_pass(
         if not (np.array_equal(got[:1], first[o]) and np.array_equal(got[-1:], last[o])):
             return None
     total = Counters()
-    for _ in range(n):
-        _add(total, c)
+    _add(total, c, times=n)
     return outs, total
 
 
@@ -137,14 +136,15 @@ def _row_by_row(
     return {o: np.concatenate(parts[o], axis=0) for o in program.outputs}, total
 
 
-def _add(total: Counters, c: Counters) -> None:
+def _add(total: Counters, c: Counters, times: int = 1) -> None:
+    """Add `times` copies of `c` into `total`."""
     for f in fields(Counters):
         a, b = getattr(total, f.name), getattr(c, f.name)
         if isinstance(a, dict):
             for k, v in b.items():
-                a[k] = a.get(k, 0) + v
+                a[k] = a.get(k, 0) + v * times
         else:
-            setattr(total, f.name, a + b)
+            setattr(total, f.name, a + b * times)
 
 
 def run_file(
