@@ -203,17 +203,22 @@ def qlinear_binary(
             raise KernelError(f"{op} input {name} has values outside {out.name}")
     shape = np.broadcast_shapes(a64.shape, b64.shape)
     a64, b64 = np.broadcast_to(a64, shape), np.broadcast_to(b64, shape)
-    p = params
+    return _kernel(op, a64, b64, params, span_mode(np.shape(a), np.shape(b)), fma)
+
+
+def _kernel(
+    op: BinaryOp, a: np.ndarray, b: np.ndarray, p: QLinearBinaryParams, mode: SpanMode, fma: bool
+) -> np.ndarray:
+    """The MLAS kernel of `op` on same-shape A and B, operands placed as `mode` says."""
     if op is BinaryOp.MUL:
-        return qlmul_kernel(a64, b64, p.a_scale, p.a_zp, p.b_scale, p.b_zp, p.c_scale, p.c_zp, out)
-    mode = span_mode(np.shape(a), np.shape(b))
+        return qlmul_kernel(a, b, p.a_scale, p.a_zp, p.b_scale, p.b_zp, p.c_scale, p.c_zp, p.out)
     if mode is SpanMode.A_SCALAR:
         return qladd_kernel(
-            b64, a64, p.b_scale, p.b_zp, p.a_scale, p.a_zp, p.c_scale, p.c_zp, out,
+            b, a, p.b_scale, p.b_zp, p.a_scale, p.a_zp, p.c_scale, p.c_zp, p.out,
             q_scalar=True, fma=fma,
         )  # fmt: skip
     return qladd_kernel(
-        a64, b64, p.a_scale, p.a_zp, p.b_scale, p.b_zp, p.c_scale, p.c_zp, out,
+        a, b, p.a_scale, p.a_zp, p.b_scale, p.b_zp, p.c_scale, p.c_zp, p.out,
         q_scalar=mode is SpanMode.B_SCALAR, fma=fma,
     )  # fmt: skip
 
@@ -239,20 +244,8 @@ def qlinear_binary_of(
     op = BinaryOp(op)
     xs = np.asarray(x, dtype=np.int64)
     c = np.full(xs.shape, int(const), dtype=np.int64)
-    p = params
-    if op is BinaryOp.MUL:
-        a, b = (xs, c) if x_is_a else (c, xs)
-        return qlmul_kernel(a, b, p.a_scale, p.a_zp, p.b_scale, p.b_zp, p.c_scale, p.c_zp, p.out)
     a, b = (xs, c) if x_is_a else (c, xs)
-    if mode is SpanMode.A_SCALAR:
-        return qladd_kernel(
-            b, a, p.b_scale, p.b_zp, p.a_scale, p.a_zp, p.c_scale, p.c_zp, p.out,
-            q_scalar=True, fma=fma,
-        )  # fmt: skip
-    return qladd_kernel(
-        a, b, p.a_scale, p.a_zp, p.b_scale, p.b_zp, p.c_scale, p.c_zp, p.out,
-        q_scalar=mode is SpanMode.B_SCALAR, fma=fma,
-    )  # fmt: skip
+    return _kernel(op, a, b, params, mode, fma)
 
 
 def qlinear_binary_table(
