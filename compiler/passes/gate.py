@@ -70,12 +70,13 @@ def obligations(g, site: Site, ctx) -> list[tuple[Obligation, tuple[int, ...], i
     out = []
     policy = effective_policy(g, site.activation.output, ctx.policy)
     for grp in site.post:
+        after = grp.after(_acc())
         for cols, lo, hi in components(grp.columns, r.lo, r.hi):
             lift_col = max(cols, key=lambda j: r.hi[j] - r.lo[j])
             ob = Obligation(
                 "epilogue",
                 grp.before,
-                grp.after(_acc()),
+                after,
                 {"acc": (lo, hi)},
                 policy,
                 cex.lift_spec(c, lift_col),
