@@ -96,25 +96,28 @@ def decorated_groups(g: onnx.GraphProto, single_use) -> dict[str, tuple[list[onn
 
 
 @lru_cache(maxsize=64)
-def _ort_graph(model_bytes: bytes, level: str) -> bytes:
+def ort_graph(model_bytes: bytes, level: str, what: str = "float16 QDQ groups") -> bytes:
+    """The serialised graph ONNX Runtime runs for `model_bytes` at `level` ("off",
+    "extended" or "default"). Raises `FrontendError` naming `what` when ORT cannot load it.
+    """
     import onnxruntime as ort
 
+    levels = {
+        "default": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    }
     so = ort.SessionOptions()
-    so.graph_optimization_level = (
-        ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if level == "default"
-        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    )
+    so.graph_optimization_level = levels.get(level, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     so.log_severity_level = 3
     with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "ort_f16.onnx"
+        out = Path(d) / "ort_optimised.onnx"
         so.optimized_model_filepath = str(out)
         try:
             ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001 - ORT's own message, on one line
             msg = " ".join(str(e).split())[:300]
             raise FrontendError(
-                f"ONNX Runtime cannot load the model to read its float16 QDQ groups: {msg}"
+                f"ONNX Runtime cannot load the model to read its {what}: {msg}"
             ) from None
         return out.read_bytes()
 
@@ -166,7 +169,7 @@ def ort_dequantize_types(m: onnx.ModelProto, level: str) -> dict[str, str]:
     A group missing from the answer has a cast placement this module does not model.
     Project-domain nodes are cut out first (`without_project_ops`).
     """
-    r = onnx.load_from_string(_ort_graph(without_project_ops(m).SerializeToString(), level))
+    r = onnx.load_from_string(ort_graph(without_project_ops(m).SerializeToString(), level))
     users: dict[str, int] = {}
     for n in r.graph.node:
         for i in n.input:

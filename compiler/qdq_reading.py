@@ -24,13 +24,10 @@ and the project ops are put back between the rewritten parts.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import onnx
 
 from .errors import FrontendError
-from .f16_context import PROJECT_DOMAIN, without_project_ops
+from .f16_context import PROJECT_DOMAIN, ort_graph, without_project_ops
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
@@ -127,22 +124,7 @@ def ort_integer_model(m: onnx.ModelProto) -> onnx.ModelProto:
     Opset imports the rewritten graph does not use are dropped. Raises `FrontendError`
     when ONNX Runtime cannot load the model.
     """
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    so.log_severity_level = 3
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "ort_integer.onnx"
-        so.optimized_model_filepath = str(out)
-        try:
-            ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        except Exception as e:  # noqa: BLE001 - ORT's own message, on one line
-            msg = " ".join(str(e).split())[:300]
-            raise FrontendError(
-                f"ONNX Runtime cannot load the model to read its QDQ groups: {msg}"
-            ) from None
-        r = onnx.load(str(out))
+    r = onnx.load_from_string(ort_graph(m.SerializeToString(), "extended", "QDQ groups"))
     used = {n.domain or "" for n in r.graph.node} | {""}
     keep = [o for o in r.opset_import if (o.domain or "") in used]
     del r.opset_import[:]
