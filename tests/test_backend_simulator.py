@@ -6,7 +6,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_backend_support import K, fused_post, matmul_model, requant_post, weights, x_input
+from test_backend_support import K, fused_post, matmul_model, requant_post, x_input
 
 from npu_backend.codegen import generate
 from npu_backend.isa import HostCall
@@ -87,25 +87,15 @@ def test_per_channel_requant_and_weight_zero_points():
 
 def test_standalone_requant_clip_and_host_kernel():
     rq = requant_post(FLOAT, scale=0.01, zp=1).requant
+    base = matmul_model(None)
     steps = [
-        NpuMatMul(
-            name="mm",
-            a="x",
-            w="w",
-            out="acc",
-            a_zp=3,
-            w_zp=0,
-            bias="b",
-            a_type="int8",
-            w_type="int8",
-            post=None,
-        ),
+        dataclasses.replace(base.steps[0], out="acc"),
         NpuRequant("rq", "acc", "q", rq),
         NpuClip("cl", "q", "c", -20, 30, "int8"),
         HostKernel("hk", ("c", "q"), "s", op("add", Var("c"), Var("q")), "int16"),
     ]
-    w, b = weights()
-    model = LoweredModel([TensorSpec("x", "int8", (4, K))], ["s", "acc"], {"w": w, "b": b}, steps)
+    w, b = base.constants["w"], base.constants["b"]
+    model = LoweredModel(base.inputs, ["s", "acc"], base.constants, steps)
     prog = generate(model, FLOAT)
     x = x_input()["x"]
     out, c = run(prog, {"x": x})
