@@ -6,7 +6,7 @@ import pytest
 from test_backend_support import fused_post, matmul_model, requant_post, x_input
 
 from npu_backend.ledger import LedgerError, ledger
-from npu_backend.lowered import LoweredModel, NpuMatMul
+from npu_backend.lowered import LoweredModel
 from npu_backend.target import load_target
 
 FLOAT = load_target()
@@ -35,17 +35,8 @@ def test_only_fused_sites_get_entries():
 def test_two_sites_measured_separately():
     model = matmul_model(fused_post(FLOAT))
     st = model.steps[0]
-    second = NpuMatMul(
-        name="mm2",
-        a="x",
-        w="w",
-        out="y2",
-        a_zp=0,
-        w_zp=0,
-        bias=None,
-        a_type="int8",
-        w_type="int8",
-        post=fused_post(FLOAT, "tanh"),
+    second = dataclasses.replace(
+        st, name="mm2", out="y2", a_zp=0, bias=None, post=fused_post(FLOAT, "tanh")
     )
     model = LoweredModel(model.inputs, ["y", "y2"], model.constants, [st, second])
     entries = ledger(model, FLOAT)
