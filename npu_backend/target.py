@@ -202,8 +202,8 @@ class _Section:
             raise TargetError(f"[{self.where}] {key} = {v!r}: must be one of {list(allowed)}")
         return v
 
-    def choices(self, key: str, allowed, kind: type = str) -> frozenset:
-        vals = self.get(key, list)
+    def choices(self, key: str, allowed, kind: type = str, default: Any = ...) -> frozenset:
+        vals = self.get(key, list, default)
         for v in vals:
             if not isinstance(v, kind) or isinstance(v, bool) or v not in allowed:
                 raise TargetError(
@@ -241,11 +241,9 @@ def _compute(op: str, data: Any) -> ComputeCaps:
         clip=s.get("clip", bool),
         structures=s.choices("structures", STRUCTURES),
         fused_structures=s.choices("fused_structures", STRUCTURES),
-        bias=s.choices("bias", BIAS_STAGES) if "bias" in s.data else frozenset({"accumulator"}),
+        bias=s.choices("bias", BIAS_STAGES, default=frozenset({"accumulator"})),
         add_fma=s.get("add_fma", bool, True),
-        synthesis=s.choices("synthesis", SYNTHESIS_PARAMS)
-        if "synthesis" in s.data
-        else frozenset(),
+        synthesis=s.choices("synthesis", SYNTHESIS_PARAMS, default=frozenset()),
     )
     s.done()
     if caps.synthesis and caps.requant_scheme not in ("fixed_double", "fixed_single"):
