@@ -136,18 +136,7 @@ def compile_model(
     )
     g, m = to_ir(model, reference=profile)
     ctx.model, ctx.original = m, g.clone()
-    g = run_pipeline(g, ctx)
-    if ctx.lowered is not None:
-        ctx.lowered.dynamic_batch = tuple(g.dynamic_batch)
-    return CompileResult(
-        ctx.sites,
-        g,
-        ctx.lowered,
-        site_diagnostics(ctx.sites) + host_diagnostics(ctx.original) + ctx.diagnostics,
-        ctx.original,
-        ctx.log,
-        ctx,
-    )
+    return _run(g, ctx)
 
 
 def recompile(result: CompileResult) -> CompileResult:
@@ -167,7 +156,12 @@ def recompile(result: CompileResult) -> CompileResult:
         model=old.model,
         original=old.original,
     )
-    g = run_pipeline(result.graph.clone(), ctx)
+    return _run(result.graph.clone(), ctx)
+
+
+def _run(g: Graph, ctx: Context) -> CompileResult:
+    """Run the pipeline on `g` and collect the result (`ctx.original` already set)."""
+    g = run_pipeline(g, ctx)
     if ctx.lowered is not None:
         ctx.lowered.dynamic_batch = tuple(g.dynamic_batch)
     return CompileResult(
@@ -175,7 +169,7 @@ def recompile(result: CompileResult) -> CompileResult:
         g,
         ctx.lowered,
         site_diagnostics(ctx.sites) + host_diagnostics(ctx.original) + ctx.diagnostics,
-        old.original,
+        ctx.original,
         ctx.log,
         ctx,
     )
