@@ -152,6 +152,7 @@ def recompile(result: CompileResult) -> CompileResult:
         cross_check=old.cross_check,
         jobs=old.jobs,
         compose_tables=old.compose_tables,
+        synthesis=old.synthesis,
         schedule=dict(old.schedule),
         model=old.model,
         original=old.original,
