@@ -112,7 +112,7 @@ def input_qparams(m: onnx.ModelProto, name: str) -> tuple[np.ndarray, np.ndarray
 
 def quantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: str) -> np.ndarray:
     """ONNX Runtime's QuantizeLinear of float32 `x` (the reference, not a re-derivation)."""
-    import onnxruntime as ort
+    from .ort_tables import session
 
     zp_arr = np.zeros((), dtype=dtype) if zp is None else np.asarray(zp, dtype=dtype)
     node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
@@ -128,9 +128,7 @@ def quantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: str
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = session(model)
     return np.asarray(sess.run(None, {"x": np.asarray(x, dtype=np.float32)})[0])
 
 
