@@ -82,13 +82,17 @@ class Encoding:
     def diffs(self) -> list[z3.BitVecRef]:
         return self._built[2]
 
-    @property
+    @cached_property
     def defined(self) -> z3.BoolRef:
         """The implementation side's preconditions all hold."""
         parts = self._built[3]
         if not parts:
             return z3.BoolVal(True)
         return parts[0] if len(parts) == 1 else z3.And(parts)
+
+    @cached_property
+    def _always_defined(self) -> bool:
+        return z3.is_true(z3.simplify(self.defined))
 
     def violation(self, at_least: int | None = None) -> z3.BoolRef:
         """The implementation is undefined or some output differs by more than the bound.
@@ -102,7 +106,7 @@ class Encoding:
             parts = [dd >= at_least for dd in self.diffs]
         # A one-argument `or` is not SMT-LIB (Bitwuzla rejects it).
         off = parts[0] if len(parts) == 1 else z3.Or(parts)
-        if z3.is_true(z3.simplify(self.defined)):
+        if self._always_defined:
             return off
         if at_least is not None:
             return z3.And(self.defined, off)
