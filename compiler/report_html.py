@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import report_plots as P
-from .report_model import Counterexample, Report, SiteReport
+from .report_model import Counterexample, Report, SiteReport, Verdict
 from .report_views import EpilogueView, SiteView, Views, collect
 
 MAX_ARRAY = 64  # array elements printed in full; larger arrays are summarised
@@ -87,7 +87,7 @@ def _legend() -> str:
 
 
 def _headline(r: Report, views: Views) -> tuple[str, EpilogueView] | None:
-    order = sorted(r.sites, key=lambda s: (s.verdict.value != "refuted", r.sites.index(s)))
+    order = sorted(r.sites, key=lambda s: s.verdict is not Verdict.REFUTED)  # stable: refuted first
     for s in order:
         sv = views.sites.get(s.id)
         if sv and sv.epilogues:
