@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from ort_models import session
 
 from prover.domain import NumpyDomain, Z3Domain
 from prover.inttypes import int_type
@@ -68,10 +69,7 @@ def _session(op: str, dtype: str, a_shape, b_shape, const_b=None) -> ort.Inferen
         g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
     )
     m.ir_version = 10
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = 1
-    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return session(m.SerializeToString())
 
 
 def _run(op, a, b, p: QLinearBinaryParams, const_b: bool = False) -> np.ndarray:
@@ -236,11 +234,7 @@ def _qmatmul_then_binary(op, x, w, x_s, x_zp, w_s, y_s, y_zp, bias_q, p, dtype):
         g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
     )
     m.ir_version = 10
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = 1
-    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return s.run(None, {"x": x.astype(dtype)})[0].astype(np.int64)
+    return session(m.SerializeToString()).run(None, {"x": x.astype(dtype)})[0].astype(np.int64)
 
 
 @pytest.mark.parametrize("op", [BinaryOp.ADD, BinaryOp.MUL])
