@@ -7,9 +7,9 @@ without it): the host's behaviour is probed once and the matching reference prof
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from ort_models import session
 
 from prover.domain import KernelError, NumpyDomain
 from prover.matmul import matmul_acc
@@ -18,13 +18,6 @@ from prover.requant import onnx_requant_scale
 
 F32 = np.float32
 ELEM = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8, "int32": TensorProto.INT32}
-
-
-def _opts() -> ort.SessionOptions:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = 1
-    return so
 
 
 def _model(nodes, inputs, outputs, inits) -> bytes:
@@ -51,7 +44,7 @@ def _host_profile() -> str:
         [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
         [_t("w", w, TensorProto.INT8)],
     )
-    s = ort.InferenceSession(m, _opts(), providers=["CPUExecutionProvider"])
+    s = session(m)
     y = int(s.run(None, {"a": np.full((1, 2), 255, np.uint8)})[0][0, 0])
     return "onnx" if y == 2 * 255 * 127 else "ort-x86-avx2"
 
@@ -89,7 +82,7 @@ def _run_ort(a, b, p: QGemmParams, c=None, b_const=True) -> np.ndarray:
     else:
         out_t = TensorProto.FLOAT
     m = _model([node], inputs, [helper.make_tensor_value_info("y", out_t, None)], inits)
-    s = ort.InferenceSession(m, _opts(), providers=["CPUExecutionProvider"])
+    s = session(m)
     feed = {"a": np.asarray(a).astype(p.a_type)}
     if not b_const:
         feed["b"] = np.asarray(b).astype(p.b_type)
