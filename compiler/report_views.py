@@ -127,9 +127,10 @@ def collect(run: Any) -> Views:
         sv = SiteView(cs.id)
         if cs.reason is not None:
             sv.action = ACTIONS.get(cs.reason.code, "")
-        sv.ledger = next((e for e in ledger if set(e.get("onnx_nodes", ())) & set(cs.nodes)), None)
-        if cs.verdict != "proven":
-            sv.ledger = None
+        if cs.verdict == "proven":  # only an applied fusion has a ledger entry to show
+            sv.ledger = next(
+                (e for e in ledger if set(e.get("onnx_nodes", ())) & set(cs.nodes)), None
+            )
         _epilogues(result, cs, sv)
         sites[cs.id] = sv
     diags = [d.to_dict() for d in getattr(result, "diagnostics", ()) if hasattr(d, "to_dict")]
