@@ -138,8 +138,12 @@ def decide_site(g, site: Site, ctx) -> None:
         verdicts.append((ob, v, cols, lift_col))
         if not isinstance(v, Exception):
             site.time_ms += float(v.time_ms)
-    if getattr(ctx, "synthesis", False):
+    if ctx.synthesis:
         verdicts = fixed_synthesis.resynthesise(site, verdicts, ctx, _check)
+        for ob, v, _, _ in verdicts:  # a proven synthesised group cites its own obligation
+            if ob.hash not in site.obligations:
+                site.obligations.append(ob.hash)
+                site.time_ms += float(v.time_ms)
     errors = [(ob, v) for ob, v, _, _ in verdicts if isinstance(v, Exception)]
     refuted = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "refuted"]
     unknown = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "unknown"]
