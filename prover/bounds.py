@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import terms as T
+from .domain import KernelError
 from .inttypes import int_type
 from .obligation import Obligation
 
@@ -115,24 +116,31 @@ def magnitude(ob: Obligation) -> int | None:
     return peak if known else None
 
 
-def _bound(ob: Obligation) -> int:
-    m = magnitude(ob)
-    if m is None:  # some primitive without a rule: ranges and constants at least
-        m = max([abs(v) for r in ob.ranges.values() for v in r] + [abs(c) for c in _consts(ob)])
-    return m
+def _bound(ob: Obligation) -> int | None:
+    return magnitude(ob)
 
 
 def fits(ob: Obligation, limit: int = 1 << 62) -> bool:
-    """Every value the evaluation forms is below `limit` in magnitude (as far as known)."""
-    return _bound(ob) < limit
+    """Every value the evaluation forms is below `limit` in magnitude.
+
+    False where some primitive has no bound rule: an unknown bound never counts as fitting
+    (numpy procedures then decline instead of risking a silent int64 wrap).
+    """
+    m = _bound(ob)
+    return m is not None and m < limit
 
 
 def bits_needed(ob: Obligation, default: int = 64) -> int:
     """Signed bit-vector width holding every value, and twice it (the rank order).
 
-    `default` when everything fits it, else the next multiple of 32 that does.
+    `default` when everything fits it, else the next multiple of 32 that does. A primitive
+    without a bound rule is a kernel bug (every primitive needs one: a test checks it), so
+    it raises rather than guess a width that might wrap.
     """
-    need = (2 * _bound(ob) + 1).bit_length() + 1
+    m = _bound(ob)
+    if m is None:
+        raise KernelError("a primitive of this obligation has no bound rule (prover.bounds)")
+    need = (2 * m + 1).bit_length() + 1
     if need <= default:
         return default
     return -(-need // 32) * 32
