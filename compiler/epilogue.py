@@ -89,7 +89,7 @@ class BiasView:
 
 def bias_view(site: Site) -> BiasView | None:
     """The site's bias, if any (a `qlinear_binary` node, or `site.float_bias`)."""
-    fb = getattr(site, "float_bias", None)
+    fb = site.float_bias
     if fb is not None:
         return BiasView(
             start=fb.start,

@@ -99,9 +99,8 @@ class Site:
     obligation_hash: str | None = None  # the deciding obligation (the refuted one, else the first)
     solver: str | None = None
     ledger: Any = None
-    float_bias: Any = (
-        None  # compiler.float_bias.FloatBias when ORT's float bias group is in the chain
-    )
+    # compiler.float_bias.FloatBias when ORT's float bias group is in the chain
+    float_bias: Any = None
 
     @property
     def activation(self) -> Node:

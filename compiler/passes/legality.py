@@ -149,7 +149,7 @@ def bias_placement(site: Site, ctx) -> str | None:
     (target `bias`) it is folded into the accumulator, which needs the compute op's own
     float requantization (a QLinearMatMul/QGemm scale) to fold into."""
     adds = [i for i, n in enumerate(site.chain) if n.op == "qlinear_binary"]
-    if getattr(site, "float_bias", None) is not None:
+    if site.float_bias is not None:
         adds.append(site.float_bias.start)
     if not adds or site.compute.op == "host_onnx":
         return None

@@ -51,7 +51,7 @@ def apply_site(g: Graph, site: Site, groups, structure: str = "plain") -> Node:
         structure=structure,
     )
     extra = []
-    if getattr(site, "float_bias", None) is not None:
+    if site.float_bias is not None:
         extra.append(g.node(site.float_bias.const_node.name))  # the bias's constant DQ
     origin: list[str] = []
     for n in [compute, *chain, *extra]:
