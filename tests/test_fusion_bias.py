@@ -145,6 +145,32 @@ def test_add_stage_needs_the_target_capability():
     assert any(i.code == "unsupported_function" and "add stage" in i.message for i in issues)
 
 
+def _with_add(st: NpuMatMul, **change) -> NpuMatMul:
+    """`st` with every column group's add stage changed by `change`."""
+    posts = tuple(
+        dataclasses.replace(p, add=dataclasses.replace(p.add, **change)) for p in posts_of(st.post)
+    )
+    return dataclasses.replace(st, post=posts[0] if len(posts) == 1 else posts)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [({"fma": None}, "fma="), ({"type": None}, "differs from the intermediate type")],
+)
+def test_add_stage_must_match_the_hardware(change, words):
+    """Negative: an add stage whose fma flag or type is not the hardware's is incomplete."""
+    r = compile_model(DIGITS / "digits_matmul_qop_s8s8_pt.onnx", "bitwise", FLOAT_T)
+    st = next(s for s in r.lowered.steps if isinstance(s, NpuMatMul) and s.fused)
+    add = posts_of(st.post)[0].add
+    assert add is not None
+    if "fma" in change:
+        change = {"fma": not add.fma}
+    else:
+        change = {"type": "uint8" if add.type == "int8" else "int8"}
+    issues = validate_step(_with_add(st, **change), FLOAT_T)
+    assert any(i.code == "incomplete_parameters" and words in i.message for i in issues), issues
+
+
 def test_qlinearmul_between_matmul_and_activation_is_not_adjacent(tmp_path):
     """Only a QLinearAdd is a bias; a QLinearMul there is not absorbed."""
     m = onnx.load(DIGITS / "digits_matmul_qop_s8s8_pt.onnx")
