@@ -13,6 +13,8 @@ proven by the gate and lower to a fused `NpuMatMul`.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
 from onnx import helper as oh
@@ -429,13 +431,20 @@ class Lowerer:
             n.name, m.SerializeToString(), tuple(n.inputs), tuple(n.outputs), specs, tuple(n.origin)
         )
 
-    def host_origin(self, n: Node) -> list:
-        """The node's original ONNX nodes as a host subgraph (exactly what ONNX Runtime runs)."""
+    @functools.cached_property
+    def _origin_index(self):
+        """The original model's nodes, their positions (by id), producers by output and
+        initializers by name: built once per lowering, not per host fallback."""
         model = self.ctx.model
         nodes = list(model.graph.node)
         pos = {id(p): k for k, p in enumerate(nodes)}
         producer = {o: p for p in nodes for o in p.output}
-        inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        inits = {i.name: i for i in model.graph.initializer}
+        return nodes, pos, producer, inits
+
+    def host_origin(self, n: Node) -> list:
+        """The node's original ONNX nodes as a host subgraph (exactly what ONNX Runtime runs)."""
+        nodes, pos, producer, inits = self._origin_index
         protos = [p for p in nodes if (p.name or p.output[0]) in n.origin]
         # Identity / no-op Reshape / Transpose nodes that cleanup bypassed (and Constants)
         # between the IR inputs and the origin nodes: ONNX Runtime runs them too.
@@ -456,7 +465,7 @@ class Lowerer:
                 break
             protos += add.values()
         protos.sort(key=lambda p: pos[id(p)])
-        consts = {i: inits[i] for p in protos for i in p.input if i in inits}
+        consts = {i: numpy_helper.to_array(inits[i]) for p in protos for i in p.input if i in inits}
         if protos and protos[-1].output[0] != n.output:
             protos.append(oh.make_node("Identity", [protos[-1].output[0]], [n.output]))
         ins = {i: self.g.values[i] for i in n.inputs if i not in produced}
