@@ -108,7 +108,7 @@ def _against_ort(g: Graph, site: Site, feeds, env0, ctx, base: WholeModelCounter
     from .ort_tables import session
     from .reference_host import host_profile, same_semantics
 
-    reference = getattr(ctx, "reference", None)
+    reference = ctx.reference
     names = [o.name for o in ctx.model.graph.output]
     ort_out = dict(zip(names, session(ctx.model).run(None, feeds), strict=True))
     host = host_profile()
@@ -141,8 +141,7 @@ def _against_ort(g: Graph, site: Site, feeds, env0, ctx, base: WholeModelCounter
         "host": host.name,
         "reference": name,
     }
-    if hasattr(ctx, "findings"):
-        ctx.findings.append(finding)
+    ctx.findings.append(finding)
     return {o: env0[o] for o in g.outputs}, f"ir-reference ({name})"
 
 
@@ -180,7 +179,7 @@ def replay_row(
     reference) and the fused form, and check column `j` of the site's output gives
     `before` / `after` exactly; then compare the original with ONNX Runtime."""
     node = site.compute
-    reference = getattr(ctx, "reference", None)
+    reference = ctx.reference
     a_val = g.values[node.inputs[0]]
     nat = to_natural(node, np.zeros(a_val.shape, dtype=np.int8)).shape
     A = np.full(nat, node.attrs["a_zp"], dtype=np.int64)
