@@ -9,6 +9,10 @@ from report_schema_hook import pytest_sessionfinish  # noqa: F401
 # `--cpu-durations=N`: CPU time per test, the measure of the suite's time budget.
 pytest_plugins = ["cpu_time_hook"]
 
+# Test data is not collected (e.g. the replay test kept in tests/data/emitted_before_layout/;
+# tests/test_emitted_compat.py runs it in its own process).
+collect_ignore_glob = ["data/*"]
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:
