@@ -1,30 +1,39 @@
 """The cost ledger: what each fusion saves, MEASURED by simulating fused and unfused programs.
 
-For every fused MatMul of a lowered model, the program is generated twice: as is,
-and with only that site split (`lowered.unfuse`: MatMul with requantize[+clip],
-then a standalone activation). Both run on the simulator with the same inputs;
-the differences in counters are the entry. Both runs must give identical outputs
-(they compute the same kernel terms), otherwise `LedgerError` is raised.
+Two simulator runs per model, whatever the number of fusions: the program as
+generated, and the fully unfused program (every fused MatMul split as
+`unfuse_with_add` does: MatMul with requantize[+clip], then a standalone activation;
+an absorbed QLinearAdd becomes the original's host op again), generated for the same
+target and so under the same schedule strategy. Both runs must give identical graph
+outputs and identical values for every site's output tensor, otherwise `LedgerError`.
 
-A fusion that absorbed a QLinearAdd bias (the epilogue's add stage) is measured against
-the original's three ops: MatMul(requantize), the QLinearAdd on the host (the NPU's
-standalone unit has none; its per-column function as one table lookup), the activation.
-The entry then names the removed op and the dram traffic the host round trip cost.
+Per fusion, counters are attributed per instruction: every instruction belongs to the
+step it was emitted for (`owners`), so a site's entry is the counters of its own
+instructions in the unfused program (MatMul, host add, activation) minus those of its
+fused MatMul. The model total is the difference of the two whole-program counters.
+Counters are read generically (every numeric field of `Counters.to_json`), so fields the
+simulator adds later (cycles, re-reads, peaks) reach the entries without code here.
+
+A fusion "costs more than it saves" on a target when its cycles saved are negative
+(bytes moved saved, where the simulator models no cycles).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from prover.inttypes import int_type
-from prover.terms import Var, op
+from prover.terms import PreconditionViolation, Var, op
 
 from .codegen import generate, infer_specs
+from .isa import Activation, Clip, DmaOut, HostCall, MatMul, Requant
 from .lowered import HostKernel, LoweredModel, NpuLut, NpuMatMul, Step, TensorSpec, unfuse
 from .postprocess import posts_of
-from .simulator import Counters, run
+from .program import Program
+from .simulator import Counters, Machine, UndefinedResult, _check_inputs
 from .target import Target
 
 
@@ -32,9 +41,20 @@ class LedgerError(RuntimeError):
     """Fused and unfused programs disagree (a backend bug), or the model has no inputs to run."""
 
 
+Flat = dict[str, int]  # counter name ("bytes_read.sram", "table_loads", ...) -> value
+
+# counter-name fragments whose values are high-water marks, not sums over instructions
+_PEAK = "peak"
+_REREAD = "reread"
+
+
 @dataclass(frozen=True, kw_only=True)
 class FusionEntry:
-    """Measured effect of one fusion (fused minus unfused, as positive savings)."""
+    """Measured effect of one fusion: the site's instructions, unfused minus fused.
+
+    `*_before` are the unfused program's, `*_after` the fused program's figures for the
+    instructions of this site only; savings are positive when fusing helps.
+    """
 
     site: str
     onnx_nodes: tuple[str, ...]
@@ -45,22 +65,88 @@ class FusionEntry:
     bytes_not_read: int  # measured: sram bytes read, unfused - fused
     table_loads_added: int  # measured: fused - unfused table loads
     param_loads_added: int
-    instructions_before: int  # unfused program
-    instructions_after: int  # fused program
+    instructions_before: int  # the site's instructions in the unfused program
+    instructions_after: int  # the site's instructions in the fused program
     removed_ops: tuple[str, ...] = ()  # ops the fusion absorbed besides the activation
     dram_bytes_not_moved: int = 0  # measured: dram bytes read + written, unfused - fused
+    table_loads_before: int = 0
+    table_loads_after: int = 0
+    param_loads_before: int = 0
+    param_loads_after: int = 0
+    bytes_moved_before: int = 0  # every memory's bytes read + written
+    bytes_moved_after: int = 0
+    rereads_removed: int = 0  # weight/input re-read bytes, unfused - fused (0: not counted)
+    peak_bytes_before: int | None = None  # high-water mark while the site runs (None: not counted)
+    peak_bytes_after: int | None = None
+    cycles_before: int | None = None  # None: the simulator models no cycles
+    cycles_after: int | None = None
+    counters_before: Flat = field(default_factory=dict)  # every counter, for reports
+    counters_after: Flat = field(default_factory=dict)
 
     @property
     def expected_bytes(self) -> int:
         """E x b: the intermediate tensor's size."""
         return self.elements * self.element_bytes
 
+    @property
+    def cost_basis(self) -> str:
+        """What decides `costs_more`: "cycles" when measured, else "bytes"."""
+        return "cycles" if self.cycles_before is not None else "bytes"
+
+    @property
+    def saved(self) -> int:
+        """Cycles (else bytes moved) the fusion saves on this target; negative: it costs."""
+        if self.cycles_before is not None and self.cycles_after is not None:
+            return self.cycles_before - self.cycles_after
+        return self.bytes_moved_before - self.bytes_moved_after
+
+    @property
+    def costs_more(self) -> bool:
+        """True when the fusion costs more than it saves on this target."""
+        return self.saved < 0
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["onnx_nodes"] = list(self.onnx_nodes)
         d["removed_ops"] = list(self.removed_ops)
         d["expected_bytes"] = self.expected_bytes
+        d["cost_basis"] = self.cost_basis
+        d["saved"] = self.saved
+        d["costs_more"] = self.costs_more
         return d
+
+
+@dataclass(frozen=True)
+class ModelLedger:
+    """The per-fusion entries and the two whole-program counters they come from."""
+
+    fusions: list[FusionEntry]
+    fused: Flat  # every counter of the fused program
+    unfused: Flat  # every counter of the fully unfused program
+
+    @property
+    def cost_basis(self) -> str:
+        return "cycles" if "cycles" in self.fused else "bytes"
+
+    @property
+    def saved(self) -> int:
+        """Cycles (else bytes moved) the whole model saves by its fusions."""
+        if "cycles" in self.fused:
+            return self.unfused["cycles"] - self.fused["cycles"]
+        return bytes_moved(self.unfused) - bytes_moved(self.fused)
+
+    def total_json(self) -> dict:
+        """Per-model total: unfused and fused counters, savings, fusions that cost."""
+        return {
+            "fusions": len(self.fusions),
+            "costing_more": [e.site for e in self.fusions if e.costs_more],
+            "cost_basis": self.cost_basis,
+            "saved": self.saved,
+            "bytes_moved_before": bytes_moved(self.unfused),
+            "bytes_moved_after": bytes_moved(self.fused),
+            "counters_before": dict(self.unfused),
+            "counters_after": dict(self.fused),
+        }
 
 
 def random_inputs(specs: list[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
@@ -75,10 +161,6 @@ def random_inputs(specs: list[TensorSpec], seed: int = 0) -> dict[str, np.ndarra
         else:
             out[s.name] = rng.standard_normal(s.shape).astype(dt)
     return out
-
-
-def _dram(c: Counters) -> int:
-    return c.bytes_written["dram"] + c.bytes_read["dram"]
 
 
 def unfuse_with_add(step: NpuMatMul) -> tuple[list[Step], dict[str, np.ndarray]]:
@@ -112,8 +194,266 @@ def unfuse_with_add(step: NpuMatMul) -> tuple[list[Step], dict[str, np.ndarray]]
     return [mm, add, act], {col: np.arange(n, dtype=np.uint8)}
 
 
-def _sram(c: Counters) -> tuple[int, int]:
-    return c.bytes_written["sram"], c.bytes_read["sram"]
+@dataclass(frozen=True)
+class _Split:
+    """One fused site as the unfused model has it."""
+
+    site: NpuMatMul
+    steps: tuple[Step, ...]  # MatMul(requantize) [, host add], activation
+
+    @property
+    def activation(self) -> NpuLut:
+        act = self.steps[-1]
+        if not isinstance(act, NpuLut):
+            raise LedgerError(
+                f"{self.site.name}: the split does not end in a standalone activation"
+            )
+        return act
+
+
+def unfuse_all(lowered: LoweredModel) -> tuple[LoweredModel, list[_Split]]:
+    """The fully unfused model (every fused MatMul split by `unfuse_with_add`) and its sites."""
+    steps: list[Step] = []
+    extra: dict[str, np.ndarray] = {}
+    splits = []
+    for st in lowered.steps:
+        if isinstance(st, NpuMatMul) and st.fused:
+            split, consts = unfuse_with_add(st)
+            splits.append(_Split(st, tuple(split)))
+            steps.extend(split)
+            extra.update(consts)
+        else:
+            steps.append(st)
+    model = LoweredModel(
+        list(lowered.inputs),
+        list(lowered.outputs),
+        {**lowered.constants, **extra},
+        steps,
+        getattr(lowered, "dynamic_batch", ()),
+    )
+    return model, splits
+
+
+# --- per-instruction attribution --------------------------------------------------------
+
+_COMPUTE = (MatMul, Activation, Requant, Clip, HostCall)
+
+
+def _step_of(name: str, steps: set[str]) -> str | None:
+    """The step an instruction named `name` belongs to (tiles may add a suffix to it)."""
+    if name in steps:
+        return name
+    best = None
+    for s in steps:
+        if (
+            name.startswith(s)
+            and not name[len(s)].isalnum()
+            and (best is None or len(s) > len(best))
+        ):
+            best = s
+    return best
+
+
+def owners(program: Program, step_names: Iterable[str]) -> list[str | None]:
+    """The step each instruction was emitted for.
+
+    An instruction naming its step (a `step` string field, else a compute instruction's
+    name) belongs to it. Loads and spills belong to the next compute instruction they
+    prepare; a DmaOut of the tensor the previous compute instruction wrote, and anything
+    after the last compute instruction, to that previous one.
+    """
+    names = set(step_names)
+    own: list[str | None] = [None] * len(program.instructions)
+    last: tuple[str | None, str | None] = (None, None)  # (step, tensor it wrote)
+    pending: list[int] = []
+    for k, ins in enumerate(program.instructions):
+        tag = getattr(ins, "step", None)
+        if isinstance(tag, str):
+            who: str | None = _step_of(tag, names) or tag
+        elif isinstance(ins, _COMPUTE):
+            who = _step_of(ins.name, names)
+        elif isinstance(ins, DmaOut) and last[0] is not None and ins.tensor == last[1]:
+            own[k] = last[0]
+            continue
+        else:
+            pending.append(k)
+            continue
+        for p in pending:
+            own[p] = who
+        pending = []
+        own[k] = who
+        out = getattr(ins, "out", None)
+        last = (who, out if isinstance(out, str) else None)
+    for p in pending:
+        own[p] = last[0]
+    return own
+
+
+def flat(c: Counters | Mapping) -> Flat:
+    """Every numeric counter as a flat name -> value map ("bytes_read.sram", "cycles", ...)."""
+    data = c.to_json() if isinstance(c, Counters) else c
+    out: Flat = {}
+    for k, v in data.items():
+        if isinstance(v, Mapping):
+            for kk, vv in v.items():
+                if isinstance(vv, int | float | np.integer) and not isinstance(vv, bool):
+                    out[f"{k}.{kk}"] = int(vv)
+        elif isinstance(v, int | float | np.integer) and not isinstance(v, bool):
+            out[k] = int(v)
+    return out
+
+
+def _is_peak(name: str) -> bool:
+    return _PEAK in name
+
+
+def _add(acc: Flat, before: Flat, after: Flat) -> None:
+    """Accumulate the counters one stretch of instructions changed (peaks: the highest)."""
+    for k, v in after.items():
+        if _is_peak(k):
+            acc[k] = max(acc.get(k, 0), v)
+        else:
+            acc[k] = acc.get(k, 0) + v - before.get(k, 0)
+
+
+@dataclass
+class Profile:
+    """One simulator run: outputs, machine memory at the end, counters in total and per step."""
+
+    outputs: dict[str, np.ndarray]
+    sram: dict[str, np.ndarray]
+    total: Flat
+    by_step: dict[str, Flat]
+
+
+def profile(program: Program, inputs: dict[str, np.ndarray], step_names: Iterable[str]) -> Profile:
+    """Run `program` once, attributing counters to the step of each instruction.
+
+    Peaks (counters named "*peak*") are high-water marks: per step, the machine's running
+    peak after the step's last instruction (what the program needed up to then).
+    """
+    own = owners(program, step_names)
+    m = Machine(program, _check_inputs(program, inputs))
+    by_step: dict[str, Flat] = {}
+    before = flat(m.c)
+    for k, ins in enumerate(program.instructions):
+        try:
+            m.step(ins)
+        except PreconditionViolation as e:
+            who = getattr(ins, "name", None) or type(ins).__name__
+            raise UndefinedResult(f"{who}: {e}") from None
+        after = flat(m.c)
+        _add(by_step.setdefault(own[k] or "", {}), before, after)
+        before = after
+    outs = {}
+    for name in program.outputs:
+        if name not in m.mem["dram"]:
+            raise LedgerError(f"graph output {name!r} was never written back to dram")
+        outs[name] = m.mem["dram"][name]
+    return Profile(outs, dict(m.mem["sram"]), flat(m.c), by_step)
+
+
+# --- the ledger -------------------------------------------------------------------------
+
+
+def bytes_moved(c: Flat) -> int:
+    """Bytes read plus written, over every memory."""
+    return sum(v for k, v in c.items() if k.startswith(("bytes_read.", "bytes_written.")))
+
+
+def _sum(c: Flat, fragment: str) -> int:
+    return sum(v for k, v in c.items() if fragment in k)
+
+
+def _peak(c: Flat) -> int | None:
+    vals = [v for k, v in c.items() if _is_peak(k)]
+    return sum(vals) if vals else None
+
+
+def _merge(parts: Iterable[Flat]) -> Flat:
+    out: Flat = {}
+    for p in parts:
+        for k, v in p.items():
+            out[k] = max(out.get(k, 0), v) if _is_peak(k) else out.get(k, 0) + v
+    return out
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return a is None or b is None or np.array_equal(a, b)
+
+
+def _entry(split: _Split, specs: Mapping[str, TensorSpec | None], u: Flat, f: Flat) -> FusionEntry:
+    st = split.site
+    mid = split.activation.x
+    spec = specs.get(mid)
+    if spec is None:
+        raise LedgerError(f"{st.name}: the shape of intermediate {mid!r} is unknown")
+    g = lambda c, k: c.get(k, 0)  # noqa: E731
+    return FusionEntry(
+        site=st.name,
+        onnx_nodes=tuple(st.onnx_nodes),
+        intermediate=mid,
+        elements=int(np.prod(spec.shape)),
+        element_bytes=np.dtype(spec.dtype).itemsize,
+        bytes_not_written=g(u, "bytes_written.sram") - g(f, "bytes_written.sram"),
+        bytes_not_read=g(u, "bytes_read.sram") - g(f, "bytes_read.sram"),
+        table_loads_added=g(f, "table_loads") - g(u, "table_loads"),
+        param_loads_added=g(f, "param_loads") - g(u, "param_loads"),
+        instructions_before=g(u, "instructions"),
+        instructions_after=g(f, "instructions"),
+        removed_ops=("QLinearAdd",) if len(split.steps) == 3 else (),
+        dram_bytes_not_moved=(
+            g(u, "bytes_read.dram")
+            + g(u, "bytes_written.dram")
+            - g(f, "bytes_read.dram")
+            - g(f, "bytes_written.dram")
+        ),  # fmt: skip
+        table_loads_before=g(u, "table_loads"),
+        table_loads_after=g(f, "table_loads"),
+        param_loads_before=g(u, "param_loads"),
+        param_loads_after=g(f, "param_loads"),
+        bytes_moved_before=bytes_moved(u),
+        bytes_moved_after=bytes_moved(f),
+        rereads_removed=_sum(u, _REREAD) - _sum(f, _REREAD),
+        peak_bytes_before=_peak(u),
+        peak_bytes_after=_peak(f),
+        cycles_before=u.get("cycles"),
+        cycles_after=f.get("cycles"),
+        counters_before=u,
+        counters_after=f,
+    )
+
+
+def model_ledger(
+    lowered: LoweredModel,
+    target: Target,
+    inputs: dict[str, np.ndarray] | None = None,
+) -> ModelLedger:
+    """Measure every fused MatMul of `lowered`: two simulator runs, whatever their number."""
+    inputs = inputs if inputs is not None else random_inputs(lowered.inputs)
+    unfused, splits = unfuse_all(lowered)
+    fused_run = profile(generate(lowered, target), inputs, [s.name for s in lowered.steps])
+    if not splits:
+        return ModelLedger([], fused_run.total, fused_run.total)
+    un_run = profile(generate(unfused, target), inputs, [s.name for s in unfused.steps])
+    for sp in splits:
+        out = sp.site.out
+        if not _same(fused_run.sram.get(out), un_run.sram.get(out)):
+            raise LedgerError(f"{sp.site.name}: fused and unfused programs differ on {out!r}")
+    for name, val in fused_run.outputs.items():
+        if not np.array_equal(val, un_run.outputs[name]):
+            raise LedgerError(f"fused and unfused programs differ on output {name!r}")
+    specs = infer_specs(unfused)
+    entries = [
+        _entry(
+            sp,
+            specs,
+            _merge(un_run.by_step.get(s.name, {}) for s in sp.steps),
+            fused_run.by_step.get(sp.site.name, {}),
+        )
+        for sp in splits
+    ]
+    return ModelLedger(entries, fused_run.total, un_run.total)
 
 
 def ledger(
@@ -121,48 +461,5 @@ def ledger(
     target: Target,
     inputs: dict[str, np.ndarray] | None = None,
 ) -> list[FusionEntry]:
-    """One measured `FusionEntry` per fused MatMul in `lowered`."""
-    inputs = inputs if inputs is not None else random_inputs(lowered.inputs)
-    fused_prog = generate(lowered, target)
-    fused_out, fused_c = run(fused_prog, inputs)
-    entries = []
-    for k, st in enumerate(lowered.steps):
-        if not (isinstance(st, NpuMatMul) and st.fused):
-            continue
-        split, extra = unfuse_with_add(st)
-        steps = lowered.steps[:k] + split + lowered.steps[k + 1 :]
-        unfused = LoweredModel(
-            list(lowered.inputs), list(lowered.outputs), {**lowered.constants, **extra}, steps
-        )
-        prog = generate(unfused, target)
-        out, c = run(prog, inputs)
-        for name in fused_out:
-            if not np.array_equal(fused_out[name], out[name]):
-                raise LedgerError(f"{st.name}: fused and unfused programs differ on {name!r}")
-        act = split[-1]
-        if not isinstance(act, NpuLut):
-            raise LedgerError(f"{st.name}: the split does not end in a standalone activation")
-        mid = act.x
-        spec = infer_specs(unfused)[mid]
-        if spec is None:
-            raise LedgerError(f"{st.name}: the shape of intermediate {mid!r} is unknown")
-        w_f, r_f = _sram(fused_c)
-        w_u, r_u = _sram(c)
-        entries.append(
-            FusionEntry(
-                site=st.name,
-                onnx_nodes=tuple(st.onnx_nodes),
-                intermediate=mid,
-                elements=int(np.prod(spec.shape)),
-                element_bytes=np.dtype(spec.dtype).itemsize,
-                bytes_not_written=w_u - w_f,
-                bytes_not_read=r_u - r_f,
-                table_loads_added=fused_c.table_loads - c.table_loads,
-                param_loads_added=fused_c.param_loads - c.param_loads,
-                instructions_before=c.instructions,
-                instructions_after=fused_c.instructions,
-                removed_ops=("QLinearAdd",) if len(split) == 3 else (),
-                dram_bytes_not_moved=_dram(c) - _dram(fused_c),
-            )
-        )
-    return entries
+    """One measured `FusionEntry` per fused MatMul in `lowered` (see `model_ledger`)."""
+    return model_ledger(lowered, target, inputs).fusions

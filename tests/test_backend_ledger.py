@@ -2,11 +2,22 @@
 
 import dataclasses
 
+import numpy as np
 import pytest
 from test_backend_support import fused_post, matmul_model, requant_post, x_input
 
-from npu_backend.ledger import LedgerError, ledger
-from npu_backend.lowered import LoweredModel
+from npu_backend.codegen import generate
+from npu_backend.ledger import (
+    LedgerError,
+    flat,
+    ledger,
+    model_ledger,
+    owners,
+    profile,
+    random_inputs,
+)
+from npu_backend.lowered import LoweredModel, TensorSpec
+from npu_backend.simulator import run
 from npu_backend.target import load_target
 
 FLOAT = load_target()
@@ -57,3 +68,65 @@ def test_disagreeing_forms_are_a_bug(monkeypatch):
     monkeypatch.setattr(L, "unfuse", broken)
     with pytest.raises(LedgerError, match="differ"):
         ledger(model, FLOAT)
+
+
+def _chain(sites: int, m: int = 1) -> LoweredModel:
+    """`sites` fused MatMuls in a chain: each site's output is the next one's input."""
+    base = matmul_model(fused_post(FLOAT), m=m).steps[0]
+    w = np.random.default_rng(3).integers(-128, 128, (8, 8)).astype(np.int8)
+    steps = [base] + [
+        dataclasses.replace(base, name=f"mm{i}", a=prev, w="w8", out=f"y{i}", bias=None)
+        for i, prev in enumerate(["y"] + [f"y{i}" for i in range(1, sites - 1)], start=1)
+    ]
+    model = matmul_model(fused_post(FLOAT), m=m)
+    return LoweredModel(model.inputs, [steps[-1].out], {**model.constants, "w8": w}, steps)
+
+
+def test_every_instruction_is_attributed_and_counters_add_up():
+    """Per-step counters of the one profiled run sum to the whole program's counters."""
+    model = _chain(5)
+    prog = generate(model, FLOAT)
+    own = owners(prog, [s.name for s in model.steps])
+    assert None not in own and set(own) == {s.name for s in model.steps}
+    assert own[-1] == "mm4"  # the graph output's write-back belongs to the last site
+    p = profile(prog, random_inputs(model.inputs), [s.name for s in model.steps])
+    summed = {k: sum(c.get(k, 0) for c in p.by_step.values()) for k in p.total}
+    assert summed == p.total
+    _, counters = run(prog, random_inputs(model.inputs))  # the plain simulator agrees
+    assert flat(counters) == p.total
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_chain_entries_match_one_site_at_a_time(m):
+    """Two runs for all sites give each site what splitting it alone gives (no shared cost)."""
+    model = _chain(4, m=m)
+    entries = ledger(model, FLOAT)
+    assert [e.site for e in entries] == ["mm", "mm1", "mm2", "mm3"]
+    for st, e in zip(model.steps, entries, strict=True):
+        k_in = model.constants[st.w].shape[0]
+        spec = TensorSpec(st.a, "int8", (m, k_in))
+        (one,) = ledger(LoweredModel([spec], [st.out], model.constants, [st]), FLOAT)
+        assert e.bytes_not_written == e.bytes_not_read == e.expected_bytes == m * 8
+        for f in ("bytes_not_written", "bytes_not_read", "table_loads_added", "param_loads_added"):
+            assert getattr(e, f) == getattr(one, f), f
+        # alone, the site's output is a graph output: one more DmaOut in both forms
+        assert e.instructions_before - e.instructions_after == 1
+        assert one.instructions_before - one.instructions_after == 1
+
+
+def test_model_total_is_the_difference_of_the_two_programs():
+    model = _chain(3)
+    ml = model_ledger(model, FLOAT)
+    _, fused = run(generate(model, FLOAT), random_inputs(model.inputs))
+    assert ml.fused == flat(fused)
+    total = ml.total_json()
+    assert total["fusions"] == 3
+    assert total["counters_before"]["instructions"] == total["counters_after"]["instructions"] + 3
+    assert total["bytes_moved_before"] - total["bytes_moved_after"] == sum(
+        e.bytes_moved_before - e.bytes_moved_after for e in ml.fusions
+    )
+
+
+def test_a_model_without_fusions_has_an_empty_ledger_and_equal_totals():
+    ml = model_ledger(matmul_model(requant_post(FLOAT)), FLOAT)
+    assert ml.fusions == [] and ml.fused == ml.unfused and ml.saved == 0
