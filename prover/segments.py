@@ -19,8 +19,9 @@ concrete parameter sets of each, and cross-checks verdicts against Bitwuzla
 and enumeration.
 
 So a chain `m` of these applied to the variable is a staircase on [lo, hi],
-exactly described by `staircase.monotone_thresholds` (binary search on the
-concrete evaluation), provided no intermediate leaves the int64 range the
+exactly described by its thresholds: each computed in closed form
+(`stepinverse`) and accepted only where the concrete evaluation confirms it,
+`f(t-1) < q <= f(t)`, else searched (`staircase.first_at_least`), provided no intermediate leaves the int64 range the
 numpy evaluation computes in (checked by interval propagation below, which
 also keeps every requantizer input inside int32). Split the term into maximal
 such chains ("cuts"); everything above them sees the variable only through
@@ -36,7 +37,9 @@ int32; `requant_float`: input fits int32) bound the input of their primitive to
 an interval; that input is a monotone function of the variable wherever the
 chain below it is defined, so each holds exactly on an interval of the
 variable, whose ends are found by binary search and become segment bounds
-(`valid_interval`). Thresholds are computed inside that interval only (outside
+(`valid_interval`; the same closed form and check). A chain's steps over all of
+int32 are cached (`_shared_steps`), so columns sharing a requantizer but not a range
+share them. Thresholds are computed inside that interval only (outside
 it the concrete values are undefined and need not be monotone). So on every
 segment each precondition is constant too, and evaluating one point per
 segment decides it with the sides' rule (`primitives`): a failing reference
@@ -49,6 +52,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -63,7 +67,9 @@ from .inttypes import INT32_MAX, INT32_MIN, int_type
 from .obligation import Obligation
 from .primitives import primitive
 from .requant import single_round
-from .staircase import monotone_thresholds
+from .staircase import first_at_least, monotone_thresholds
+from .stepinverse import chain_guess
+from .stepinverse import inv_single_round as _inv_single_round
 
 LEVEL_LIMIT = 1 << 20  # most distinct values one cut may take on [lo, hi]
 SAFE = 1 << 62
@@ -136,13 +142,18 @@ def _chain_interval(t: T.Term, iv: Interval) -> Interval:
 
 def _requant_single_input(p: dict) -> Interval:
     m, sh = int(p["multiplier"]), int(p["shift"])
+    return _single_input_cached(m, sh)
 
+
+@lru_cache(maxsize=1024)
+def _single_input_cached(m: int, sh: int) -> Interval:
     def single(x):
         return single_round(NUMPY, np.asarray(x, dtype=np.int64), m, sh)
 
-    lo = _first_at_least(single, INT32_MIN, INT32_MIN, INT32_MAX)
-    hi = _first_at_least(single, INT32_MAX + 1, INT32_MIN, INT32_MAX) - 1
-    return lo, hi
+    levels = np.array([INT32_MIN, INT32_MAX + 1], dtype=np.int64)
+    guess = _inv_single_round(levels, m, sh) if m > 0 else None
+    t = first_at_least(single, levels, INT32_MIN, INT32_MAX, guess)
+    return int(t[0]), int(t[1]) - 1
 
 
 # The input interval on which each chain primitive's precondition holds.
@@ -168,14 +179,22 @@ def _first_at_least(f, level: int, a: int, b: int) -> int:
     return a
 
 
-def valid_interval(cut: T.Term, var: str, lo: int, hi: int) -> Interval | None:
-    """The sub-interval of [lo, hi] where every precondition inside the chain holds (None: empty)."""
+def _chain_ops(cut: T.Term) -> list[T.Op]:
+    """The ops of a monotone chain, innermost first."""
     chain: list[T.Op] = []
     t = cut
     while isinstance(t, T.Op):
         chain.append(t)
         t = t.args[0]
     chain.reverse()
+    return chain
+
+
+def valid_interval(
+    cut: T.Term, var: str, lo: int, hi: int, closed_form: bool = True
+) -> Interval | None:
+    """The sub-interval of [lo, hi] where every precondition inside the chain holds (None: empty)."""
+    chain = _chain_ops(cut)
     va, vb = lo, hi
     for i, o in enumerate(chain):
         if o.prim not in PRE_INPUT:
@@ -189,17 +208,64 @@ def valid_interval(cut: T.Term, var: str, lo: int, hi: int) -> Interval | None:
         def f(x, inner=inner):
             return T.evaluate(inner, NUMPY, {var: x})
 
-        a = _first_at_least(f, pa, va, vb)
-        b = _first_at_least(f, pb + 1, va, vb) - 1
+        if closed_form:
+            levels = np.array([pa, pb + 1], dtype=np.int64)
+            t = first_at_least(f, levels, va, vb, chain_guess(chain[:i], levels))
+            a, b = int(t[0]), int(t[1]) - 1
+        else:
+            a = _first_at_least(f, pa, va, vb)
+            b = _first_at_least(f, pb + 1, va, vb) - 1
         va, vb = max(va, a), min(vb, b)
         if va > vb:
             return None
     return va, vb
 
 
-def _thresholds(cut: T.Term, var: str, lo: int, hi: int) -> np.ndarray:
+def _thresholds(cut: T.Term, var: str, lo: int, hi: int, closed_form: bool = True) -> np.ndarray:
     """Segment bounds of one chain on [lo, hi]: its precondition interval's ends and its steps."""
-    iv = valid_interval(cut, var, lo, hi)
+    if closed_form and not isinstance(cut, T.Var) and INT32_MIN <= lo <= hi <= INT32_MAX:
+        shared = _shared_steps(cut, var)
+        if shared is not None:
+            va_g, vb_g, steps = shared
+            va, vb = max(lo, va_g), min(hi, vb_g)
+            if va > vb:
+                return np.array([], dtype=np.int64)
+            inside = steps[(steps > va) & (steps <= vb)]
+            return np.concatenate([np.array([va, vb + 1], dtype=np.int64), inside])
+    return _local_thresholds(cut, var, lo, hi, closed_form)
+
+
+SHARED_LEVELS = 4096  # a chain with at most this many values on int32 caches its steps
+
+
+@lru_cache(maxsize=512)
+def _shared_steps(cut: T.Term, var: str) -> tuple[int, int, np.ndarray] | None:
+    """A chain's valid interval and steps over the whole int32 range, computed once per chain.
+
+    Columns that share a requantizer but differ in accumulator range (or table) share
+    this: on a sub-range [lo, hi] the steps are exactly those in (lo, hi] (monotonicity),
+    and the valid interval is the intersection. None where the chain takes too many
+    values on int32 (then each range is computed on its own).
+    """
+    try:
+        th = _local_thresholds(cut, var, INT32_MIN, INT32_MAX, True, SHARED_LEVELS)
+    except NotApplicable:
+        return None
+    if th.size == 0:
+        return (1, 0, th)  # empty valid interval: every sub-range is empty too
+    th.setflags(write=False)
+    return int(th[0]), int(th[1]) - 1, th[2:]
+
+
+def _local_thresholds(
+    cut: T.Term,
+    var: str,
+    lo: int,
+    hi: int,
+    closed_form: bool = True,
+    limit: int = LEVEL_LIMIT,
+) -> np.ndarray:
+    iv = valid_interval(cut, var, lo, hi, closed_form)
     if iv is None:
         return np.array([], dtype=np.int64)
     va, vb = iv
@@ -214,12 +280,19 @@ def _thresholds(cut: T.Term, var: str, lo: int, hi: int) -> np.ndarray:
     vmin, vmax = int(ends[0]), int(ends[1])
     if vmax < vmin:
         raise NotApplicable("internal: chain decreasing between the ends of the range")
-    if vmax - vmin > LEVEL_LIMIT:
+    if vmax - vmin > limit:
         raise NotApplicable(f"a monotone chain takes up to {vmax - vmin + 1} values")
+
+    def f(x):
+        return T.evaluate(cut, NUMPY, {var: x})
+
     if isinstance(cut, T.Var):
         steps = np.arange(va + 1, vb + 1, dtype=np.int64)
+    elif closed_form:
+        levels = np.arange(vmin + 1, vmax + 1, dtype=np.int64)
+        steps = first_at_least(f, levels, va, vb, chain_guess(_chain_ops(cut), levels))
     else:
-        steps = bracketed_thresholds(lambda x: T.evaluate(cut, NUMPY, {var: x}), vmin, vmax, va, vb)
+        steps = bracketed_thresholds(f, vmin, vmax, va, vb)
     return np.concatenate([edges, np.asarray(steps, dtype=np.int64)])
 
 
@@ -257,7 +330,7 @@ def _nearest_zero(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return np.where(s > 0, s, np.where(e < 0, e, 0))
 
 
-def _segments(ob: Obligation) -> tuple[str, np.ndarray, np.ndarray, int]:
+def _segments(ob: Obligation, closed_form: bool = True) -> tuple[str, np.ndarray, np.ndarray, int]:
     """(variable, starts, ends, number of cuts): the constant pieces of both sides."""
     if len(ob.variables) != 1:
         raise NotApplicable("segments handle exactly one free variable")
@@ -272,7 +345,7 @@ def _segments(ob: Obligation) -> tuple[str, np.ndarray, np.ndarray, int]:
         cuts(t, cs)
     bounds = [np.array([lo], dtype=np.int64)]
     for c in sorted(cs, key=lambda c: T.canonical(T.to_json(c))):
-        th = _thresholds(c, var, lo, hi)
+        th = _thresholds(c, var, lo, hi, closed_form)
         bounds.append(th[(th >= lo) & (th <= hi)])
     starts = np.unique(np.concatenate(bounds))
     ends = np.append(starts[1:] - 1, hi)
@@ -321,10 +394,14 @@ def pieces(ob: Obligation) -> Pieces:
     )
 
 
-def decide(ob: Obligation, deadline: float | None = None) -> Decision:
-    """Exact verdict by segments; `NotApplicable` when the obligation has another shape."""
+def decide(ob: Obligation, deadline: float | None = None, *, closed_form: bool = True) -> Decision:
+    """Exact verdict by segments; `NotApplicable` when the obligation has another shape.
+
+    `closed_form=False` finds every threshold by binary search alone (the reference the
+    closed forms are tested against; same result, slower).
+    """
     t0 = time.perf_counter()
-    var, starts, ends, ncuts = _segments(ob)
+    var, starts, ends, ncuts = _segments(ob, closed_form)
     assumed, defined, diff = evaluate_block(ob, {var: starts}, starts.size)
     if not assumed.any():
         raise VacuousObligation("no value in the range satisfies the reference's preconditions")
