@@ -52,12 +52,21 @@ from .lowered import (
     Step,
     TensorSpec,
 )
-from .postprocess import PostProcess, posts_of
+from .postprocess import PostProcess, columns_of, posts_of
 from .program import Program
+from .schedule import (
+    ALIGN,
+    MatMulSchedule,
+    ScheduleError,
+    aligned,
+    choose_schedule,
+    smallest_tile_fits,
+    staging,
+    staging_sizes,
+    tiling_allowed,
+)
 from .target import Target
 from .validate import ValidationError, ValidationIssue, validate_program, validate_step
-
-ALIGN = 64
 
 
 class CodegenError(ValueError):
@@ -73,11 +82,6 @@ def nbytes(spec: TensorSpec) -> int:
     return int(math.prod(spec.shape)) * np.dtype(spec.dtype).itemsize
 
 
-def aligned(n: int) -> int:
-    """Bytes an allocation of `n` bytes occupies (at least one ALIGN block)."""
-    return max(ALIGN, -(-n // ALIGN) * ALIGN)
-
-
 def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[ValidationIssue]:
     """Why the buffers `step` needs at once cannot fit the target's memories (empty if they fit).
 
@@ -85,13 +89,45 @@ def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[
     MatMul's weights and bias sit in wmem. `sizes` gives bytes per tensor name (names
     missing from it count 0). Host steps need no NPU memory. Codegen spills other
     resident tensors to dram, so a step that passes this check always gets its buffers.
+    A MatMul whose resident buffers do not fit passes when the target can tile it and a
+    one-MAC-block tile fits (codegen then tiles it: `npu_backend.schedule`).
     """
+    sram_names: list[str | None]
+    wmem_names: list[str | None]
     if isinstance(step, NpuMatMul):
         sram_names, wmem_names = [step.a, step.out], [step.w, step.bias]
     elif isinstance(step, NpuLut | NpuRequant | NpuClip):
         sram_names, wmem_names = [step.x, step.out], []
     else:
         return []
+    issues = _resident_issues(step.name, sram_names, wmem_names, sizes, target)
+    if issues and isinstance(step, NpuMatMul):
+        if tiling_allowed(step, target) and smallest_tile_fits(step, target):
+            return []  # codegen tiles it (npu_backend.schedule)
+        why = (
+            "and its staging buffers do not fit either"
+            if tiling_allowed(step, target)
+            else f"and {'a fused ' if step.fused else ''}{step.compute} cannot be tiled on "
+            f"this target (structures {sorted(_caps_structures(step, target))})"
+        )
+        issues = [ValidationIssue(i.code, i.step, f"{i.message}, {why}") for i in issues]
+    return issues
+
+
+def _caps_structures(step: NpuMatMul, target: Target) -> frozenset[str]:
+    caps = target.compute(step.compute)
+    if caps is None:
+        return frozenset()
+    return caps.fused_structures if step.fused else caps.structures
+
+
+def _resident_issues(
+    name: str,
+    sram_names: list[str | None],
+    wmem_names: list[str | None],
+    sizes: Mapping[str, int],
+    target: Target,
+) -> list[ValidationIssue]:
     issues = []
     for mem, names in (("sram", sram_names), ("wmem", wmem_names)):
         need = {n: sizes.get(n, 0) for n in dict.fromkeys(x for x in names if x is not None)}
@@ -102,7 +138,7 @@ def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[
             issues.append(
                 ValidationIssue(
                     "buffers_exceed_memory",
-                    step.name,
+                    name,
                     f"its {mem} buffers ({parts} bytes, {total} aligned) exceed the target's "
                     f"{mem} of {have} bytes",
                 )
@@ -282,6 +318,71 @@ class _Tables:
         return slot, True
 
 
+def _schedules(
+    steps: list[Step], specs: dict[str, TensorSpec | None], target: Target
+) -> dict[int, MatMulSchedule]:
+    """The schedule of every MatMul step (by index), tiled where its buffers do not fit."""
+    sizes = {k: nbytes(v) for k, v in specs.items() if v is not None}
+    out = {}
+    for i, st in enumerate(steps):
+        if not isinstance(st, NpuMatMul):
+            continue
+        a, w = specs[st.a], specs[st.w]
+        assert a is not None and w is not None
+        resident = not _resident_issues(st.name, [st.a, st.out], [st.w, st.bias], sizes, target)
+        try:
+            out[i] = choose_schedule(st, a.shape, w.shape[1], resident, target)
+        except ScheduleError as e:
+            raise CodegenError(str(e)) from None
+    return out
+
+
+def _records(st: Step, sch: MatMulSchedule | None) -> list[object]:
+    """The parameter records step `st` uses, in emission order."""
+    if isinstance(st, NpuMatMul):
+        if st.post is None:
+            return []
+        if sch is None or not sch.tiled:
+            return [strip_tables(st.post)]
+        return [strip_tables(columns_of(st.post, n0, n1)) for n0, n1 in sch.column_groups()]
+    if isinstance(st, NpuRequant):
+        rqs = st.requant if isinstance(st.requant, tuple) else (st.requant,)
+        return [tuple(PostProcess(rq) for rq in rqs)]
+    return []
+
+
+def check_column_tiles(step: NpuMatMul, sch: MatMulSchedule, emitted: list[MatMul]) -> None:
+    """The invariant of a tiled MatMul: its instructions partition the N columns into
+    ranges of at most `tn`, and each carries the epilogue and weight zero points of
+    exactly its columns (a per-channel scale of another tile is the classic bug).
+    Raises `CodegenError` on any violation."""
+    n = sch.n
+    pos = 0
+    for ins in emitted:
+        if ins.cols is None:
+            raise CodegenError(f"{step.name}: a tiled instruction without a column range")
+        n0, n1 = ins.cols
+        if n0 != pos or not n0 < n1 <= n or n1 - n0 > sch.tn:
+            raise CodegenError(
+                f"{step.name}: column tile [{n0}, {n1}) does not continue the partition of "
+                f"{n} columns at {pos} in tiles of at most {sch.tn}"
+            )
+        pos = n1
+        want = None if step.post is None else columns_of(step.post, n0, n1)
+        if ins.post != want:
+            raise CodegenError(
+                f"{step.name}: column tile [{n0}, {n1}) carries the epilogue of other columns"
+            )
+        want_zp = step.w_zp if isinstance(step.w_zp, int) else tuple(step.w_zp[n0:n1])
+        if ins.w_zp != want_zp:
+            raise CodegenError(
+                f"{step.name}: column tile [{n0}, {n1}) carries the weight zero points of "
+                "other columns"
+            )
+    if pos != n:
+        raise CodegenError(f"{step.name}: column tiles cover {pos} of {n} columns")
+
+
 def generate(lowered: LoweredModel, target: Target) -> Program:
     """Validate `lowered` against `target` and emit a `Program` (raises on any issue)."""
     issues = [i for st in lowered.steps for i in validate_step(st, target)]
@@ -297,6 +398,8 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         for x in _npu_inputs(st):
             last_npu_use[x] = i
     table_seq = [table_key(t) if (t := _table(st)) is not None else None for st in steps]
+    schedules = _schedules(steps, specs, target)
+    record_seq = [r for i, st in enumerate(steps) for r in _records(st, schedules.get(i))]
 
     sram = Allocator("sram", target.memory_size("sram"))
     wmem = Allocator("wmem", target.memory_size("wmem"))
@@ -305,7 +408,8 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     in_sram: set[str] = set()
     in_dram: set[str] = {s.name for s in lowered.inputs} | const_names
     loaded_consts: set[str] = set()
-    loaded_records: dict[object, int] = {}
+    loaded_records: dict[object, str] = {}  # resident record -> its pmem block key
+    record_count = [0]
     prog: list[Instruction] = []
     graph_outputs = set(lowered.outputs)
 
@@ -371,16 +475,128 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
             prog.append(TableLoad(key, slot, addr, tables.slot_bytes))
         return slot, addr
 
+    record_pos = [0]
+
     def load_record(record) -> int:
+        """pmem address of `record`: reused while resident, else loaded, evicting the
+        resident record needed furthest in the future (never one needed now)."""
+        pos = record_pos[0]
+        record_pos[0] += 1
+        if record_seq[pos] != record:
+            raise CodegenError(f"record order mismatch at use {pos} (codegen bug)")
         if record in loaded_records:
-            return loaded_records[record]
+            return pmem.blocks[loaded_records[record]][0]
         n = record_nbytes(record)
-        addr = pmem.alloc(f"record{len(loaded_records)}", n)
-        prog.append(ParamLoad(f"record{len(loaded_records)}", addr, n, record))
-        loaded_records[record] = addr
+        key = f"record{record_count[0]}"
+        record_count[0] += 1
+        future = record_seq[pos + 1 :]
+        while True:
+            try:
+                addr = pmem.alloc(key, n)
+                break
+            except CodegenError:
+                if not loaded_records:
+                    raise
+
+                def next_use(r) -> float:
+                    return future.index(r) if r in future else math.inf
+
+                victim = max(loaded_records, key=next_use)
+                pmem.free(loaded_records.pop(victim))
+        prog.append(ParamLoad(key, addr, n, record))
+        loaded_records[record] = key
         return addr
 
+    def to_dram(name: str) -> None:
+        if name not in in_dram:
+            if name not in in_sram:
+                raise CodegenError(f"tensor {name!r} is neither in dram nor in sram")
+            prog.append(DmaOut(name, sram.blocks[name][0], nbytes(spec(name))))
+            in_dram.add(name)
+
+    def stage(mem: Allocator, key: str, n: int, keep: set[str]) -> int:
+        """A staging buffer: spill sram residents / drop wmem constants to make room."""
+        try:
+            return mem.alloc(key, n)
+        except CodegenError:
+            if mem is sram:
+                for other in sorted(in_sram - keep):
+                    to_dram(other)
+                    sram.free(other)
+                    in_sram.discard(other)
+            else:
+                for other in sorted(loaded_consts):
+                    wmem.free(other)
+                    loaded_consts.discard(other)
+            return mem.alloc(key, n)
+
+    def emit_tiled(i: int, st: NpuMatMul, sch: MatMulSchedule) -> list[MatMul]:
+        """One streamed MatMul per column group; operands and result stay in dram."""
+        to_dram(st.a)
+        sz = staging_sizes(st)
+        need = staging(sz, sch.tm, sch.tn, sch.tk, sch.k, sch.w_stationary)
+        a_addr = stage(sram, f"stage:{st.name}", need["sram"], set())
+        w_addr = stage(wmem, f"stage:{st.name}", need["wmem"], set()) if need["wmem"] else 0
+        out_spec = spec(st.out)
+        emitted = []
+        for n0, n1 in sch.column_groups():
+            post = None if st.post is None else columns_of(st.post, n0, n1)
+            param_addr = slot = taddr = None
+            function = inter = None
+            out_type: str = "int32"
+            out_zp: int | None = 0
+            if post is not None:
+                param_addr = load_record(strip_tables(post))
+                first = posts_of(post)[0]
+                function, inter = first.function, first.intermediate_type
+                table = table_of(post)
+                if table is not None:
+                    slot, taddr = load_table(i, table)
+                out_type, out_zp = first.output_type, first.output_zp
+            w_zp = st.w_zp if isinstance(st.w_zp, int) else tuple(st.w_zp[n0:n1])
+            ins = MatMul(
+                name=st.name,
+                a=st.a,
+                w=st.w,
+                bias=st.bias,
+                out=st.out,
+                a_zp=int(st.a_zp),
+                w_zp=w_zp,
+                a_type=st.a_type,
+                w_type=st.w_type,
+                a_addr=a_addr,
+                out_addr=a_addr,
+                post_enable=post is not None,
+                post=post,
+                param_addr=param_addr,
+                function=function,
+                table_slot=slot,
+                table_addr=taddr,
+                intermediate_type=inter,
+                out_type=out_type,
+                out_zp=out_zp,
+                structure=sch.structure,
+                cols=(n0, n1),
+                tile=sch.tile,
+                w_addr=w_addr,
+                w_stationary=sch.w_stationary,
+            )
+            prog.append(ins)
+            emitted.append(ins)
+        sram.free(f"stage:{st.name}")
+        wmem.free(f"stage:{st.name}")
+        in_dram.add(out_spec.name)
+        return emitted
+
     for i, st in enumerate(steps):
+        if isinstance(st, NpuMatMul) and schedules[i].tiled:
+            emitted = emit_tiled(i, st, schedules[i])
+            check_column_tiles(st, schedules[i], emitted)
+            for name in list(in_sram):
+                if last_npu_use.get(name, -1) <= i:
+                    sram.free(name)
+                    in_sram.discard(name)
+            continue
         if isinstance(st, NpuMatMul):
             a_addr = to_sram(st.a)
             const_to_wmem(st.w, {st.w, st.bias})

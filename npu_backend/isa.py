@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from prover.domain import NUMPY
-from prover.matmul import matmul_acc
 from prover.terms import Term, Var, evaluate, op
 
+from .exact_matmul import exact_matmul
 from .lowered import HostKernel, HostOnnx
 from .postprocess import (
     LutParams,
@@ -93,6 +93,14 @@ class MatMul:
     `intermediate_type` (requantized storage type), `out_type`/`out_zp` (final
     output encoding), `structure` (scheduling). With `post_enable` False the output
     is the raw int32 accumulator and every postprocessing field is None.
+
+    Tiled form (`tile` set): the instruction computes output columns `cols` = [n0, n1)
+    only, streaming `a`, `w` and `bias` from dram tile by tile ((tm, tn, tk) = `tile`,
+    n1 - n0 <= tn) through sram/wmem staging buffers at `a_addr`/`w_addr`, accumulating
+    over K tiles and postprocessing each finished output tile, which goes to dram.
+    `post`, `w_zp` and the parameter record are those of exactly the columns `cols`
+    (column j of the instruction is column n0 + j of the MatMul). `w_stationary`: the
+    whole [K, n1 - n0] weight block stays in wmem across the M tiles (else re-read).
     """
 
     name: str
@@ -116,11 +124,14 @@ class MatMul:
     out_type: str
     out_zp: int | None  # None when a LUT without a build spec leaves it unknown
     structure: str = "plain"
+    cols: tuple[int, int] | None = None
+    tile: tuple[int, int, int] | None = None
+    w_addr: int | None = None
+    w_stationary: bool = False
 
     def accumulate(self, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-        """The exact int32 accumulator (the kernel's `matmul_acc`)."""
-        w_zp = np.asarray(self.w_zp, dtype=np.int64)
-        return matmul_acc(a, w, self.a_zp, w_zp, bias)
+        """The exact accumulator (the kernel's `matmul_acc`, fast where provably exact)."""
+        return exact_matmul(a, w, self.a_zp, self.w_zp, bias)
 
     def epilogue(self, acc: np.ndarray, table: tuple[int, ...] | None) -> np.ndarray:
         """The postprocessing, with the LUT taken from table memory (`table`)."""

@@ -52,6 +52,9 @@ class NpuMatMul:
     - `a_type`, `w_type`: integer type names ("int8", "uint8", ...);
     - `post`: None (raw int32 accumulator), a `PostProcess`, or a tuple of N of them;
     - `structure`: scheduling structure "plain" | "grouped" | "tiled";
+    - `tile`: an explicit (tm, tn, tk) tile to schedule with (None: codegen chooses:
+      resident operands when they fit the target's memories, else the largest tiles
+      that fit; see `npu_backend.schedule`);
     - `onnx_nodes`: the ONNX node names this step implements (for reports and ledger);
     - `compute`: the target compute unit whose capabilities apply ("MatMul" or "Conv").
     """
@@ -69,6 +72,7 @@ class NpuMatMul:
     structure: str = "plain"
     onnx_nodes: tuple[str, ...] = ()
     compute: str = "MatMul"  # which compute unit's capabilities apply ("MatMul" | "Conv")
+    tile: tuple[int, int, int] | None = None
 
     @property
     def fused(self) -> bool:

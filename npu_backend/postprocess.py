@@ -344,6 +344,15 @@ def apply_columns(post: Post, acc: np.ndarray) -> np.ndarray:
     return out
 
 
+def columns_of(post: Post, n0: int, n1: int) -> Post:
+    """The epilogue of output columns [n0, n1): a per-tensor epilogue is the same for all."""
+    if isinstance(post, PostProcess):
+        return post
+    if not 0 <= n0 < n1 <= len(post):
+        raise ValueError(f"columns [{n0}, {n1}) outside a {len(post)}-column epilogue")
+    return tuple(post[n0:n1])
+
+
 def post_to_json(post: Post | None) -> Any:
     if post is None:
         return None

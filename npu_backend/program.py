@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -258,10 +258,19 @@ def _decode(v: Any, blobs: dict[str, bytes]) -> Any:
     raise ValueError(f"unknown tagged value {tag!r}")
 
 
+# Fields added after version 1, written only when they differ from their default, so an
+# untiled program keeps the bytes it had before tiling existed.
+_LATER_FIELDS = frozenset({"cols", "tile", "w_addr", "w_stationary"})
+
+
 def _encode_instruction(ins: Instruction, blobs: dict[str, bytes]) -> dict[str, Any]:
     return {
         "op": type(ins).__name__,
-        "fields": {f.name: _encode(getattr(ins, f.name), blobs) for f in fields(ins)},
+        "fields": {
+            f.name: _encode(getattr(ins, f.name), blobs)
+            for f in fields(ins)
+            if f.name not in _LATER_FIELDS or getattr(ins, f.name) != f.default
+        },
     }
 
 
@@ -270,6 +279,8 @@ def _decode_instruction(j: dict[str, Any], blobs: dict[str, bytes]) -> Instructi
     if cls is None:
         raise ProgramError(f"unknown instruction {j['op']!r}")
     names = {f.name for f in fields(cls)}
-    if set(j["fields"]) != names:
+    # fields added later with a default (e.g. MatMul's tiling) may be absent in older files
+    required = {f.name for f in fields(cls) if f.default is MISSING}
+    if not required <= set(j["fields"]) <= names:
         raise ProgramError(f"instruction {j['op']} has fields {sorted(j['fields'])}")
     return cls(**{k: _decode(v, blobs) for k, v in j["fields"].items()})

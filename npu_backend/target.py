@@ -4,7 +4,9 @@ A target says, per compute op (MatMul, Conv), which postprocessing its hardware
 can apply (requantization scheme, LUT function kinds, intermediate storage types,
 LUT sizes, clip, where a bias can be added) and which scheduling structures can carry
 fused postprocessing;
-plus memory sizes, the table memory's slots and how its toolchain builds tables.
+plus memory sizes, the table memory's slots and how its toolchain builds tables;
+plus the tile constraints codegen schedules against and the simulator's cycle model
+uses (`Schedule`: MAC array shape, DMA bandwidth per memory, latencies, overlap).
 """
 
 from __future__ import annotations
@@ -89,6 +91,42 @@ class TableMemory:
         return self.entries * self.entry_bytes
 
 
+DMA_MEMORIES = ("dram", "sram", "wmem", "pmem", "tmem")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """Tile constraints and timing of the NPU (the `[schedule]` table; every key optional).
+
+    The MAC array computes a block of `mac_m` x `mac_n` outputs over `mac_k` products in
+    `cycles_per_mac_block` cycles. `dma_bytes_per_cycle` is the bandwidth of each memory
+    (a transfer runs at the slower end's rate). `table_load_cycles`/`param_load_cycles` are
+    fixed latencies of a TableLoad/ParamLoad on top of moving their bytes; `launch_cycles`
+    is paid by every NPU instruction; `dma_overlap` says whether a tiled MatMul's DMA of the
+    next tile overlaps the compute of the current one. The SRAM budget is `memories.sram`.
+    """
+
+    mac_m: int = 16
+    mac_n: int = 16
+    mac_k: int = 64
+    cycles_per_mac_block: int = 1
+    dma_bytes_per_cycle: tuple[tuple[str, int], ...] = (
+        ("dram", 32),
+        ("sram", 128),
+        ("wmem", 128),
+        ("pmem", 16),
+        ("tmem", 16),
+    )
+    table_load_cycles: int = 64
+    param_load_cycles: int = 16
+    launch_cycles: int = 20
+    dma_overlap: bool = True
+
+    def bandwidth(self, mem: str) -> int:
+        """Bytes per cycle of memory `mem`."""
+        return dict(self.dma_bytes_per_cycle)[mem]
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -99,6 +137,7 @@ class Target:
     lut_builder: LutBuilder
     computes: tuple[ComputeCaps, ...]
     standalone: StandaloneCaps
+    schedule: Schedule = Schedule()
 
     def compute(self, op: str) -> ComputeCaps | None:
         """Capabilities of compute op `op` ("MatMul", "Conv"), or None if the target lacks it."""
@@ -305,10 +344,62 @@ def parse_target(data: dict[str, Any], path: str = "<memory>") -> Target:
         st.get("clip", bool),
     )
     st.done()
+    schedule = _schedule(top.get("schedule", dict, {}))
     top.done()
     return Target(
-        name, description, path, tuple(memories), tables, builder, tuple(computes), standalone
+        name,
+        description,
+        path,
+        tuple(memories),
+        tables,
+        builder,
+        tuple(computes),
+        standalone,
+        schedule,
     )
+
+
+def _schedule(data: Any) -> Schedule:
+    """The `[schedule]` table; missing keys take `Schedule`'s defaults."""
+    s = _Section(data, "schedule")
+    d = Schedule()
+
+    def num(key: str, least: int) -> int:
+        v = s.get(key, int, getattr(d, key))
+        if v < least:
+            what = "a positive integer" if least else "a non-negative integer"
+            raise TargetError(f"[schedule] {key} = {v}: must be {what}")
+        return v
+
+    mac = s.get("mac_array", list, [d.mac_m, d.mac_n, d.mac_k])
+    if len(mac) != 3 or any(not isinstance(v, int) or isinstance(v, bool) or v <= 0 for v in mac):
+        raise TargetError(
+            f"[schedule] mac_array = {mac!r}: must be three positive integers [M, N, K]"
+        )
+    bw = _Section(s.get("dma_bytes_per_cycle", dict, {}), "schedule.dma_bytes_per_cycle")
+    default_bw = dict(d.dma_bytes_per_cycle)
+    bandwidth = []
+    for mem in DMA_MEMORIES:
+        v = bw.get(mem, int, default_bw[mem])
+        if v <= 0:
+            raise TargetError(
+                f"[schedule.dma_bytes_per_cycle] {mem} = {v}: must be a positive integer"
+            )
+        bandwidth.append((mem, v))
+    bw.done()
+    out = Schedule(
+        mac_m=mac[0],
+        mac_n=mac[1],
+        mac_k=mac[2],
+        cycles_per_mac_block=num("cycles_per_mac_block", 1),
+        dma_bytes_per_cycle=tuple(bandwidth),
+        table_load_cycles=num("table_load_cycles", 0),
+        param_load_cycles=num("param_load_cycles", 0),
+        launch_cycles=num("launch_cycles", 0),
+        dma_overlap=s.get("dma_overlap", bool, d.dma_overlap),
+    )
+    s.done()
+    return out
 
 
 def load_target(path: str | Path | None = None) -> Target:

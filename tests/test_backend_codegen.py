@@ -157,9 +157,15 @@ def test_codegen_errors():
     missing = LoweredModel(model.inputs, ["nope"], model.constants, model.steps)
     with pytest.raises(CodegenError, match="never produced"):
         generate(missing, FLOAT)
+    # larger than sram: tiled where the target can tile it, refused where it cannot
     big = LoweredModel([TensorSpec("x", "int8", (1 << 20, K))], ["y"], model.constants, model.steps)
-    with pytest.raises(CodegenError, match="sram exhausted"):
-        generate(big, FIXED)
+    assert {m.structure for m in generate(big, FIXED).ops(MatMul)} == {"tiled"}
+    fused = matmul_model(fused_post(FIXED))
+    big_fused = LoweredModel(
+        [TensorSpec("x", "int8", (1 << 20, K))], ["y"], fused.constants, fused.steps
+    )
+    with pytest.raises(CodegenError, match="cannot be generated in the 'tiled' structure"):
+        generate(big_fused, FIXED)
     per_col = matmul_model((requant_post(FLOAT),) * 3)
     with pytest.raises(CodegenError, match="3 column epilogues for 8"):
         generate(per_col, FLOAT)

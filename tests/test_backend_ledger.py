@@ -91,7 +91,11 @@ def test_every_instruction_is_attributed_and_counters_add_up():
     assert own[-1] == "mm4"  # the graph output's write-back belongs to the last site
     p = profile(prog, random_inputs(model.inputs), [s.name for s in model.steps])
     summed = {k: sum(c.get(k, 0) for c in p.by_step.values()) for k in p.total}
-    assert summed == p.total
+    peaks = {k for k in p.total if "peak" in k}  # high-water marks: the largest step's, not a sum
+    assert {k: v for k, v in summed.items() if k not in peaks} == {
+        k: v for k, v in p.total.items() if k not in peaks
+    }
+    assert all(p.total[k] == max(c.get(k, 0) for c in p.by_step.values()) for k in peaks)
     _, counters = run(prog, random_inputs(model.inputs))  # the plain simulator agrees
     assert flat(counters) == p.total
 

@@ -1,0 +1,203 @@
+"""Choosing a MatMul's schedule: operands resident in sram/wmem, or tiles over M, N, K.
+
+A "plain" schedule keeps the whole input in sram, the weights and bias in wmem and the
+output in sram (one launch). When those buffers exceed the target's memories, or the
+step asks for a tile (`NpuMatMul.tile`), the MatMul is "tiled": one instruction per
+column group of at most `tn` columns, each streaming [tm, tk] input tiles and [tk, tn]
+weight tiles from dram through staging buffers, accumulating over K and postprocessing
+each finished [tm, tn] output tile with the parameters and table of exactly its columns.
+
+Staging buffers of a tiled MatMul (what must fit, on top of nothing else):
+  sram: input tile tm*tk, int32 accumulator tm*tn, output tile tm*tn;
+  wmem: weight tile tk*tn (the whole [K, tn] block when `w_stationary`), bias tn int32;
+  pmem: the parameter record of tn columns.
+Among the tiles that fit, the one moving the fewest dram bytes is chosen (input re-read
+once per column group, weights once per M tile unless stationary), then fewest tiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from prover.inttypes import int_type
+
+from .lowered import NpuMatMul
+from .postprocess import posts_of
+from .target import Target
+
+ALIGN = 64
+ACC_BYTES = 4  # the int32 accumulator
+
+
+def aligned(n: int) -> int:
+    """Bytes an allocation of `n` bytes occupies (at least one ALIGN block)."""
+    return max(ALIGN, -(-n // ALIGN) * ALIGN)
+
+
+class ScheduleError(ValueError):
+    """No schedule of a MatMul fits the target (or an explicit tile is invalid)."""
+
+
+@dataclass(frozen=True)
+class MatMulSchedule:
+    """Tile sizes of one MatMul over its problem (rows x K) @ (K x N)."""
+
+    rows: int
+    n: int
+    k: int
+    tm: int
+    tn: int
+    tk: int
+    tiled: bool
+    w_stationary: bool = False
+
+    @property
+    def structure(self) -> str:
+        return "tiled" if self.tiled else "plain"
+
+    @property
+    def tile(self) -> tuple[int, int, int]:
+        return (self.tm, self.tn, self.tk)
+
+    def column_groups(self) -> list[tuple[int, int]]:
+        """The [n0, n1) column ranges, one instruction each (one range when plain)."""
+        if not self.tiled:
+            return [(0, self.n)]
+        return [(n0, min(n0 + self.tn, self.n)) for n0 in range(0, self.n, self.tn)]
+
+    def tiles(self) -> int:
+        return (
+            math.ceil(self.rows / self.tm) * len(self.column_groups()) * math.ceil(self.k / self.tk)
+        )
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    a: int  # bytes per element
+    w: int
+    out: int
+    bias: bool
+    record_per_col: int  # pmem bytes per column (0 if no postprocessing)
+    record_fixed: int  # pmem bytes independent of the width (a per-tensor record)
+
+
+def staging_sizes(step: NpuMatMul) -> _Sizes:
+    """Element and record sizes that decide a MatMul's staging buffers."""
+    posts = posts_of(step.post)
+    out_t = posts[0].output_type if posts else "int32"
+    per_col = fixed = 0
+    if isinstance(step.post, tuple):
+        per_col = max(16 + (12 if p.add is not None else 0) for p in posts)
+    elif posts:
+        fixed = 16 + (12 if posts[0].add is not None else 0)
+    return _Sizes(
+        a=int_type(step.a_type).numpy_dtype().itemsize,
+        w=int_type(step.w_type).numpy_dtype().itemsize,
+        out=np.dtype(int_type(out_t).numpy_dtype()).itemsize,
+        bias=step.bias is not None,
+        record_per_col=per_col,
+        record_fixed=fixed,
+    )
+
+
+def staging(sz: _Sizes, tm: int, tn: int, tk: int, k: int, stationary: bool) -> dict[str, int]:
+    """Bytes per memory the staging buffers of a (tm, tn, tk) tile occupy."""
+    return {
+        "sram": aligned(tm * tk * sz.a) + aligned(tm * tn * ACC_BYTES) + aligned(tm * tn * sz.out),
+        "wmem": aligned((k if stationary else tk) * tn * sz.w)
+        + (aligned(tn * ACC_BYTES) if sz.bias else 0),
+        "pmem": aligned(sz.record_fixed + sz.record_per_col * tn)
+        if sz.record_fixed or sz.record_per_col
+        else 0,
+    }
+
+
+def _fits(need: dict[str, int], target: Target) -> bool:
+    return all(v <= target.memory_size(m) for m, v in need.items())
+
+
+def _candidates(d: int, unit: int) -> list[int]:
+    out = {d}
+    t = unit
+    while t < d:
+        out.add(t)
+        t *= 2
+    return sorted(out)
+
+
+def tiling_allowed(step: NpuMatMul, target: Target) -> bool:
+    """Whether the target can generate `step` in the "tiled" structure."""
+    caps = target.compute(step.compute)
+    if caps is None or "tiled" not in caps.structures:
+        return False
+    return not step.fused or "tiled" in caps.fused_structures
+
+
+def smallest_tile_fits(step: NpuMatMul, target: Target) -> bool:
+    """Whether a tile of at most one MAC block per dimension fits (true for any shape then)."""
+    s = target.schedule
+    sz = staging_sizes(step)
+    return _fits(staging(sz, s.mac_m, s.mac_n, s.mac_k, s.mac_k, False), target)
+
+
+def choose_schedule(
+    step: NpuMatMul, a_shape: tuple[int, ...], n: int, resident_fits: bool, target: Target
+) -> MatMulSchedule:
+    """The schedule of `step` with input shape `a_shape` and N output columns (see module doc)."""
+    rows, k = int(math.prod(a_shape[:-1])), int(a_shape[-1])
+    sz = staging_sizes(step)
+    if step.tile is None and resident_fits:
+        return MatMulSchedule(rows, n, k, rows, n, k, tiled=False)
+    if not tiling_allowed(step, target):
+        why = f"tile {step.tile} was asked for" if step.tile else "its buffers do not fit"
+        raise ScheduleError(
+            f"{step.name}: {why} and a {'fused ' if step.fused else ''}{step.compute} cannot "
+            f"be generated in the 'tiled' structure on target {target.name!r}"
+        )
+    if step.tile is not None:
+        if len(step.tile) != 3 or any(int(t) <= 0 for t in step.tile):
+            raise ScheduleError(f"{step.name}: tile {step.tile} must be three positive sizes")
+        tm, tn, tk = (min(int(t), d) for t, d in zip(step.tile, (rows, n, k), strict=True))
+        stationary = _fits(staging(sz, tm, tn, tk, k, True), target)
+        if not stationary and not _fits(staging(sz, tm, tn, tk, k, False), target):
+            need = staging(sz, tm, tn, tk, k, False)
+            raise ScheduleError(f"{step.name}: tile {step.tile} needs {need} bytes of staging")
+        return MatMulSchedule(rows, n, k, tm, tn, tk, tiled=True, w_stationary=stationary)
+    s = target.schedule
+    best: tuple[tuple[int, int, int], MatMulSchedule] | None = None
+    for tm in _candidates(rows, s.mac_m):
+        for tn in _candidates(n, s.mac_n):
+            groups = math.ceil(n / tn)
+            for tk in _candidates(k, s.mac_k):
+                for stationary in (True, False):
+                    if not _fits(staging(sz, tm, tn, tk, k, stationary), target):
+                        continue
+                    m_tiles = math.ceil(rows / tm)
+                    traffic = rows * k * sz.a * groups + k * n * sz.w * (
+                        1 if stationary else m_tiles
+                    )
+                    cand = MatMulSchedule(rows, n, k, tm, tn, tk, True, stationary)
+                    key = (traffic, cand.tiles(), -tk)
+                    if best is None or key < best[0]:
+                        best = (key, cand)
+    if best is None:
+        raise ScheduleError(
+            f"{step.name}: not even a {s.mac_m}x{s.mac_n}x{s.mac_k} tile fits the target's memories"
+        )
+    return best[1]
+
+
+__all__ = [
+    "ALIGN",
+    "MatMulSchedule",
+    "ScheduleError",
+    "aligned",
+    "choose_schedule",
+    "smallest_tile_fits",
+    "staging",
+    "staging_sizes",
+    "tiling_allowed",
+]
