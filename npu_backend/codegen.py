@@ -6,11 +6,14 @@ Order of work:
 3. emit instructions step by step: DMA of inputs/constants, the parameter record
    and the table (loaded before the MatMul/activation that uses them), the
    compute instruction, DMA of results that the host or the graph output needs;
-4. check the emitted program (`validate_program`).
+4. check the emitted program (`validate_program`, and the table-slot / parameter-record
+   lifetime invariant `npu_backend.lifetime.check_lifetimes`).
 
 Tables: identical tables share one constant and are loaded once while resident;
 when every slot is taken, the slot whose table is needed furthest in the future
-(or never) is reused (never the slot the current instruction needs).
+(or never) is reused (never the slot the current instruction needs). Parameter
+records likewise: identical records are loaded once while resident in pmem; when pmem
+is full, the resident record needed furthest in the future is evicted.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from .isa import (
     strip_tables,
     table_of,
 )
+from .lifetime import check_lifetimes
 from .lowered import (
     HostKernel,
     HostOnnx,
@@ -704,4 +708,5 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     issues = validate_program(program, target)
     if issues:
         raise ValidationError(issues)
+    check_lifetimes(program, target.tables.slots)
     return program
