@@ -25,21 +25,30 @@ def float64_is_exact(a_max: int, w_max: int, k: int) -> bool:
     return int(k) * int(a_max) * int(w_max) < EXACT_LIMIT
 
 
-def _max_abs(x: np.ndarray) -> int:
-    return int(np.abs(x).max()) if x.size else 0
+def _max_abs_diff(x: np.ndarray, zp: Any) -> int:
+    """An upper bound of max|x - zp| from the extremes of x and of zp (no int64 copy)."""
+    if not x.size:
+        return 0
+    z = np.asarray(zp, dtype=np.int64)
+    lo, hi = int(x.min()), int(x.max())
+    zlo, zhi = int(z.min()), int(z.max())
+    return max(abs(hi - zlo), abs(lo - zhi))
 
 
 def exact_matmul(
     a: np.ndarray, w: np.ndarray, a_zp: Any = 0, w_zp: Any = 0, bias: Any = None
 ) -> np.ndarray:
     """`matmul_acc(a, w, a_zp, w_zp, bias)` as int64, by float64 BLAS when provably exact."""
-    if np.ndim(a_zp) or np.ndim(w) < 2:  # per-row zero points: the kernel's own form
+    a, w = np.asarray(a), np.asarray(w)
+    if np.ndim(a_zp) or w.ndim < 2 or a.dtype.kind not in "iu" or w.dtype.kind not in "iu":
+        return matmul_acc(a, w, a_zp, w_zp, bias)  # per-row zero points: the kernel's own form
+    a_max, w_max = _max_abs_diff(a, a_zp), _max_abs_diff(w, w_zp)
+    # the operands themselves must be exact in float64 too (each below 2^53)
+    if not float64_is_exact(a_max, w_max, w.shape[-2]) or max(a_max, w_max) >= EXACT_LIMIT // 2:
         return matmul_acc(a, w, a_zp, w_zp, bias)
-    a64 = np.asarray(a, dtype=np.int64) - np.int64(a_zp)
-    w64 = np.asarray(w, dtype=np.int64) - np.asarray(w_zp, dtype=np.int64)
-    if not float64_is_exact(_max_abs(a64), _max_abs(w64), w64.shape[-2]):
-        return matmul_acc(a, w, a_zp, w_zp, bias)
-    acc = np.matmul(a64.astype(np.float64), w64.astype(np.float64)).astype(np.int64)
+    af = a.astype(np.float64) - float(a_zp)
+    wf = w.astype(np.float64) - np.asarray(w_zp, dtype=np.float64)
+    acc = np.matmul(af, wf).astype(np.int64)
     if bias is not None:
         acc = acc + np.asarray(bias, dtype=np.int64)
     return acc

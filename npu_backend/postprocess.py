@@ -30,7 +30,7 @@ from prover.domain import NUMPY, KernelError
 from prover.inttypes import int_type
 from prover.lut import LutSpec
 from prover.qlinear_binary import qladd_kernel
-from prover.requant import check_multiplier
+from prover.requant import check_multiplier, requant_float_concrete
 from prover.terms import Term, Var, evaluate, op
 
 REQUANT_SCHEMES = ("float32", "fixed_double", "fixed_single")
@@ -327,7 +327,11 @@ def posts_of(post: Post | None) -> tuple[PostProcess, ...]:
 def apply_columns(post: Post, acc: np.ndarray) -> np.ndarray:
     """Apply a per-tensor or per-column epilogue to `acc` [..., N].
 
-    Columns sharing an identical `PostProcess` are evaluated together.
+    Columns are evaluated by group, not one by one: columns whose float32 requantizers
+    differ only in scale and zero point but share every later stage are requantized
+    together (the kernel's `requant_float_concrete` takes per-column scales), then the
+    shared stages run once on the group; other columns sharing an identical
+    `PostProcess` are evaluated together.
     """
     acc = np.asarray(acc, dtype=np.int64)
     if isinstance(post, PostProcess):
@@ -339,9 +343,49 @@ def apply_columns(post: Post, acc: np.ndarray) -> np.ndarray:
     groups: dict[PostProcess, list[int]] = {}
     for j, p in enumerate(post):
         groups.setdefault(p, []).append(j)
+    float_groups: dict[tuple, list[PostProcess]] = {}
+    for p in groups:
+        if p.requant.scheme == "float32":
+            float_groups.setdefault(_tail_key(p), []).append(p)
+    for members in float_groups.values():
+        if len(members) < 2:
+            continue
+        member_of_col = [k for k, p in enumerate(members) for _ in groups[p]]
+        cols = [j for p in members for j in groups.pop(p)]
+        out[..., cols] = _apply_float_group(members, member_of_col, acc[..., cols])
     for p, cols in groups.items():
         out[..., cols] = p.apply(acc[..., cols])
     return out
+
+
+def _tail_key(p: PostProcess) -> tuple:
+    return (p.requant.out_type, p.add, p.clip, p.function, p.lut, p.out_type, p.out_zp)
+
+
+def _apply_float_group(
+    members: list[PostProcess], member_of_col: list[int], acc: np.ndarray
+) -> np.ndarray:
+    """Float32 requantization with per-column scale/zp, then the group's shared stages."""
+    for p in members:
+        p.requant.check()
+    idx = np.asarray(member_of_col)
+    scales = np.asarray([np.float32(p.requant.scale) for p in members], dtype=np.float32)[idx]
+    zps = np.asarray([int(p.requant.zp) for p in members], dtype=np.int64)[idx]
+    q = requant_float_concrete(acc, scales, zps, int_type(members[0].requant.out_type))
+    return np.asarray(evaluate(_tail_term(members[0]), NUMPY, {"q": q}))
+
+
+@lru_cache(maxsize=4096)
+def _tail_term(p: PostProcess) -> Term:
+    """The stages after requantization (add, clip, table) over the requantized `q`."""
+    t: Term = Var("q")
+    if p.add is not None:
+        t = p.add.term(t)
+    if p.clip is not None:
+        t = op("clip", t, lo=int(p.clip[0]), hi=int(p.clip[1]))
+    if p.lut is not None:
+        t = p.lut.term(t)
+    return t
 
 
 def columns_of(post: Post, n0: int, n1: int) -> Post:

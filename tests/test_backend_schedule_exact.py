@@ -1,0 +1,92 @@
+"""Fast simulator kernels stay exact: float64 matmul only where provable, grouped epilogues."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_backend_support import lut_params
+
+from npu_backend.exact_matmul import EXACT_LIMIT, exact_matmul, float64_is_exact
+from npu_backend.postprocess import PostProcess, apply_columns
+from npu_backend.target import load_target, requant_from_scale
+from prover.matmul import matmul_acc
+
+FLOAT = load_target()
+FIXED = load_target("npu_backend/targets/npu_fixed.toml")
+
+
+def test_the_exactness_bound_is_strict():
+    assert EXACT_LIMIT == 2**53
+    assert not float64_is_exact(2**26, 2**26, 2)  # K * max|a| * max|w| == 2^53
+    assert float64_is_exact(2**26, 2**26 - 1, 2)
+    assert float64_is_exact(2**26, 2**26, 1)
+    assert not float64_is_exact(255, 255, 2**53 // (255 * 255) + 1)
+
+
+def test_above_the_bound_the_int64_path_gives_the_exact_sum():
+    """(2^27 + 1)(2^26 + 1) * 2 = 2^54 + ... + 2: float64 rounds it, int64 does not."""
+    a = np.full((1, 2), 2**27 + 1, dtype=np.int64)
+    w = np.full((2, 1), 2**26 + 1, dtype=np.int64)
+    exact = 2 * (2**27 + 1) * (2**26 + 1)
+    assert (
+        int((a.astype(np.float64) @ w.astype(np.float64))[0, 0]) != exact
+    )  # float64 would be wrong
+    assert int(exact_matmul(a, w)[0, 0]) == exact
+    assert int(exact_matmul(a + 5, w, a_zp=5)[0, 0]) == exact  # zero points count in the bound
+
+
+def test_just_below_the_bound_the_float_path_is_exact():
+    rng = np.random.default_rng(0)
+    k = 4
+    top = int(((EXACT_LIMIT - 1) // k) ** 0.5)
+    assert float64_is_exact(top, top, k)
+    a = rng.integers(-top, top + 1, (7, k))
+    w = rng.integers(-top, top + 1, (k, 5))
+    a[0, :] = top
+    w[:, 0] = top
+    bias = rng.integers(-(2**31), 2**31, 5)
+    np.testing.assert_array_equal(exact_matmul(a, w, 0, 0, bias), matmul_acc(a, w, 0, 0, bias))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_int8_matmuls_equal_the_kernel(seed):
+    rng = np.random.default_rng(seed)
+    m, k, n = (int(v) for v in rng.integers(1, 300, 3))
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    w_zp = rng.integers(-128, 128, n)
+    bias = rng.integers(-(2**20), 2**20, n).astype(np.int32)
+    got = exact_matmul(a, w, 7, w_zp, bias)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, matmul_acc(a, w, 7, w_zp, bias))
+
+
+def _one_by_one(post, acc):
+    return np.stack([post[j].apply(acc[:, j]) for j in range(len(post))], axis=1)
+
+
+def test_grouped_epilogues_equal_column_by_column_evaluation():
+    rng = np.random.default_rng(3)
+    n = 300
+    sig, tanh = lut_params(FLOAT, "sigmoid"), lut_params(FLOAT, "tanh")
+    posts = []
+    for j in range(n):
+        rq = requant_from_scale(
+            float(0.0004 * (1 + 3 * rng.random())), int(j % 5) - 2, "int8", "float32"
+        )
+        kind = j % 4
+        if kind == 0:
+            posts.append(PostProcess(rq, function="sigmoid", lut=sig))
+        elif kind == 1:
+            posts.append(PostProcess(rq, clip=(-50, 90), function="tanh", lut=tanh))
+        elif kind == 2:
+            posts.append(PostProcess(rq))
+        else:  # a fixed-point column among them: evaluated on its own
+            fx = requant_from_scale(0.0007, 1, "int8", "fixed_double")
+            posts.append(PostProcess(fx))
+    posts[7] = posts[3]  # identical columns
+    post = tuple(posts)
+    acc = rng.integers(-(2**22), 2**22, (33, n))
+    acc[0, :] = 2**31 - 1
+    acc[1, :] = -(2**31)
+    np.testing.assert_array_equal(apply_columns(post, acc), _one_by_one(post, acc))
