@@ -193,7 +193,7 @@ class Checker:
     def __init__(
         self, spec: dict[str, Any], model: Any, timeout_s: float, reference: str = "onnx"
     ) -> None:
-        from compiler.cli_common import resolve_target
+        from compiler.cli.common import resolve_target
         from prover.policy import Policy
 
         self.spec, self.model = spec, model
@@ -224,10 +224,10 @@ class Checker:
     def bound(self, value: str) -> int:
         """The policy's bound where `value` reaches the outputs through layout ops only, else 0.
 
-        The compiler checks every other rewrite bitwise (`compiler.policy_scope`), because
+        The compiler checks every other rewrite bitwise (`compiler.ir.policy_scope`), because
         a difference of one step before a table can grow after it.
         """
-        from compiler.policy_scope import is_terminal
+        from compiler.ir.policy_scope import is_terminal
 
         g = self.result.original
         if self.policy.bound == 0:
@@ -410,7 +410,7 @@ def check_model(
     index: int, seed: int, timeout_s: float = 2.0, reference: str = "onnx"
 ) -> tuple[ModelResult, Any]:
     """Generate model `index` of `seed` and check it; returns (result, checker or None)."""
-    from compiler.cli_common import expected_errors
+    from compiler.cli.common import expected_errors
 
     rng = np.random.default_rng([seed, index])
     spec = G.random_spec(rng)
@@ -507,12 +507,12 @@ def confirm_with_cli(d: Path) -> dict[str, Any]:
         )
 
     out: dict[str, Any] = {}
-    p = tool("compiler.cli_prover", "check", "model.onnx", *common)
+    p = tool("compiler.cli.prover", "check", "model.onnx", *common)
     out["prover_check_exit"] = p.returncode
-    p = tool("compiler.cli_npuc", "compile", "model.onnx", "-o", "p.npuprog", *common)
+    p = tool("compiler.cli.npuc", "compile", "model.onnx", "-o", "p.npuprog", *common)
     out["npuc_compile_exit"] = p.returncode
     if p.returncode == 0 and (d / "inputs.npz").is_file():
-        p = tool("compiler.cli_npuc", "run", "p.npuprog", "--input", "inputs.npz", "-o", "out.npz")
+        p = tool("compiler.cli.npuc", "run", "p.npuprog", "--input", "inputs.npz", "-o", "out.npz")
         out["npuc_run_exit"] = p.returncode
         if p.returncode == 0:
             import onnx

@@ -7,7 +7,7 @@
 - `OrtReference.outputs(model, feeds, level)`: the whole graph at an optimisation level
   ("off" or "default": at the default level ORT's QDQ transformers run integer kernels);
 - `profiles(name)`: the named reference profile and the one this machine's ORT matches
-  (`compiler.reference_host`, which probes ORT once: u8s8 pair saturation, MLAS FMA).
+  (`compiler.ort.reference_host`, which probes ORT once: u8s8 pair saturation, MLAS FMA).
 """
 
 from __future__ import annotations
@@ -149,6 +149,6 @@ class OrtReference:
 @lru_cache(maxsize=8)
 def profiles(reference: str) -> tuple[Any, Any]:
     """(the named reference profile, the profile this machine's ORT matches)."""
-    from compiler.reference_host import host_profile, resolve_reference
+    from compiler.ort.reference_host import host_profile, resolve_reference
 
     return resolve_reference(reference), host_profile()

@@ -10,7 +10,7 @@ One command:
    digits, row by row (`run_batched(..., one_pass=False)`, the old path) vs one wide pass
    (the new default). CPU time of this process; outputs must be bit-identical to each other
    and to ONNX Runtime on the float model, and counters equal, else the run stops.
-2. CLI start-up, as subprocesses (`python -m compiler.cli_prover`, so no launcher shim):
+2. CLI start-up, as subprocesses (`python -m compiler.cli.prover`, so no launcher shim):
    `prover --version` (answered before the parser) vs `prover --version check` (the same
    output through the full parser, the old path); a 1-site `prover check
    examples/matmul_sigmoid.onnx --proofs-mode off`; and what importing numpy, z3, cvc5,
@@ -34,11 +34,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "examples" / "digits" / "digits_gemm_qop_s8s8_pc.onnx"
-EAGER = "import numpy, z3, cvc5, bitwuzla, onnxruntime, onnx, compiler.report_json"
+EAGER = "import numpy, z3, cvc5, bitwuzla, onnxruntime, onnx, compiler.report.json_form"
 
 
 def _npuc(*args: str) -> None:
-    p = subprocess.run([sys.executable, "-m", "compiler.cli_npuc", *args], capture_output=True)
+    p = subprocess.run([sys.executable, "-m", "compiler.cli.npuc", *args], capture_output=True)
     if p.returncode:
         sys.exit(f"npuc {args[0]} failed: {p.stderr.decode().strip()}")
 
@@ -92,7 +92,7 @@ def _timed(argv: list[str], repeat: int) -> tuple[float, float]:
 
 
 def cli_figures(repeat: int) -> dict[str, tuple[float, float]]:
-    py, cli = sys.executable, [sys.executable, "-m", "compiler.cli_prover"]
+    py, cli = sys.executable, [sys.executable, "-m", "compiler.cli.prover"]
     check = ["check", "examples/matmul_sigmoid.onnx", "--proofs-mode", "off"]
     return {
         "python -c pass (bare interpreter)": _timed([py, "-c", "pass"], repeat),

@@ -8,7 +8,7 @@ from npu_backend.target import load_target
 r = compile_model("model.onnx", Policy.parse("bitwise"), load_target(None))
 for s in r.sites:
     print(s.id, s.pattern, s.nodes, s.verdict, s.reason)
-r.graph      # the fused integer IR (compiler.ir.Graph)
+r.graph      # the fused integer IR (compiler.ir.graph.Graph)
 r.lowered    # npu_backend.lowered.LoweredModel for npu_backend.codegen.generate
 ```
 """
@@ -23,11 +23,11 @@ from typing import Any
 
 import onnx
 
-from .context import Context
-from .frontend import to_ir
-from .ir import Graph
-from .pipeline import run_pipeline
-from .site import ACTIONS, Diagnostic, Site
+from compiler.frontend.reader import to_ir
+from compiler.ir.context import Context
+from compiler.ir.graph import Graph
+from compiler.ir.site import ACTIONS, Diagnostic, Site
+from compiler.passes.pipeline import run_pipeline
 
 
 @dataclass
@@ -115,7 +115,7 @@ def compile_model(
         policy = Policy.parse(policy)
     if not isinstance(target, Target):
         target = load_target(target if target is None else Path(target))
-    from .reference_host import resolve_reference
+    from compiler.ort.reference_host import resolve_reference
 
     opts = dict(check_options or {})
     store = opts.pop("store", None) or _store(proofs_dir, proofs_mode)
@@ -177,8 +177,8 @@ def _run(g: Graph, ctx: Context) -> CompileResult:
 
 
 def host_diagnostics(graph):
-    """The frontend's host placements (`compiler.host.host_diagnostics`)."""
-    from .host import host_diagnostics as diags
+    """The frontend's host placements (`compiler.passes.host.host_diagnostics`)."""
+    from compiler.passes.host import host_diagnostics as diags
 
     return diags(graph)
 

@@ -84,12 +84,12 @@ def run_cli(module: str, *args: str, cwd: Path | None = None, timeout: float = 3
 
 def prover(*args: str, cwd: Path | None = None):
     """Run `prover ...`."""
-    return run_cli("cli_prover", *args, cwd=cwd)
+    return run_cli("cli.prover", *args, cwd=cwd)
 
 
 def npuc(*args: str, cwd: Path | None = None):
     """Run `npuc ...`."""
-    return run_cli("cli_npuc", *args, cwd=cwd)
+    return run_cli("cli.npuc", *args, cwd=cwd)
 
 
 def assert_one_line_error(proc, *needles: str, code: int = 2) -> None:

@@ -1,6 +1,6 @@
 """Run the command-line tools cheaply: import them once, fork one process per command.
 
-Most of a short `python -m compiler.cli_prover ...` run's CPU time is the interpreter
+Most of a short `python -m compiler.cli.prover ...` run's CPU time is the interpreter
 starting and importing numpy, onnx, onnxruntime and z3 (about 0.35 of 0.45 s), paid
 again by every subprocess a test starts. This driver pays it once, then forks one
 child per command line: each child is still its own process (own working directory,
@@ -9,7 +9,7 @@ the module as `python -m` does (`runpy`, `__main__`, `sys.argv`), stdin from /de
 
 Batch mode (stdin: a JSON list of jobs; stdout: a JSON list of results, same order)
 or, with `--serve`, one JSON job per input line and one JSON result per output line.
-A job is {"module": "compiler.cli_prover", "argv": [...], "cwd"?, "env"?, "memory"?,
+A job is {"module": "compiler.cli.prover", "argv": [...], "cwd"?, "env"?, "memory"?,
 "timeout"?}; a result is {"returncode", "stdout", "stderr", "cpu"} (returncode -N: killed
 by signal N, e.g. -14 when the timeout's SIGALRM fired; cpu: the child's CPU seconds).
 """

@@ -3,7 +3,7 @@
 Prints one JSON line: for QLinearMatMul and MatMulInteger with random uint8 x int8
 operands (extremes sprinkled, zero points non-zero and zero, one row and many), the
 outputs compared, and how many differ from the exact and the pair-saturating model;
-also what `compiler.reference_host` resolves `ort-host` to, and a `prover check
+also what `compiler.ort.reference_host` resolves `ort-host` to, and a `prover check
 --reference ort-host` of a saturable model (verdict and whether it replayed).
 """
 
@@ -17,7 +17,7 @@ import ort_models as M
 import u8s8_models as U
 
 from compiler.api import compile_model
-from compiler.reference_host import host_profile
+from compiler.ort.reference_host import host_profile
 from prover.inttypes import UINT8
 from prover.matmul import matmul_acc
 from prover.pair_saturation import pair_saturating_acc

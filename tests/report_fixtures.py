@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.report_model import Counterexample, Reason, Report, SiteReport
+from compiler.report.model import Counterexample, Reason, Report, SiteReport
 
 
 def sample_report(model: str = "examples/showcase.onnx") -> Report:

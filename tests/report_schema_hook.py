@@ -16,7 +16,7 @@ def invalid_reports(root: Path) -> list[str]:
     """'path: error' for every JSON report under `root` that the schema rejects."""
     import jsonschema
 
-    from compiler.report_json import schema
+    from compiler.report.json_form import schema
 
     validator = jsonschema.Draft202012Validator(schema())
     out = []
@@ -42,7 +42,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if bad:
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
         lines = [
-            f"{len(bad)} JSON report(s) written by tests do not match compiler/report_schema.json:",
+            f"{len(bad)} JSON report(s) written by tests do not match compiler/report/schema.json:",
             *bad,
         ]
         if tr is not None:

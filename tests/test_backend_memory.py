@@ -7,7 +7,7 @@ import onnx
 from cli_helpers import npuc
 from models import matmul_activation
 
-from compiler.emit_tests import ort_outputs
+from compiler.regress.emit_tests import ort_outputs
 from npu_backend.codegen import generate, memory_issues
 from npu_backend.isa import DmaOut
 from npu_backend.lowered import LoweredModel, NpuClip, TensorSpec

@@ -13,9 +13,9 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 from qdq_models import check_end_to_end, ort_run
 
-from compiler.frontend import to_ir
+from compiler.frontend.reader import to_ir
+from compiler.ir.semantics import run_graph
 from compiler.passes import cleanup
-from compiler.semantics import run_graph
 
 
 def _model(layout: str, where: str) -> onnx.ModelProto:

@@ -15,13 +15,13 @@ from google.protobuf.message import DecodeError
 import compiler
 import npu_backend
 import prover
-from compiler.cli_common import run_main
-from compiler.report_model import ExitCode
+from compiler.cli.common import run_main
+from compiler.report.model import ExitCode
 from prover.errors import BadInput, StoreMiss
 
 # Every exception class defined in prover/, compiler/ and npu_backend/, by what it means.
 BAD_INPUT = {
-    "compiler.cli_common.UsageError",
+    "compiler.cli.common.UsageError",
     "compiler.errors.FrontendError",
     "npu_backend.target.TargetError",
     "npu_backend.program.ProgramError",

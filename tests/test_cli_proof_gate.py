@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import EXAMPLES, REPO, assert_one_line_error, npuc, prover
 
-from compiler.regen_proofs import configs
+from compiler.regress.regen_proofs import configs
 from prover.api import SOLVERS
 from prover.terms import canonical
 

@@ -220,7 +220,7 @@ def _crash(*flags: str):
         "import sys, compiler.api as a\n"
         "def boom(*args, **kw): raise RuntimeError('boom inside the compiler')\n"
         "a.compile_model = boom\n"
-        "from compiler.cli_prover import main\n"
+        "from compiler.cli.prover import main\n"
         f"sys.exit(main(['check', {str(SHOWCASE)!r}, '--proofs-mode', 'off', *{list(flags)!r}]))\n"
     )
     return subprocess.run(

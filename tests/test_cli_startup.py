@@ -15,16 +15,16 @@ def _loaded_after(code: str) -> list[str]:
 
 
 def test_version_imports_nothing_heavy():
-    code = "from compiler.cli_prover import main\nassert main(['--version']) == 0"
+    code = "from compiler.cli.prover import main\nassert main(['--version']) == 0"
     assert _loaded_after(code) == []
 
 
 def test_version_output_matches_argparse():
     fast = subprocess.run(
-        [sys.executable, "-m", "compiler.cli_prover", "--version"], capture_output=True, text=True
+        [sys.executable, "-m", "compiler.cli.prover", "--version"], capture_output=True, text=True
     )
     slow = subprocess.run(  # through the parser (a second argument disables the shortcut)
-        [sys.executable, "-m", "compiler.cli_prover", "--version", "check"],
+        [sys.executable, "-m", "compiler.cli.prover", "--version", "check"],
         capture_output=True,
         text=True,
     )

@@ -7,9 +7,9 @@ import pytest
 from models import conv_activation, matmul_activation, random_inputs
 
 from compiler.api import compile_model, recompile
-from compiler.frontend import to_ir
-from compiler.ort_tables import session
-from compiler.semantics import run_graph
+from compiler.frontend.reader import to_ir
+from compiler.ir.semantics import run_graph
+from compiler.ort.tables import session
 from npu_backend import codegen, simulator
 from npu_backend.target import load_target
 

@@ -11,11 +11,11 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 
 from compiler.errors import FrontendError
-from compiler.frontend import to_ir
-from compiler.ort_tables import ort_table, session
-from compiler.qdq_reading import ort_integer_model
-from compiler.reference_host import host_profile
-from compiler.semantics import run_graph
+from compiler.frontend.qdq_reading import ort_integer_model
+from compiler.frontend.reader import to_ir
+from compiler.ir.semantics import run_graph
+from compiler.ort.reference_host import host_profile
+from compiler.ort.tables import ort_table, session
 from prover.lut import build_ort_sigmoid_table
 from prover.mlas import host_uses_fma
 from prover.reference import get_profile

@@ -8,7 +8,7 @@ from models import matmul_activation, two_sites
 
 from compiler.api import compile_model
 from compiler.errors import InternalError
-from compiler.ort_tables import session
+from compiler.ort.tables import session
 from npu_backend.postprocess import apply_columns
 from npu_backend.target import load_target
 from prover.matmul import matmul_acc

@@ -7,9 +7,9 @@ import pytest
 from models import matmul_activation, random_inputs, two_sites
 
 from compiler.api import compile_model, recompile
-from compiler.ort_tables import session
-from compiler.pipeline import PASSES
-from compiler.semantics import run_graph
+from compiler.ir.semantics import run_graph
+from compiler.ort.tables import session
+from compiler.passes.pipeline import PASSES
 from npu_backend import codegen, simulator
 from npu_backend.lowered import HostKernel, HostOnnx, NpuLut, NpuMatMul
 from npu_backend.target import load_target
@@ -38,7 +38,7 @@ MODELS = {
 
 
 def test_pass_order_is_fixed_and_documented():
-    import compiler.pipeline as p
+    import compiler.passes.pipeline as p
 
     names = [n for n, _ in PASSES]
     assert names == ["cleanup", "propose", "legality", "gate", "rewrite", "lower"]

@@ -7,11 +7,11 @@ import pytest
 from models import matmul_activation
 
 from compiler.api import compile_model
-from compiler.context import Context
 from compiler.errors import CompilerError
-from compiler.frontend import to_ir
+from compiler.frontend.reader import to_ir
+from compiler.ir.context import Context
 from compiler.passes import legality
-from compiler.pipeline import PASSES
+from compiler.passes.pipeline import PASSES
 from npu_backend.target import load_target
 from prover.policy import Policy
 

@@ -128,7 +128,7 @@ def test_cli_synthesize_flag(tmp_path):
 
     def run(*extra):
         return subprocess.run(
-            [sys.executable, "-m", "compiler.cli_prover", "check",
+            [sys.executable, "-m", "compiler.cli.prover", "check",
              str(DIGITS / "digits_gemm_qop_s8s8_pt.onnx"), "--target", "npu_fixed",
              "--proofs-mode", "off", "--no-progress", *extra],
             capture_output=True, text=True, cwd=tmp_path, timeout=600,

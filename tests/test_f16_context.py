@@ -22,9 +22,9 @@ from onnx import numpy_helper as nh
 from qdq_models import check_end_to_end, finish, ort_run
 
 from compiler.errors import FrontendError
-from compiler.f16_context import fold_cast, ort_dequantize_types
-from compiler.frontend import to_ir
-from compiler.semantics import run_graph
+from compiler.frontend.f16_context import fold_cast, ort_dequantize_types
+from compiler.frontend.reader import to_ir
+from compiler.ir.semantics import run_graph
 from prover.lut import build_ort_qdq_table
 from prover.mlas import host_uses_fma
 from prover.reference import get_profile

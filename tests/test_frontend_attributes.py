@@ -14,9 +14,9 @@ from onnx import numpy_helper as nh
 from qdq_models import check_end_to_end, finish, ort_run, qdq_table_model
 
 from compiler.errors import FrontendError
-from compiler.frontend import to_ir
-from compiler.reference_host import host_profile
-from compiler.semantics import run_graph
+from compiler.frontend.reader import to_ir
+from compiler.ir.semantics import run_graph
+from compiler.ort.reference_host import host_profile
 
 ALL_INT8 = {"x": np.arange(-128, 128, dtype=np.int8)}
 
@@ -290,7 +290,7 @@ def test_constant_value_attributes_end_to_end(kind, tmp_path):
 
 
 def test_constant_scalars_and_sparse_coordinates_are_interpreted():
-    from compiler.frontend import _Builder
+    from compiler.frontend.reader import _Builder
 
     b = _Builder(_reshape_after_matmul(CONSTANTS["value"]))
     for attrs, want in [

@@ -20,11 +20,11 @@ from onnx import numpy_helper
 
 from compiler.api import compile_model
 from compiler.errors import FrontendError
-from compiler.frontend import to_ir
-from compiler.ort_tables import session
+from compiler.frontend.reader import to_ir
+from compiler.ir.semantics import run_graph
+from compiler.ort.reference_host import resolve_reference
+from compiler.ort.tables import session
 from compiler.passes import cleanup
-from compiler.reference_host import resolve_reference
-from compiler.semantics import run_graph
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = REPO / "examples" / "digits"
@@ -78,7 +78,7 @@ def test_qlinear_add_meaning_is_the_kernel_per_column(host_profile):
     assert add.attrs["binary"] == "QLinearAdd" and add.attrs["x_is_a"] is True
     assert len(add.attrs["const"]) == g.values[add.output].shape[-1]
     x = np.arange(256, dtype=np.int64).reshape(4, 64) % 256
-    from compiler.semantics import eval_node, qlinear_binary_column_table
+    from compiler.ir.semantics import eval_node, qlinear_binary_column_table
 
     g.values[add.inputs[0]].shape = x.shape
     y = eval_node(add, g, {add.inputs[0]: x})[0]
@@ -340,7 +340,7 @@ def test_host_ops_in_json_and_junit_reports():
     r = prover(*base, "off", "--format", "json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    schema = json.loads((REPO / "compiler" / "report_schema.json").read_text())
+    schema = json.loads((REPO / "compiler" / "report" / "schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(data)
     by_node = {h["nodes"][0]: h for h in data["host_ops"]}
     assert {"Sigmoid2_quant", "ArgMax", "ArrayFeatureExtractor", "Cast1"} <= set(by_node)

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from compiler.api import compile_model
-from compiler.epilogue import build_columns
+from compiler.ir.epilogue import build_columns
 from npu_backend.codegen import generate
 from npu_backend.ledger import ledger
 from npu_backend.lowered import NpuMatMul

@@ -16,7 +16,7 @@ from models import matmul_activation
 from test_backend_support import matmul_model
 
 from compiler.api import compile_model
-from compiler.ort_tables import session
+from compiler.ort.tables import session
 from npu_backend import codegen, simulator
 from npu_backend.lowered import HostOnnx, NpuMatMul
 from npu_backend.postprocess import PostProcess, RequantParams

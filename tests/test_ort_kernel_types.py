@@ -17,7 +17,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 
 from compiler.errors import FrontendError
-from compiler.frontend import ORT_QLINEAR_TYPES, to_ir
+from compiler.frontend.reader import ORT_QLINEAR_TYPES, to_ir
 
 TYPES = {"uint8": TP.UINT8, "int8": TP.INT8}
 COMBOS = list(itertools.product(TYPES, repeat=3))

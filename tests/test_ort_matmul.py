@@ -14,7 +14,7 @@ import ort_models as M
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from compiler.reference_host import host_profile
+from compiler.ort.reference_host import host_profile
 from prover.inttypes import int_type
 from prover.matmul import matmul_acc
 from prover.pair_saturation import pair_saturating_acc, saturation_excess

@@ -1,5 +1,5 @@
 """Fuzzer finding 5: a refutation of a site whose result feeds another op names the policy
-it was decided under (bitwise, compiler.policy_scope), not the run's looser policy."""
+it was decided under (bitwise, compiler.ir.policy_scope), not the run's looser policy."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def test_cli_jobs_does_not_change_the_report(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "compiler.cli_prover",
+                "compiler.cli.prover",
                 "check",
                 "examples/showcase.onnx",
                 "--proofs-mode",

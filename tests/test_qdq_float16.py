@@ -18,10 +18,10 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 from qdq_models import check_end_to_end, finish, ort_run, qdq_table_model
 
-from compiler.frontend import to_ir
-from compiler.ort_tables import reference_table
-from compiler.reference_host import host_profile
-from compiler.semantics import run_graph
+from compiler.frontend.reader import to_ir
+from compiler.ir.semantics import run_graph
+from compiler.ort.reference_host import host_profile
+from compiler.ort.tables import reference_table
 from prover.domain import KernelError
 from prover.lut import build_ort_qdq_table
 from prover.mlas import host_uses_fma

@@ -16,9 +16,9 @@ import pytest
 from onnx import TensorProto
 from onnx import helper as oh
 
-from compiler.frontend import to_ir
-from compiler.qdq_reading import integer_reading
-from compiler.semantics import run_graph
+from compiler.frontend.qdq_reading import integer_reading
+from compiler.frontend.reader import to_ir
+from compiler.ir.semantics import run_graph
 from prover.reference import PROFILES
 from tests.models import const, requantize_node, weights
 

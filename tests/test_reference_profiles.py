@@ -26,9 +26,9 @@ from onnx import helper as oh
 from onnx import numpy_helper
 
 from compiler.api import compile_model
-from compiler.ort_tables import session
-from compiler.reference_host import host_profile
-from compiler.semantics import run_graph
+from compiler.ir.semantics import run_graph
+from compiler.ort.reference_host import host_profile
+from compiler.ort.tables import session
 from prover.inttypes import UINT8
 from prover.pair_saturation import column_accs, pair_saturating_acc
 from prover.reference import DEFAULT_PROFILE, ONNX, ORT_X86_AVX2, Accumulation, get_profile
@@ -171,7 +171,7 @@ def test_ort_host_resolves_by_probing(saturable, tmp_path):
     assert ref["name"].startswith("ort-host=")
     # probed in a process of the same kind as the CLI's (under qemu-user only the test
     # process itself is emulated)
-    probe = "from compiler.reference_host import host_profile as h; print(h().to_dict())"
+    probe = "from compiler.ort.reference_host import host_profile as h; print(h().to_dict())"
     same = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert ref == ast.literal_eval(same.stdout.strip())
 
@@ -196,7 +196,7 @@ def test_help_documents_the_reference_option():
 def test_emitted_replay_under_avx2_holds_on_this_host(saturable, tmp_path):
     """--emit-tests under ort-x86-avx2 records the reference; the replay checks pass on
     any host (a divergent host is compared through its own profile) and catch a forgery."""
-    from compiler.replay import check_compiled, check_original
+    from compiler.regress.replay import check_compiled, check_original
 
     path = tmp_path / "u8s8.onnx"
     onnx.save(saturable, path)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from qdq_models import ort_run, qdq_table_model
 
-from compiler.frontend import to_ir
-from compiler.ort_tables import ort_table, reference_table
-from compiler.reference_host import host_profile
-from compiler.semantics import run_graph
+from compiler.frontend.reader import to_ir
+from compiler.ir.semantics import run_graph
+from compiler.ort.reference_host import host_profile
+from compiler.ort.tables import ort_table, reference_table
 from prover.mlas import host_uses_fma
 from prover.reference import ONNX
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cli_helpers import prover
 
-from compiler.site import ACTIONS
+from compiler.ir.site import ACTIONS
 
 MODEL = str(
     Path(__file__).resolve().parent.parent / "examples/digits/digits_matmul_qdq_s8s8_pt.onnx"
@@ -23,7 +23,7 @@ def _check(fmt: str) -> str:
 
 
 def test_every_reason_code_has_an_action():
-    from compiler.report_model import REASON_CODES
+    from compiler.report.model import REASON_CODES
 
     assert set(REASON_CODES) <= set(ACTIONS)
     assert "float_accumulation" in ACTIONS and "unsupported_op" in ACTIONS

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 WINDOW = (1300, 900)
-# The overview band's fixed geometry (report_template.html): header 72px, 16px padding,
+# The overview band's fixed geometry (compiler/report/template.html): header 72px, 16px padding,
 # boxes 400px high; the graph 640px wide at x=16, the headline plot 600px wide at x=672.
 GRAPH_BOX = (16, 88, 656, 488)
 PLOT_BOX = (672, 88, 1272, 488)
@@ -82,7 +82,7 @@ def pixels(png: Path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> tuple[Path, Path, str]:
-    from compiler.cli_prover import main
+    from compiler.cli.prover import main
 
     d = tmp_path_factory.mktemp("browser")
     html = d / "showcase.html"

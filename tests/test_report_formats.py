@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 from report_fixtures import sample_report
 
-from compiler import report_json, report_junit, report_text
-from compiler.report_model import ExitCode, Reason, Report, SiteReport, Verdict
+from compiler.report import json_form as report_json
+from compiler.report import junit as report_junit
+from compiler.report import text as report_text
+from compiler.report.model import ExitCode, Reason, Report, SiteReport, Verdict
 
 
 def test_summary_counts_every_verdict():

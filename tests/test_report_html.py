@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from cli_helpers import EXAMPLES, REPO, assert_one_line_error
 
-from compiler import cli_npuc, cli_prover
+from compiler.cli import npuc as cli_npuc
+from compiler.cli import prover as cli_prover
 from prover import terms as T
 from prover.domain import NUMPY
 
@@ -75,9 +76,9 @@ def test_meta_names_reference_target_policy_versions(showcase_html):
 
 def test_plotted_pieces_are_the_exact_epilogue(tmp_path):
     """The data behind the plots equal both sides evaluated at every accumulator value."""
-    from compiler.check_run import CheckOptions, run_pipeline
+    from compiler.cli.check_run import CheckOptions, run_pipeline
     from compiler.passes.gate import obligations
-    from compiler.report_views import collect
+    from compiler.report.views import collect
 
     run = run_pipeline(SHOWCASE, CheckOptions(progress=False))
     views = collect(run)
@@ -133,8 +134,8 @@ BLOCK_MPL = (
 @pytest.mark.parametrize(
     "mod, argv",
     [
-        ("cli_prover", ["check", SHOWCASE, "--format", "html", "-o", "x.html"]),
-        ("cli_npuc", ["compile", SHOWCASE, "-o", "x.npuprog", "--report", "x.html"]),
+        ("cli.prover", ["check", SHOWCASE, "--format", "html", "-o", "x.html"]),
+        ("cli.npuc", ["compile", SHOWCASE, "-o", "x.npuprog", "--report", "x.html"]),
     ],
 )
 def test_missing_matplotlib_is_a_one_line_error(mod, argv, tmp_path):

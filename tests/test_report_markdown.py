@@ -6,8 +6,9 @@ from __future__ import annotations
 from cli_helpers import EXAMPLES
 from report_fixtures import sample_report
 
-from compiler import cli_prover, report_markdown
-from compiler.report_model import Reason, Report, SiteReport
+from compiler.cli import prover as cli_prover
+from compiler.report import markdown as report_markdown
+from compiler.report.model import Reason, Report, SiteReport
 
 
 def _table(md: str) -> list[list[str]]:

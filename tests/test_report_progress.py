@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from compiler.progress import Progress
+from compiler.report.progress import Progress
 
 
 class FakeTty(io.StringIO):
@@ -53,7 +53,7 @@ def test_real_command_draws_on_a_terminal_only():
 
     from cli_helpers import EXAMPLES, REPO
 
-    cmd = [sys.executable, "-m", "compiler.cli_prover", "check", str(EXAMPLES / "showcase.onnx")]
+    cmd = [sys.executable, "-m", "compiler.cli.prover", "check", str(EXAMPLES / "showcase.onnx")]
     cmd += ["--proofs-mode", "off"]
     env = dict(os.environ, PROVER_PROGRESS_DELAY="0")
     master, slave = pty.openpty()

@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 from report_fixtures import sample_report
 
-from compiler import report_sarif
-from compiler.report_model import Report, SiteReport
+from compiler.report import sarif as report_sarif
+from compiler.report.model import Report, SiteReport
 
 SCHEMA_PATH = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
 

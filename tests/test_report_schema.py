@@ -14,7 +14,9 @@ import pytest
 from cli_helpers import EXAMPLES, REPO
 from report_fixtures import sample_report
 
-from compiler import cli_npuc, cli_prover, report_json
+from compiler.cli import npuc as cli_npuc
+from compiler.cli import prover as cli_prover
+from compiler.report import json_form as report_json
 from prover.reference import PROFILES
 
 MODELS = sorted(EXAMPLES.glob("*.onnx")) + sorted((EXAMPLES / "digits").glob("*.onnx"))
@@ -39,7 +41,9 @@ def test_schema_is_shipped_as_package_data_and_versioned():
     assert s["properties"]["schema_version"]["const"] == report_json.SCHEMA_VERSION
     assert f"report-{report_json.SCHEMA_VERSION}.json" in s["$id"]
     pyproject = (REPO / "pyproject.toml").read_text()
-    assert '"report_schema.json"' in pyproject  # installed with the package, not only in git
+    assert (
+        '"compiler.report" = ["schema.json"' in pyproject
+    )  # installed with the package, not only in git
     assert report_json.report_json(sample_report())["schema_version"] == report_json.SCHEMA_VERSION
 
 
@@ -161,7 +165,7 @@ def test_committed_example_json_reports_validate(validator):
     found = [
         p
         for p in Path(REPO).glob("**/*report*.json")
-        if ".git" not in p.parts and p.name != "report_schema.json"
+        if ".git" not in p.parts and p != REPO / "compiler" / "report" / "schema.json"
     ]
     for p in found:
         data = json.loads(p.read_text())

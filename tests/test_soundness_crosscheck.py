@@ -129,7 +129,7 @@ def _model_proto(model) -> onnx.ModelProto:
 
 def _ort_value(model: onnx.ModelProto, feeds: dict, value: str, ir_value) -> np.ndarray:
     """ONNX Runtime's value of tensor `value` in the original graph (exposed as an output)."""
-    from compiler.ort_tables import session
+    from compiler.ort.tables import session
 
     m = onnx.ModelProto()
     m.CopyFrom(model)

@@ -102,7 +102,7 @@ def _strip_times(x):
 
 def _prover_json(tmp: Path, *extra: str) -> dict:
     r = subprocess.run(
-        [sys.executable, "-m", "compiler.cli_prover", "check", SHOWCASE, "--format", "json",
+        [sys.executable, "-m", "compiler.cli.prover", "check", SHOWCASE, "--format", "json",
          "--proofs-mode", "off", "--no-progress", *extra],
         capture_output=True, text=True, cwd=tmp, timeout=300,
     )  # fmt: skip

@@ -46,7 +46,7 @@ def run_tools(jobs: list[tuple[str, Path, Path]]) -> list[subprocess.CompletedPr
     """Run (tool, model, out_dir) command lines, one forked process each (`fork_runner`)."""
     spec = [
         {
-            "module": f"compiler.cli_{t}",
+            "module": f"compiler.cli.{t}",
             "argv": tool_argv(t, m, o),
             "memory": MEMORY_LIMIT,
             "timeout": TIMEOUT_S,

@@ -1,1 +1,1 @@
-"""Compiler passes, run in the fixed order of `compiler.pipeline.PASSES`."""
+"""Compiler passes, run in the fixed order of `compiler.passes.pipeline.PASSES`."""

@@ -7,8 +7,9 @@ preserving ops removed.
 
 from __future__ import annotations
 
-from ..host import rename_host_value
-from ..ir import Graph, Node
+from compiler.ir.graph import Graph, Node
+
+from .host import rename_host_value
 
 
 def _is_noop(g: Graph, n: Node) -> bool:

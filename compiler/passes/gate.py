@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.ir.layout import index_map_terms
+from compiler.ir.policy_scope import effective_policy
+from compiler.ir.site import Site
 from prover.api import ProverError, check
 from prover.errors import ReplayMismatch, SolverDisagreement, StoreCorrupt
 from prover.inttypes import int_type
@@ -21,11 +24,7 @@ from prover.obligation import Obligation
 from prover.parallel import check_many
 from prover.policy import Policy
 
-from .. import cex, divergence
-from ..layout import index_map_terms
-from ..policy_scope import effective_policy
-from ..site import Site
-from . import fixed_synthesis
+from . import cex, divergence, fixed_synthesis
 from .rewrite import apply_site
 
 
@@ -223,7 +222,7 @@ def _decide_saturating(g, site: Site, ctx) -> None:
 
 
 def _host_profile_or_none():
-    from ..reference_host import host_profile
+    from compiler.ort.reference_host import host_profile
 
     try:
         return host_profile()

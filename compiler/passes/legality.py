@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from compiler.ir.graph import LAYOUT_OPS, Graph
+from compiler.ir.layout import first_moved, strip_leading_ones
+from compiler.ir.site import Site
 from prover.inttypes import int_type
-
-from ..ir import LAYOUT_OPS, Graph
-from ..layout import first_moved, strip_leading_ones
-from ..site import Site
 
 ABSORBABLE = ("requantize", "clip", "lut", "qlinear_binary", *LAYOUT_OPS)
 SCHEME_FAMILY = {"double": "fixed_double", "single": "fixed_single", "float": "float32"}
@@ -68,7 +67,7 @@ def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
     after a QLinearMatMul), clip and layout ops may sit between them)."""
     fb = None
     if site.compute.attrs.get("requant") is not None:
-        from ..float_bias import ort_tables, recognize
+        from compiler.frontend.float_bias import ort_tables, recognize
 
         fb = recognize(g, site, site.compute.output)
         if fb is not None:
@@ -270,7 +269,8 @@ def rule_parameters_complete(g: Graph, site: Site, ctx) -> str | tuple[str, str]
                 return f"{_names([n])} lacks {', '.join(missing)}"
             if len(n.attrs["table"]) != int_type(n.attrs["in_type"]).size:
                 return f"{_names([n])} has a table of {len(n.attrs['table'])} entries"
-    from ..epilogue import build_columns
+    from compiler.ir.epilogue import build_columns
+
     from .lower import fused_step, validation_issues
 
     try:

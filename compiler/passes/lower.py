@@ -20,6 +20,12 @@ import onnx
 from onnx import helper as oh
 from onnx import numpy_helper
 
+from compiler.errors import CompilerError
+from compiler.ir.epilogue import SCHEME_OF
+from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.policy_scope import effective_policy
+from compiler.ir.semantics import node_term, requant_groups, requant_term
+from compiler.ir.site import ACTIONS, Diagnostic
 from npu_backend.codegen import memory_issues, storage_dtype
 from npu_backend.lowered import (
     HostKernel,
@@ -41,15 +47,9 @@ from prover.matmul import accumulator_range
 from prover.obligation import Obligation
 from prover.terms import Var, op
 
-from ..divergence import lowering_block
-from ..epilogue import SCHEME_OF
-from ..errors import CompilerError
-from ..host import host_model, submodel
-from ..ir import Graph, Node, Value
-from ..policy_scope import effective_policy
-from ..semantics import node_term, requant_groups, requant_term
-from ..site import ACTIONS, Diagnostic
+from .divergence import lowering_block
 from .gate import _check, components
+from .host import host_model, submodel
 from .rewrite import post_of
 
 

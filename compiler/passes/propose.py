@@ -10,8 +10,8 @@ mean for it (this pass only proposes).
 
 from __future__ import annotations
 
-from ..ir import Graph, Node
-from ..site import Site
+from compiler.ir.graph import Graph, Node
+from compiler.ir.site import Site
 
 MAX_CHAIN = 8
 

@@ -9,11 +9,10 @@ left as superseded. Rejected, refuted and unknown sites leave the graph as it wa
 
 from __future__ import annotations
 
+from compiler.ir.graph import Graph, Node
+from compiler.ir.site import Site
 from npu_backend.postprocess import PostProcess
 from prover.terms import Var
-
-from ..ir import Graph, Node
-from ..site import Site
 
 
 def post_of(groups, n_cols: int):

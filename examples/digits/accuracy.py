@@ -48,7 +48,7 @@ def program_outputs(program, x: np.ndarray) -> dict[str, np.ndarray]:
 def measure(path: Path, x: np.ndarray, y: np.ndarray, reference: str, target: str | None):
     """(line to print, bitwise-equal) for one model."""
     from compiler.api import compile_model
-    from compiler.reference_host import resolve_reference
+    from compiler.ort.reference_host import resolve_reference
     from npu_backend.codegen import generate
     from npu_backend.target import load_target
     from prover.reference import QdqReading

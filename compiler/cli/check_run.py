@@ -1,0 +1,302 @@
+"""Run the compiler's pipeline for `prover check` / `npuc compile` and build a `Report`.
+
+This is the one place that touches `compiler.api.compile_model` and the proof
+store for the command-line tools; the report writers only see `report_model`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compiler.cli.common import UsageError, check_model_file, resolve_target, tool_version
+from compiler.report.model import Counterexample, Reason, Report, SiteReport, arrays
+from compiler.report.progress import Progress
+
+
+@dataclass(kw_only=True)
+class CheckOptions:
+    """Options of one check run (the command-line flags, parsed)."""
+
+    policy: Any = None  # prover.policy.Policy; None = bitwise
+    target: str | None = None
+    proofs: str | None = None  # no store unless the user names one
+    proofs_mode: str | None = None  # None: rw with a store, else off
+    proof_key_file: str | None = None  # else env NPUFUSION_PROOF_KEY
+    recheck_budget_s: float | None = None  # None: the store's default
+    timeout_s: float = 10.0
+    solver: str = "auto"
+    jobs: int = 1
+    progress: bool = True
+    reference: str = "onnx"  # a prover.reference profile name, or "ort-host"
+    synthesis: bool = False  # --synthesize (compiler.passes.fixed_synthesis)
+
+    @classmethod
+    def from_args(cls, args: Any) -> CheckOptions:
+        """The options of a parsed `prover check` / `npuc compile` command line."""
+        return cls(
+            policy=args.policy,
+            target=args.target,
+            proofs=args.proofs,
+            proofs_mode=args.proofs_mode,
+            proof_key_file=getattr(args, "proof_key_file", None),
+            recheck_budget_s=getattr(args, "recheck_budget", None),
+            timeout_s=args.timeout,
+            solver=args.solver,
+            jobs=getattr(args, "jobs", 1),
+            progress=not args.no_progress,
+            reference=getattr(args, "reference", None) or "onnx",
+            synthesis=bool(getattr(args, "synthesize", False)),
+        )
+
+
+@dataclass
+class CheckRun:
+    """Everything a run produced: the report and the compiler's own result."""
+
+    report: Report
+    result: Any
+    target: Any
+    policy: Any
+    missing_proofs: list[str]
+    store: Any = None
+
+
+def open_store(
+    directory: str | None,
+    mode: str | None,
+    key_file: str | None = None,
+    recheck_budget_s: float | None = None,
+) -> Any:
+    """The proof store named by `--proofs`/`--proofs-mode`; None when there is none.
+
+    Without a directory nothing is read or written (mode off); naming `rw`/`ro`
+    without one is bad input, as is `ro` on a missing directory. The signing key
+    comes from `key_file`, else env NPUFUSION_PROOF_KEY.
+    """
+    if mode is None:
+        mode = "off" if directory is None else "rw"
+    if mode == "off":
+        return None
+    if directory is None:
+        raise UsageError(f"--proofs-mode {mode} needs a store: add --proofs DIR")
+    p = Path(directory)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"--proofs is not a directory: {directory}")
+    if mode == "ro" and not p.is_dir():
+        raise UsageError(f"proof store not found (--proofs-mode ro): {directory}")
+    from prover.proofstore import DEFAULT_RECHECK_BUDGET_S, ProofStore, resolve_key
+
+    if key_file is not None and not Path(key_file).is_file():
+        raise UsageError(f"proof key file not found: {key_file}")
+    try:
+        key = resolve_key(key_file)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    budget = DEFAULT_RECHECK_BUDGET_S if recheck_budget_s is None else recheck_budget_s
+    return ProofStore(p, mode=mode, key=key, recheck_budget_s=budget)
+
+
+def check_solver(name: str) -> str:
+    """Validate a --solver name (aliases allowed) against the prover's procedures."""
+    from prover.api import solver_name
+
+    try:
+        return solver_name(name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _field(obj: Any, name: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _reason(site: Any) -> Reason | None:
+    r = _field(site, "reason")
+    if r is None:
+        return None
+    if isinstance(r, Reason):
+        return r
+    if isinstance(r, tuple | list) and len(r) == 2:
+        return Reason(str(r[0]), str(r[1]))
+    code = _field(r, "code")
+    if code is None:
+        return None
+    from compiler.ir.site import ACTIONS
+
+    return Reason(str(code), str(_field(r, "message", "")), ACTIONS.get(str(code), ""))
+
+
+def _counterexample(site: Any) -> Counterexample | None:
+    c = _field(site, "counterexample")
+    if c is None:
+        return None
+    local = _field(c, "assignment") or _field(c, "local") or {}
+    return Counterexample(
+        inputs=arrays(_field(c, "inputs")),
+        expected=arrays(_field(c, "expected")),
+        actual=arrays(_field(c, "actual")),
+        local={str(k): int(v) for k, v in dict(local).items()},
+        before=_int_or_none(_field(c, "before")),
+        after=_int_or_none(_field(c, "after")),
+    )
+
+
+def _int_or_none(v: Any) -> int | None:
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def site_report(site: Any) -> SiteReport:
+    """A compiler `Site` as a `SiteReport`."""
+    verdict = _field(site, "verdict")
+    verdict = getattr(verdict, "value", verdict)
+    return SiteReport(
+        id=str(_field(site, "id")),
+        pattern=str(_field(site, "pattern")),
+        nodes=tuple(str(n) for n in _field(site, "nodes", ())),
+        verdict=str(verdict),
+        reason=_reason(site),
+        time_ms=float(_field(site, "time_ms", 0.0) or 0.0),
+        counterexample=_counterexample(site),
+        obligation_hash=_field(site, "obligation_hash"),
+        solver=_field(site, "solver"),
+        max_diff=_int_or_none(_field(site, "max_diff")),
+        ledger=_field(site, "ledger"),
+    )
+
+
+def _call_compile(model: str, policy: Any, target: Any, check_options: dict, progress: Progress):
+    from compiler.api import compile_model
+
+    params = inspect.signature(compile_model).parameters
+    kwargs: dict[str, Any] = {"policy": policy, "target": target, "check_options": check_options}
+    if "progress" in params:
+        kwargs["progress"] = progress.update
+    return compile_model(model, **kwargs)
+
+
+def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
+    """Validate every input first (nothing touches the store before), then compile."""
+    from prover.policy import Policy
+
+    policy = opts.policy if opts.policy is not None else Policy.parse("bitwise")
+    solver = check_solver(opts.solver)
+    check_model_file(model)
+    target = resolve_target(opts.target)
+    profile = resolve_reference_option(opts.reference)
+    store = open_store(opts.proofs, opts.proofs_mode, opts.proof_key_file, opts.recheck_budget_s)
+    check_options: dict[str, Any] = {
+        "timeout_s": opts.timeout_s,
+        "solver": solver,
+        "jobs": opts.jobs,
+        "reference": profile,
+        "synthesis": opts.synthesis,
+    }
+    if store is not None:
+        check_options["store"] = store
+    with Progress("checking", enabled=None if opts.progress else False) as bar:
+        result = _call_compile(model, policy, target, check_options, bar)
+    report = Report(
+        model=model,
+        policy=str(policy),
+        target=str(getattr(target, "name", opts.target or "default")),
+        sites=[site_report(s) for s in result.sites],
+        tool_version=tool_version(),
+        reference=profile.to_dict(),
+        findings=list(getattr(getattr(result, "context", None), "findings", None) or []),
+        host_ops=host_ops(result),
+    )
+    misses = missing_proofs(result, store)
+    report.proof_misses = [why for _, why in misses]
+    report.proof_records = served_records(result)
+    return CheckRun(report, result, target, policy, [h for h, _ in misses], store)
+
+
+def host_ops(result: Any) -> list[dict[str, Any]]:
+    """Every op kept on the host, with its reason code and action (not the sites' reasons).
+
+    The frontend's placements (`unsupported_op`) and the lowering's (an op whose NPU form
+    was not proven or does not fit the target); site diagnostics are reported per site.
+    """
+    from compiler.passes.host import host_diagnostics
+
+    ctx = getattr(result, "context", None)
+    original = getattr(result, "original", None)
+    diags = (host_diagnostics(original) if original is not None else []) + list(
+        getattr(ctx, "diagnostics", None) or []
+    )
+    out, seen = [], set()
+    for d in diags:
+        key = (d.code, tuple(d.nodes), d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d.to_dict())
+    return out
+
+
+def resolve_reference_option(name: str) -> Any:
+    """The `ReferenceProfile` a --reference value names (bad names are bad usage)."""
+    from compiler.ort.reference_host import resolve_reference
+
+    try:
+        return resolve_reference(name)
+    except ValueError as e:
+        raise UsageError(f"--reference: {e}") from None
+
+
+def _verdicts(result: Any) -> dict[str, Any]:
+    ctx = getattr(result, "context", None)
+    return dict(getattr(ctx, "verdicts", {}) or {})
+
+
+def missing_proofs(result: Any, store: Any) -> list[tuple[str, str]]:
+    """In `ro` mode: (hash, why) of every obligation checked without a trusted record."""
+    from prover.errors import StoreMiss
+
+    if store is None or getattr(store, "mode", None) != "ro":
+        return []
+    out = []
+    for h, v in _verdicts(result).items():
+        if isinstance(v, StoreMiss):
+            out.append((h, str(v)))
+        elif not isinstance(v, Exception) and not getattr(v, "cached", False):
+            out.append((h, f"no proof record for obligation {h} in {store.root}"))
+    return out
+
+
+def served_records(result: Any) -> list[dict[str, str]]:
+    """For each obligation answered from the store: its record and how it was checked."""
+    out = []
+    for h, v in _verdicts(result).items():
+        details = getattr(v, "details", None) or {}
+        if getattr(v, "cached", False) and "served" in details:
+            out.append(
+                {"obligation": h, "record": str(details["record"]), "served": details["served"]}
+            )
+    return out
+
+
+def print_store_summary(prog: str, run: CheckRun, model: str) -> None:
+    """On stderr: how each served record was checked, and the gate's verdict (ro mode)."""
+    if run.store is None:
+        return
+    for r in run.report.proof_records:
+        print(f"{prog}: proof record {r['record']}: {r['served']}", file=sys.stderr)
+    misses = run.report.proof_misses
+    if misses:
+        print(
+            f"{prog}: proof gate failed (exit 5): {len(misses)} obligation(s) without a "
+            f"trusted record in {run.store.root}; first: {misses[0]}; run `prover check "
+            f"{model} --proofs {run.store.root}` (rw) and commit the new records",
+            file=sys.stderr,
+        )

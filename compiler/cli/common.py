@@ -1,0 +1,285 @@
+"""What the command-line tools share: one-line errors, exit codes, model and target loading.
+
+Every expected failure (bad file, unsupported op, bad option value, proof-store
+problem) is a `prover.errors.BadInput` (e.g. `UsageError`) and becomes a one-line
+message and exit code 2; a read-only proof-gate miss (`StoreMiss`) exits 5;
+anything else is a bug in the tool and exits 4 with a pointer to `--debug`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, NoReturn
+
+from prover.errors import BadInput, StoreMiss
+
+DIST_NAME = "npu-fusion-prover"
+
+
+class UsageError(BadInput):
+    """Bad usage or bad input: reported as one line, exit code 2."""
+
+
+def tool_version() -> str:
+    """The installed package version ("0+unknown" when not installed)."""
+    try:
+        return metadata.version(DIST_NAME)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a single-line error message (and exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        from compiler.report.model import ExitCode  # lazy: it imports numpy
+
+        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes that mean bad input (exit 2), never a tool bug.
+
+    Our own errors all derive from `prover.errors.BadInput`; the third-party ones
+    are the ONNX checker's and protobuf's errors on a malformed model file.
+    """
+    import onnx.checker
+    import onnx.shape_inference
+    from google.protobuf.message import DecodeError
+
+    return (
+        BadInput,
+        OSError,
+        onnx.checker.ValidationError,
+        onnx.shape_inference.InferenceError,
+        DecodeError,
+    )
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line (its message, first line, without the class noise)."""
+    text = str(e).strip() or type(e).__name__
+    first = text.splitlines()[0].strip()
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        first = f"{e.strerror}: {e.filename}"
+    return first
+
+
+def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run `body(args)`, turning expected errors into exit 2 and bugs into exit 4."""
+    debug = bool(getattr(args, "debug", False))
+    from compiler.report.model import ExitCode  # lazy: it imports numpy
+
+    try:
+        return int(body(args))
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except StoreMiss as e:  # a read-only gate miss that reached the top: its own code
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        return ExitCode.PROOF_MISSING
+    except expected_errors() as e:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except Exception as e:  # noqa: BLE001 - the top level decides what a bug is
+        if debug:
+            traceback.print_exc()
+        print(
+            f"{prog}: internal error ({type(e).__name__}: {one_line(e)}); "
+            "rerun with --debug for the traceback and report it",
+            file=sys.stderr,
+        )
+        return ExitCode.INTERNAL
+
+
+def check_model_file(path: str) -> Any:
+    """Load and validate an ONNX file, raising `UsageError` naming what is wrong."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"model file not found: {path}")
+    if p.is_dir():
+        raise UsageError(f"model path is a directory, not an ONNX file: {path}")
+    data = p.read_bytes()
+    if not data:
+        raise UsageError(f"model file is empty: {path}")
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise UsageError(
+            f"not a valid ONNX model (truncated or not ONNX): {path}: {one_line(e)}"
+        ) from None
+    if not model.HasField("graph") or len(model.graph.node) == 0:
+        raise UsageError(f"not a valid ONNX model (no graph or no nodes; truncated?): {path}")
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError, RuntimeError) as e:
+        # ValueError covers UnicodeDecodeError: the checker decodes names and strings
+        # of a corrupt file as UTF-8 before it can say anything about them.
+        raise UsageError(f"invalid ONNX model {path}: {one_line(e)}") from None
+    return model
+
+
+def resolve_target(spec: str | None) -> Any:
+    """Load a target: None = the default, a TOML path, or a shipped target's name."""
+    from npu_backend.target import load_target, shipped_targets
+
+    if spec is None:
+        return load_target(None)
+    p = Path(spec)
+    if not p.exists() and spec in shipped_targets():
+        p = shipped_targets()[spec]
+    if not p.exists():
+        names = ", ".join(sorted(shipped_targets()))
+        raise UsageError(f"target file not found: {spec} (shipped targets: {names})")
+    return load_target(p)
+
+
+def parse_policy(text: str) -> Any:
+    """argparse type: a `prover.policy.Policy` from "bitwise" or "bounded:N"."""
+    from prover.policy import Policy
+
+    try:
+        return Policy.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_reference_option(p: argparse.ArgumentParser) -> None:
+    """`--reference PROFILE`: what "equals ONNX Runtime" means (prover.reference)."""
+    from prover.reference import CHOICES, DEFAULT_PROFILE, HOST, PROFILES
+
+    names = "; ".join(f"{n}: {p.summary}" for n, p in PROFILES.items())
+    p.add_argument(
+        "--reference",
+        default=DEFAULT_PROFILE,
+        metavar="{" + ",".join(CHOICES) + "}",
+        help=f"reference semantics the model is checked against (default {DEFAULT_PROFILE}; "
+        f"{names}; {HOST}: the profile this machine's ONNX Runtime matches, probed once)",
+    )
+
+
+def add_synthesis_option(p: argparse.ArgumentParser) -> None:
+    """`--synthesize`: synthesise fixed-point parameters where rounding the scale is refuted."""
+    p.add_argument(
+        "--synthesize",
+        action="store_true",
+        help="where the rounded fixed-point requantization of a column group is refuted, "
+        "search the target's declared parameter space ([compute.*] synthesis) and prove "
+        "the proposal (prover.synthesis)",
+    )
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a float > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return v
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a float >= 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return v
+
+
+PROOFS_HELP = """proof store (the CI gate):
+  Nothing is read or written unless --proofs DIR names a store (then the mode defaults
+  to rw). A served record is never trusted on its word: a stored "proven" is re-decided
+  within --recheck-budget seconds (default 5), a stored refutation is replayed; a
+  "proven" that cannot be re-decided in the budget is served only with a valid
+  HMAC-SHA256 signature by the key in --proof-key-file or env NPUFUSION_PROOF_KEY
+  (records written with a key are signed), otherwise it counts as missing.
+"""
+
+
+def add_proof_store_options(p: argparse.ArgumentParser) -> None:
+    """--proofs, --proofs-mode, --proof-key-file, --recheck-budget and --solver."""
+    from prover.api import SOLVERS
+    from prover.proofstore import DEFAULT_RECHECK_BUDGET_S, KEY_ENV
+
+    p.add_argument(
+        "--proofs", metavar="DIR", default=None, help="proof store directory (default: none)"
+    )
+    p.add_argument(
+        "--proofs-mode",
+        choices=("rw", "ro", "off"),
+        default=None,
+        help="rw: read and record; ro: every obligation must have a trusted record (CI gate, "
+        "exit 5 otherwise); off: ignore the store (default: rw with --proofs, else off)",
+    )
+    p.add_argument(
+        "--proof-key-file",
+        metavar="FILE",
+        help=f"key that signs and verifies proof records (default: env {KEY_ENV})",
+    )
+    p.add_argument(
+        "--recheck-budget",
+        type=non_negative_float,
+        default=DEFAULT_RECHECK_BUDGET_S,
+        metavar="SECONDS",
+        help="time to re-decide each stored 'proven' before requiring a signature "
+        f"(default {DEFAULT_RECHECK_BUDGET_S:g}; 0 = always require one)",
+    )
+    p.add_argument(
+        "--solver",
+        default="auto",
+        choices=SOLVERS,
+        metavar="NAME",
+        help=f"decision procedure: {', '.join(SOLVERS)} (enum = enumerate; default auto)",
+    )
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low}: {text!r}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an int >= 0."""
+    return _int_at_least(text, 0)
+
+
+def write_output(text: str, output: str | None) -> None:
+    """Write a report to a file (parents created) or to stdout."""
+    if output is None or output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    p = Path(output)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+
+
+def argv_or_default(argv: Sequence[str] | None) -> list[str]:
+    return list(sys.argv[1:] if argv is None else argv)

@@ -1,0 +1,259 @@
+"""`npuc compile MODEL -o PROGRAM`, `npuc run PROGRAM --input IN.npz -o OUT.npz` and
+`npuc inputs MODEL -o IN.npz [--from FLOAT.npz]` (the input file a model expects).
+
+`compile` applies only proven rewrites (the compiler's gate decides) and writes an
+NPU program file; `--report FILE` writes the JSON report (every site, its verdict,
+and the measured ledger of each applied fusion). `run` executes a program on the
+bit-exact simulator; inputs and outputs are keyed by the ONNX graph's names.
+Exit codes: 0 success, 2 bad usage or bad input, 4 internal error, 5 proof gate failed
+(`--proofs-mode ro` and an obligation without a trusted record; no program is written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from compiler.cli.common import (
+    PROOFS_HELP,
+    Parser,
+    UsageError,
+    add_proof_store_options,
+    add_reference_option,
+    add_synthesis_option,
+    argv_or_default,
+    non_negative_int,
+    parse_policy,
+    positive_float,
+    positive_int,
+    run_main,
+    tool_version,
+)
+from compiler.report import json_form as report_json
+from compiler.report.model import ExitCode
+
+PROG = "npuc"
+EXIT_HELP = """exit codes:
+  0  program written (only proven fusions applied)
+  2  bad usage or bad input (one-line error on stderr)
+  4  internal error (rerun with --debug for the traceback)
+  5  proof gate failed (--proofs-mode ro): an obligation has no trusted record; nothing written
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `npuc` argument parser (subcommands `compile` and `run`)."""
+    p = Parser(prog=PROG, description="NPU compiler: only proven fusions reach the program.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {tool_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    c = sub.add_parser(
+        "compile",
+        help="compile an ONNX model to an NPU program file",
+        epilog=PROOFS_HELP + "\n" + EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument("model", metavar="MODEL", help="ONNX model file")
+    c.add_argument("-o", "--output", required=True, metavar="PROGRAM", help="program file to write")
+    c.add_argument("--policy", type=parse_policy, default=None, metavar="bitwise|bounded:N")
+    c.add_argument("--target", metavar="FILE", help="target TOML (or a shipped target name)")
+    add_reference_option(c)
+    add_synthesis_option(c)
+    c.add_argument(
+        "--report",
+        metavar="FILE",
+        help="write the report (sites, ledger) here: HTML for .html/.htm (needs the 'report' "
+        "extra), markdown for .md, else JSON",
+    )
+    c.add_argument(
+        "--indent",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="JSON report: pretty-print with N spaces (default compact)",
+    )
+    add_proof_store_options(c)
+    c.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECONDS")
+    c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    c.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    c.set_defaults(func=_compile)
+    r = sub.add_parser("run", help="run an NPU program on the simulator")
+    r.add_argument("program", metavar="PROGRAM", help="program file from `npuc compile`")
+    r.add_argument("--input", required=True, metavar="IN.npz", help="inputs by graph input name")
+    r.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="outputs by name")
+    r.add_argument(
+        "--counters", metavar="FILE", help="write the simulator's traffic counters (JSON)"
+    )
+    r.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    r.set_defaults(func=_run)
+    i = sub.add_parser(
+        "inputs",
+        help="write the IN.npz a model expects: a zero skeleton, or float data quantized "
+        "with the model's own input parameters",
+        description="Write an .npz keyed by the model's graph input names with their shapes "
+        "and dtypes: zeros (a skeleton to fill), or --from float data (float inputs taken "
+        "as float32; 8-bit inputs quantized by ONNX Runtime's QuantizeLinear with the scale "
+        "and zero point of the model's own op reading them).",
+    )
+    i.add_argument("model", metavar="MODEL", help="ONNX model file")
+    i.add_argument("-o", "--output", required=True, metavar="IN.npz", help="file to write")
+    i.add_argument(
+        "--from", dest="source", metavar="FLOAT.npz", help="float data keyed by input name"
+    )
+    i.add_argument(
+        "--batch",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="size of a symbolic leading (batch) dimension (default 1)",
+    )
+    i.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=SIZE",
+        help="size of a named symbolic dimension (repeatable)",
+    )
+    i.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    i.set_defaults(func=_inputs)
+    return p
+
+
+def _inputs(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from compiler.cli.common import check_model_file
+    from compiler.frontend.model_inputs import from_float, input_specs, skeleton
+    from npu_backend.runner import load_inputs, save_arrays
+
+    model = check_model_file(args.model)
+    dims: dict[str, int] = {}
+    for d in args.dim:
+        name, eq, size = d.partition("=")
+        if not eq or not size.strip().isdigit() or int(size) < 1:
+            raise UsageError(f"--dim {d!r}: expected NAME=SIZE with SIZE >= 1")
+        dims[name.strip()] = int(size)
+    if args.source is not None:
+        if not Path(args.source).is_file() or not zipfile.is_zipfile(args.source):
+            raise UsageError(f"--from is not an .npz archive: {args.source}")
+        data = load_inputs(args.source)
+        lead = {v.shape[0] for v in data.values() if np.ndim(v)}
+        batch = args.batch if args.batch is not None or len(lead) != 1 else lead.pop()
+        specs = input_specs(model, batch, dims)
+        arrays, notes = from_float(model, specs, data)
+    else:
+        specs = input_specs(model, args.batch, dims)
+        arrays = skeleton(specs)
+        notes = [
+            f"{s.name}: {s.dtype} {list(s.shape)}"
+            + (f" (symbolic: {', '.join(s.symbolic)})" if s.symbolic else "")
+            + " zeros"
+            for s in specs
+        ]
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_arrays(out, arrays)
+    print(f"wrote {out}: " + "; ".join(notes))
+    return ExitCode.OK
+
+
+def _ledger_json(entries: Any) -> list[dict[str, Any]]:
+    return [e.to_json() if hasattr(e, "to_json") else dict(e) for e in entries]
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from compiler.cli.check_run import CheckOptions, print_store_summary, run_pipeline
+    from npu_backend.codegen import generate
+    from npu_backend.ledger import ledger
+
+    opts = CheckOptions.from_args(args)
+    out = Path(args.output)
+    if out.is_dir():
+        raise UsageError(f"-o is a directory, not a program file: {args.output}")
+    kind = report_kind(args.report)
+    if args.indent is not None and kind != "json":
+        raise UsageError(f"--indent applies to a JSON --report, not {kind or 'none'}")
+    if kind == "html":
+        from compiler.report.plots import require_matplotlib
+
+        require_matplotlib()  # before the work: a missing extra is bad usage (exit 2)
+    run = run_pipeline(args.model, opts)
+    print_store_summary(PROG, run, args.model)
+    if run.report.proof_misses:
+        return ExitCode.PROOF_MISSING
+    program = generate(run.result.lowered, run.target)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    program.save(out)
+    entries = _ledger_json(ledger(run.result.lowered, run.target))
+    run.report.ledger = {"fusions": entries}
+    for site in run.report.sites:
+        mine = [e for e in entries if set(e.get("onnx_nodes", ())) & set(site.nodes)]
+        if site.verdict.value == "proven" and mine:
+            site.ledger = mine[0]
+    s = run.report.summary
+    applied = sum(1 for site in run.report.sites if site.ledger is not None)
+    for d in getattr(run.result, "diagnostics", ()):
+        if getattr(d, "code", "") == "buffers_exceed_memory":  # a proven fusion not applied
+            print(f"{PROG}: {d.message}", file=sys.stderr)
+    if args.report:
+        rp = Path(args.report)
+        rp.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "html":
+            from compiler.report import html as report_html
+
+            rp.write_text(report_html.render(run), encoding="utf-8")
+        elif kind == "markdown":
+            from compiler.report import markdown as report_markdown
+
+            rp.write_text(report_markdown.render(run.report), encoding="utf-8")
+        else:
+            data = report_json.report_json(run.report)
+            data["program"] = str(out)
+            rp.write_text(report_json.dumps(data, args.indent))
+    print(
+        f"wrote {out}: {applied} of {s.candidates} candidate fusions applied "
+        f"({s.refuted} refuted, {s.unknown} unknown, {s.rejected} rejected; "
+        f"policy {run.report.policy}, target {run.report.target})"
+    )
+    return ExitCode.OK
+
+
+def report_kind(path: str | None) -> str | None:
+    """The --report format its file name asks for: html, markdown or json (None: no report)."""
+    if path is None:
+        return None
+    suffix = Path(path).suffix.lower()
+    return {".html": "html", ".htm": "html", ".md": "markdown"}.get(suffix, "json")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from npu_backend.runner import run_file
+
+    for path, what in ((args.program, "program file"), (args.input, "input file")):
+        if not Path(path).is_file():
+            raise UsageError(f"{what} not found: {path}")
+    if not zipfile.is_zipfile(args.input):
+        raise UsageError(f"input file is not an .npz archive: {args.input}")
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    outs, counters = run_file(args.program, args.input, out)
+    if args.counters:
+        Path(args.counters).write_text(json.dumps(counters.to_json(), indent=2) + "\n")
+    shapes = ", ".join(f"{k} {'x'.join(map(str, v.shape))} {v.dtype}" for k, v in outs.items())
+    print(f"wrote {out}: {shapes}; {counters.instructions} instructions")
+    return ExitCode.OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `npuc` command; returns the exit code."""
+    args = build_parser().parse_args(argv_or_default(argv))
+    return run_main(PROG, args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

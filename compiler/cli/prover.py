@@ -1,0 +1,160 @@
+"""`prover check MODEL ...`: prove or refute every candidate fusion site of an ONNX model.
+
+Exit codes: 0 every candidate decided and nothing refuted; 1 at least one refuted;
+3 at least one unknown and none refuted; 2 bad usage or bad input; 4 internal error;
+5 read-only proof gate: an obligation has no trusted record in the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from compiler.cli.common import (
+    PROOFS_HELP,
+    Parser,
+    UsageError,
+    add_proof_store_options,
+    add_reference_option,
+    add_synthesis_option,
+    argv_or_default,
+    non_negative_int,
+    parse_policy,
+    positive_float,
+    positive_int,
+    run_main,
+    tool_version,
+    write_output,
+)
+
+if TYPE_CHECKING:
+    from compiler.report.model import Report
+
+PROG = "prover"
+# format -> renderer module (compiler.report.<format>), imported only for the chosen format
+RENDERERS = ("text", "json", "sarif", "junit", "markdown")
+FORMATS = sorted([*RENDERERS, "html"])  # html is rendered from the whole run (graph, plots)
+EXIT_HELP = """exit codes:
+  0  every candidate site decided and none refuted
+  1  at least one site refuted (a counterexample was found and replayed)
+  2  bad usage or bad input (one-line error on stderr; nothing written to the proof store)
+  3  at least one site unknown (budget ran out) and none refuted
+  4  internal error (rerun with --debug for the traceback)
+  5  proof gate failed (--proofs-mode ro): an obligation has no record in the store,
+     or one that could be neither re-decided in the budget nor verified by signature
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `prover` argument parser (subcommand `check`)."""
+    p = Parser(
+        prog=PROG,
+        description="Formal legality checker for operator fusion in an NPU compiler.",
+        epilog=EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {tool_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    c = sub.add_parser(
+        "check",
+        help="check every candidate fusion site of an ONNX model",
+        description="Prove or refute every candidate fusion site of an ONNX model.",
+        epilog=PROOFS_HELP + "\n" + EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument("model", metavar="MODEL", help="ONNX model file")
+    c.add_argument(
+        "--policy",
+        type=parse_policy,
+        default=None,
+        metavar="bitwise|bounded:N",
+        help="equivalence policy (default: bitwise)",
+    )
+    c.add_argument(
+        "--target", metavar="FILE", help="target description TOML (or a shipped target name)"
+    )
+    add_reference_option(c)
+    add_synthesis_option(c)
+    c.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="report format (html: one self-contained file with the graph and plots; needs "
+        "the 'report' extra)",
+    )
+    c.add_argument(
+        "--indent",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="JSON: pretty-print with N spaces (default compact)",
+    )
+    c.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
+    c.add_argument(
+        "--emit-tests",
+        metavar="DIR",
+        help="write a replayable pytest module and .npz data per refuted site",
+    )
+    add_proof_store_options(c)
+    c.add_argument(
+        "--timeout", type=positive_float, default=10.0, metavar="SECONDS", help="per obligation"
+    )
+    c.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes deciding obligations (default 1; verdicts do not depend on it)",
+    )
+    c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    c.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    return p
+
+
+def _check(args: argparse.Namespace) -> int:
+    from compiler.cli.check_run import CheckOptions, print_store_summary, run_pipeline
+
+    if args.indent is not None and args.format != "json":
+        raise UsageError(f"--indent applies to --format json, not {args.format}")
+    opts = CheckOptions.from_args(args)
+    if args.format == "html":
+        from compiler.report.plots import require_matplotlib
+
+        require_matplotlib()  # before the work: a missing extra is bad usage (exit 2)
+    run = run_pipeline(args.model, opts)
+    report: Report = run.report
+    if args.emit_tests:
+        from compiler.regress.emit_tests import emit_tests
+
+        emit_tests(report, args.model, args.emit_tests, opts)
+    if args.format == "html":
+        from compiler.report import html as report_html
+
+        write_output(report_html.render(run), args.output)
+    elif args.format == "json":
+        from compiler.report import json_form as report_json
+
+        write_output(report_json.render(report, args.indent), args.output)
+    else:
+        renderer = importlib.import_module(f"compiler.report.{args.format}")
+        write_output(renderer.render(report), args.output)
+    print_store_summary(PROG, run, args.model)
+    return report.exit_code()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `prover` command; returns the exit code."""
+    argv = argv_or_default(argv)
+    if argv == ["--version"]:  # as argparse would, without importing the prover for the parser
+        print(f"{PROG} {tool_version()}")
+        return 0
+    args = build_parser().parse_args(argv)
+    return run_main(PROG, _check, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ONNX frontend: reading a model (QLinear, QDQ, float16 contexts, batch) into the IR."""

@@ -1,0 +1,133 @@
+"""QDQ groups read the integer way: the graph ONNX Runtime's own QDQ transformers produce.
+
+At its default optimisation level ORT rewrites DequantizeLinear -> op -> QuantizeLinear
+groups into integer kernels before running them: DQ -> MatMul -> Q becomes QLinearMatMul,
+DQ -> Gemm (int32 bias DQ) -> Q becomes com.microsoft QGemm, DQ -> Add -> Q QLinearAdd,
+DQ -> Sigmoid -> Q QLinearSigmoid, and on x86-64 builds (`QDQIsInt8Allowed()` is false
+there at compile time) int8 activations are first moved to uint8 with the zero point
+plus 128, after which some groups (an int8 QLinearAdd) are left as float ops. Which
+groups it rewrites is ORT's decision, so rather than re-deriving its selector rules this
+module asks ORT for the rewritten graph (`ORT_ENABLE_EXTENDED`, where the QDQ transformers
+run; measured identical to the default `ORT_ENABLE_ALL` on the 8 digits QDQ models) and
+the frontend reads that QOperator graph with its usual, exact handlers. Node names are
+ORT's: the rewritten op keeps the name of the group's compute node (e.g. "MatMul").
+
+The rewrite depends only on the ORT build's architecture (x86-64 here; ARM64 keeps int8,
+which is numerically the same shift by 128), not on the CPU features of the machine.
+
+ONNX Runtime cannot load a model that holds the project's own ops (`ai.npufusion`), so
+such a model means: ORT runs the standard ops around each project op and the project's
+kernel runs in between. Its integer reading is read the same way: the project ops are cut
+out (their outputs become graph inputs, their inputs graph outputs), ORT rewrites the rest,
+and the project ops are put back between the rewritten parts.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from compiler.errors import FrontendError
+
+from .f16_context import PROJECT_DOMAIN, ort_graph, without_project_ops
+
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def has_qdq_groups(m: onnx.ModelProto) -> bool:
+    """Whether some DequantizeLinear reads a non-constant (an activation of a QDQ group)."""
+    consts = {i.name for i in m.graph.initializer}
+    return any(
+        n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") and n.input[0] not in consts
+        for n in m.graph.node
+    )
+
+
+def integer_kernels(m: onnx.ModelProto) -> int:
+    """How many integer kernels (QLinear*, QGemm) a graph has."""
+    return sum(1 for n in m.graph.node if n.op_type.startswith("QLinear") or n.op_type == "QGemm")
+
+
+def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as the integer QDQ reading sees it (see the module docstring).
+
+    When ORT's rewrite turns no QDQ group into an integer kernel, the groups stay as
+    written: ORT then runs the same float ops at every level (a float16 group only gets
+    precision-free Casts around the float op, which would hide the group), and the
+    frontend reads them as before; so it does for a model ORT cannot load.
+    """
+    if not has_qdq_groups(m):
+        return m
+    project = [n for n in m.graph.node if n.domain == PROJECT_DOMAIN]
+    base = without_project_ops(m) if project else m
+    try:
+        r = ort_integer_model(base)
+    except FrontendError:
+        return m  # ORT cannot run it at all: the frontend names what it cannot read
+    if integer_kernels(r) <= integer_kernels(base):
+        return m
+    return splice_project_ops(r, m, project) if project else r
+
+
+def splice_project_ops(
+    r: onnx.ModelProto, m: onnx.ModelProto, project: list[onnx.NodeProto]
+) -> onnx.ModelProto:
+    """ORT's rewrite `r` of `m` without its project ops, with those ops put back.
+
+    The cut made each project output a graph input of `r` and each project input a graph
+    output; both are undone, the nodes are ordered topologically again, and the graph
+    inputs and outputs are `m`'s own.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(r)
+    g = out.graph
+    produced_by_project = {o for n in project for o in n.output}
+    original_inputs = {vi.name for vi in m.graph.input}
+    original_outputs = [vi.name for vi in m.graph.output]
+    inputs = [
+        vi for vi in g.input if vi.name not in produced_by_project or vi.name in original_inputs
+    ]
+    del g.input[:]
+    g.input.extend(inputs)
+    by_name = {vi.name: vi for vi in [*r.graph.output, *m.graph.output]}
+    del g.output[:]
+    g.output.extend(by_name[o] for o in original_outputs)
+    g.node.extend(project)
+    nodes = _topological(
+        list(g.node), {vi.name for vi in g.input} | {i.name for i in g.initializer}
+    )
+    del g.node[:]
+    g.node.extend(nodes)
+    have = {o.domain for o in out.opset_import}
+    out.opset_import.extend(o for o in m.opset_import if o.domain not in have)
+    return out
+
+
+def _topological(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
+    """`nodes` ordered so each reads only values already available (stable otherwise)."""
+    have = set(available) | {""}
+    todo, done = list(nodes), []
+    while todo:
+        ready = [n for n in todo if all(i in have for i in n.input)]
+        if not ready:
+            names = ", ".join(n.name or n.op_type for n in todo[:3])
+            raise FrontendError(f"the rewritten graph has a cycle or a missing value near {names}")
+        for n in ready:
+            done.append(n)
+            have.update(n.output)
+        ready_ids = {id(n) for n in ready}
+        todo = [n for n in todo if id(n) not in ready_ids]
+    return done
+
+
+def ort_integer_model(m: onnx.ModelProto) -> onnx.ModelProto:
+    """`m` after ONNX Runtime's QDQ transformers (its default-level integer kernels).
+
+    Opset imports the rewritten graph does not use are dropped. Raises `FrontendError`
+    when ONNX Runtime cannot load the model.
+    """
+    r = onnx.load_from_string(ort_graph(m.SerializeToString(), "extended", "QDQ groups"))
+    used = {n.domain or "" for n in r.graph.node} | {""}
+    keep = [o for o in r.opset_import if (o.domain or "") in used]
+    del r.opset_import[:]
+    r.opset_import.extend(keep)
+    return r

@@ -1,0 +1,315 @@
+"""The two sides of a fusion's epilogue obligation, per output column group.
+
+`before`: the original chain's meaning over the accumulator (the compute op's own
+float requantization, then each op of the chain, with ONNX Runtime's tables).
+`after`: the target's `PostProcess.epilogue_term` (the target's requantization
+scheme, the table built by the target's LUT builder with clips and, when allowed,
+an inner table composed into it: T'[x] = T[clip(x)]).
+
+A QLinearAdd bias between the requantization and the table (`qlinear_binary` node) is
+part of both sides: `before` applies ORT's QLinearAdd (a per-column function of the
+8-bit value); `after` is either the target's post-requantization add stage (two
+roundings, `bias` lists "requantized") or the bias folded into the int32 accumulator
+with one requantization to the add's output scale (`acc_offset`, one rounding fewer: the
+obligation decides whether that is still equal, or within bounded:N).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from npu_backend.postprocess import AddParams, LutParams, PostProcess, RequantParams
+from npu_backend.target import requant_from_scale
+from prover.inttypes import int_type
+from prover.lut import build_lut, reorder_table
+from prover.qlinear_binary import (
+    BinaryOp,
+    QLinearBinaryParams,
+    SpanMode,
+    qlinear_binary_table,
+)
+from prover.terms import Term, Var, op, term_hash
+
+from .graph import Node
+from .semantics import node_term, requant_term
+from .site import Site
+
+SCHEME_OF = {"double": "fixed_double", "single": "fixed_single", "float": "float32"}
+
+
+@dataclass
+class ColumnGroup:
+    """Output columns sharing one epilogue: `before`/`post` over `Var('acc')`."""
+
+    columns: tuple[int, ...]
+    before: Term
+    post: PostProcess
+    acc_offset: int = 0  # a bias folded into the accumulator (added before `post`)
+
+    def after(self, acc: Term) -> Term:
+        """The fused form over the original accumulator `acc`."""
+        if self.acc_offset:
+            acc = op("add_const", acc, c=int(self.acc_offset))
+        return self.post.epilogue_term(acc)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BiasView:
+    """A bias between the requantization and the table, whatever op carries it: a
+    QLinearAdd (`qlinear_binary` node) or ORT's float DQ -> Add -> Q group."""
+
+    start: int  # first chain index it covers
+    end: int  # last chain index it covers
+    type: str  # the 8-bit value it adds to (and its result)
+    x_scale: float
+    x_zp: int
+    const: tuple[int, ...]  # per output column
+    const_type: str
+    const_scale: float
+    const_zp: int
+    c_scale: float
+    c_zp: int
+    x_is_p: bool  # the varying value is MLAS's span operand
+    q_scalar: bool
+    tables: tuple[tuple[int, ...], ...] | None = None  # the reference's, when not derived
+    node: Node | None = None
+
+    def const_of(self, j: int) -> int:
+        return int(self.const[j] if len(self.const) > 1 else self.const[0])
+
+    def table(self, j: int) -> tuple[int, ...]:
+        """The reference's value for every x (offset order), column `j`."""
+        if self.tables is not None:
+            return self.tables[j if len(self.tables) > 1 else 0]
+        return binary_table(self.node, j)
+
+
+def bias_view(site: Site) -> BiasView | None:
+    """The site's bias, if any (a `qlinear_binary` node, or `site.float_bias`)."""
+    fb = site.float_bias
+    if fb is not None:
+        return BiasView(
+            start=fb.start,
+            end=fb.end,
+            type=fb.x_type,
+            x_scale=fb.x_scale,
+            x_zp=fb.x_zp,
+            const=fb.const,
+            const_type=fb.const_type,
+            const_scale=fb.const_scale,
+            const_zp=fb.const_zp,
+            c_scale=fb.y_scale,
+            c_zp=fb.y_zp,
+            x_is_p=True,
+            q_scalar=False,
+            tables=fb.tables,
+        )
+    for i, n in enumerate(site.chain):
+        if n.op == "qlinear_binary":
+            a, p = n.attrs, binary_params(n)
+            x = (p.a_scale, p.a_zp) if a["x_is_a"] else (p.b_scale, p.b_zp)
+            k = (p.b_scale, p.b_zp) if a["x_is_a"] else (p.a_scale, p.a_zp)
+            mode = SpanMode(a["mode"])
+            return BiasView(
+                start=i,
+                end=i,
+                type=p.dtype,
+                x_scale=x[0],
+                x_zp=int(x[1]),
+                const=tuple(int(v) for v in a["const"]),
+                const_type=p.dtype,
+                const_scale=k[0],
+                const_zp=int(k[1]),
+                c_scale=p.c_scale,
+                c_zp=int(p.c_zp),
+                # which operand MLAS treats as the span (prover.qlinear_binary_of)
+                x_is_p=a["x_is_a"] != (mode is SpanMode.A_SCALAR),
+                q_scalar=mode is not SpanMode.GENERAL,
+                node=n,
+            )
+    return None
+
+
+def bias_index(site: Site) -> int | None:
+    """Last index in `site.chain` covered by the site's bias, if any."""
+    b = bias_view(site)
+    return None if b is None else b.end
+
+
+def binary_params(n: Node) -> QLinearBinaryParams:
+    """The `QLinearBinaryParams` of a `qlinear_binary` node."""
+    return QLinearBinaryParams(**n.attrs["params"])
+
+
+def binary_const(n: Node, j: int) -> int:
+    """The constant operand of a `qlinear_binary` node for output column `j`."""
+    c = n.attrs["const"]
+    return int(c[j] if len(c) > 1 else c[0])
+
+
+def binary_table(n: Node, j: int) -> tuple[int, ...]:
+    """ORT's QLinearAdd/QLinearMul as a function of the varying operand, column `j`."""
+    a = n.attrs
+    return qlinear_binary_table(
+        BinaryOp(a["binary"]),
+        binary_const(n, j),
+        binary_params(n),
+        x_is_a=bool(a["x_is_a"]),
+        mode=SpanMode(a["mode"]),
+        fma=bool(a.get("fma", True)),
+    )
+
+
+def before_term(site: Site, x: Term, j: int, start: int = 0) -> Term:
+    """The chain from index `start` on, for column `j` (the bias as its reference table)."""
+    b = bias_view(site)
+    for i, n in enumerate(site.chain):
+        if i < start:
+            continue
+        if b is not None and b.start <= i <= b.end:
+            if i == b.start:
+                x = op("lut", x, table=b.table(j), in_type=b.type, index_order="offset")
+            continue
+        x = node_term(n, x)
+    return x
+
+
+def add_stage(b: BiasView, j: int, fma: bool) -> AddParams:
+    """The target's add stage computing bias `b` for column `j`."""
+    return AddParams(
+        type=b.type,
+        x_scale=b.x_scale,
+        x_zp=b.x_zp,
+        const=b.const_of(j),
+        const_scale=b.const_scale,
+        const_zp=b.const_zp,
+        c_scale=b.c_scale,
+        c_zp=b.c_zp,
+        x_is_p=b.x_is_p,
+        q_scalar=b.q_scalar,
+        fma=fma,
+        const_type=None if b.const_type == b.type else b.const_type,
+    )
+
+
+def folded_bias(b: BiasView, requant_scale: float, j: int) -> tuple[int, float]:
+    """(accumulator offset, requantization scale) folding bias `b` into the accumulator.
+
+    The accumulator's unit is `requant_scale * x_scale` (the producer requantizes with
+    `requant_scale` to the bias's x operand); the bias `(const - zp) * const_scale` in that
+    unit is rounded half to even; the single requantization goes to the output scale.
+    """
+    unit = float(np.float32(requant_scale)) * float(np.float32(b.x_scale))
+    offset = int(np.rint((b.const_of(j) - b.const_zp) * float(np.float32(b.const_scale)) / unit))
+    return offset, float(np.float32(unit / float(np.float32(b.c_scale))))
+
+
+def requant_stage(site: Site) -> int:
+    """Index in `site.chain` of the requantization stage; -1 = the compute op's own."""
+    if site.compute.attrs.get("requant") is not None:
+        return -1
+    for i, n in enumerate(site.chain):
+        if n.op == "requantize":
+            return i
+    raise ValueError(f"site {site.id}: no requantization between the accumulator and the table")
+
+
+def npu_logical_table(lut: Node, target) -> tuple[np.ndarray, object]:
+    """The target toolchain's table for an activation node, in offset (logical) order."""
+    a = lut.attrs
+    spec = target.lut_spec(
+        a["function"],
+        a["in_scale"],
+        a["in_zp"],
+        a["in_type"],
+        a["out_scale"],
+        a["out_zp"],
+        a["out_type"],
+    )
+    logical = build_lut(dataclasses.replace(spec, index_order="offset"))
+    return logical, spec
+
+
+def composed_table(site: Site, target, stage: int) -> tuple[np.ndarray, object]:
+    """The table the NPU applies after requantization: the chain after the stage, composed."""
+    bi = bias_index(site)
+    after = site.chain[max(stage, -1 if bi is None else bi) + 1 :]
+    in_t = int_type(_stage_out(site, stage))
+    xs = np.arange(in_t.min, in_t.max + 1, dtype=np.int64)
+    v = xs.copy()
+    spec = None
+    for n in after:
+        if n.op == "clip":
+            v = np.clip(v, n.attrs["lo"], n.attrs["hi"])
+        elif n.op == "lut":
+            t, spec = npu_logical_table(n, target)
+            v = t[v - int_type(n.attrs["in_type"]).min]
+    return v, spec
+
+
+def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]:
+    """Column groups with identical (before, after) epilogues."""
+    c = site.compute
+    n_cols = c.attrs["w"].shape[1]
+    stage = requant_stage(site)
+    caps = target.compute(kind)
+    logical, spec = composed_table(site, target, stage)
+    act = site.activation
+    in_type = _stage_out(site, stage)
+    order = target.lut_builder.index_order
+    table = tuple(int(v) for v in reorder_table(logical, int_type(in_type), "offset", order))
+    lut = LutParams(table, in_type, act.attrs["out_type"], order, spec)
+    bias = bias_view(site)
+    two_rounding = bias is not None and "requantized" in caps.bias
+    groups: dict[tuple[str, PostProcess, int], list[int]] = {}
+    befores: dict[str, Term] = {}
+    for j in range(n_cols):
+        acc: Term = Var("acc")
+        offset = 0
+        if stage == -1:
+            rq_ir = c.attrs["requant"]
+            before = requant_term(acc, rq_ir, j)
+            scale = rq_ir["scale"][j] if isinstance(rq_ir["scale"], tuple) else rq_ir["scale"]
+            if bias is not None and not two_rounding:
+                offset, scale = folded_bias(bias, scale, j)
+                rq = requant_from_scale(scale, bias.c_zp, rq_ir["out"], caps.requant_scheme)
+            else:
+                rq = requant_from_scale(scale, rq_ir["zp"], rq_ir["out"], caps.requant_scheme)
+        else:
+            before = acc
+            a = site.chain[stage].attrs
+            rq = RequantParams(
+                SCHEME_OF[a["scheme"]],
+                int(a["zp"]),
+                a["out"],
+                scale=a.get("scale"),
+                multiplier=a.get("multiplier"),
+                shift=a.get("shift"),
+            )
+        before = before_term(site, before, j)
+        add_p = add_stage(bias, j, caps.add_fma) if two_rounding else None
+        post = PostProcess(
+            rq,
+            None,
+            act.attrs["function"],
+            lut,
+            act.attrs["out_type"],
+            int(act.attrs["out_zp"]),
+            add=add_p,
+        )
+        h = term_hash(before)
+        befores[h] = before
+        groups.setdefault((h, post, offset), []).append(j)
+    return [
+        ColumnGroup(tuple(cols), befores[h], post, offset)
+        for (h, post, offset), cols in groups.items()
+    ]
+
+
+def _stage_out(site: Site, stage: int) -> str:
+    if stage == -1:
+        return site.compute.attrs["requant"]["out"]
+    return site.chain[stage].attrs["out"]

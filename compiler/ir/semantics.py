@@ -1,0 +1,228 @@
+"""The meaning of each IR op as a kernel term (prover.terms), and its concrete evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import CompilerError
+from prover.domain import NUMPY
+from prover.matmul import matmul_acc
+from prover.pair_saturation import pair_saturating_acc
+from prover.qlinear_binary import (
+    QLinearBinaryParams,
+    SpanMode,
+    qlinear_binary_of,
+    qlinear_binary_table,
+)
+from prover.reference import Accumulation
+from prover.terms import Term, Var, evaluate, op
+
+from .graph import Graph, Node
+
+ELEMENTWISE = ("requantize", "clip", "lut", "identity", "reshape", "transpose")
+
+
+def requant_term(x: Term, rq: Mapping[str, Any], column: int = 0) -> Term:
+    """A requantization dict (`scheme`, params, `zp`, `out`) as a kernel term."""
+    scheme = rq["scheme"]
+    if scheme == "float":
+        scale = rq["scale"]
+        s = scale[column] if isinstance(scale, tuple | list) else scale
+        return op("requant_float", x, scale=float(s), zp=int(rq["zp"]), out=rq["out"])
+    prim = {"double": "requant_double", "single": "requant_single"}[scheme]
+    return op(
+        prim,
+        x,
+        multiplier=int(rq["multiplier"]),
+        shift=int(rq["shift"]),
+        zp=int(rq["zp"]),
+        out=rq["out"],
+    )
+
+
+def qlinear_binary_params(node: Node) -> QLinearBinaryParams:
+    """The `prover.qlinear_binary` parameters of a `qlinear_binary` node."""
+    return QLinearBinaryParams(**node.attrs["params"])
+
+
+def qlinear_binary_column_table(node: Node, column: int) -> tuple[int, ...]:
+    """A `qlinear_binary` node's function of its input for one output column (256 entries)."""
+    a = node.attrs
+    return qlinear_binary_table(
+        a["binary"],
+        int(a["const"][column]),
+        qlinear_binary_params(node),
+        x_is_a=bool(a["x_is_a"]),
+        mode=SpanMode(a["mode"]),
+        fma=bool(a["fma"]),
+    )
+
+
+def node_term(node: Node, x: Term, column: int = 0) -> Term:
+    """The per-element meaning of an elementwise IR node applied to `x` (in `column`).
+
+    Only `qlinear_binary` depends on the column (its constant operand is per column).
+    """
+    a = node.attrs
+    if node.op == "qlinear_binary":
+        table = qlinear_binary_column_table(node, column)
+        return op("lut", x, table=table, in_type=a["params"]["dtype"], index_order="offset")
+    if node.op == "requantize":
+        return requant_term(x, a)
+    if node.op == "clip":
+        return op("clip", x, lo=int(a["lo"]), hi=int(a["hi"]))
+    if node.op == "lut":
+        return op("lut", x, table=tuple(a["table"]), in_type=a["in_type"], index_order="offset")
+    if node.op in ("identity", "reshape", "transpose"):
+        return x
+    raise CompilerError(f"node '{node.name}' ({node.op}) is not elementwise")
+
+
+def chain_term(x: Term, chain: list[Node]) -> Term:
+    for n in chain:
+        x = node_term(n, x)
+    return x
+
+
+def is_u8s8(node: Node) -> bool:
+    """A matmul of uint8 activations by int8 weights (where ORT's x86 kernels differ)."""
+    at = node.attrs
+    return at.get("a_type") == "uint8" and at.get("w_type", "int8") == "int8"
+
+
+def pair_saturates(node: Node, reference: Any) -> bool:
+    """Whether `reference` sums this node's products in int16-saturated pairs.
+
+    Only the ONNX op (`matmul`) follows the profile: a `fused` node is the NPU's
+    MatMul, which accumulates exactly whatever the reference.
+    """
+    acc = getattr(reference, "u8s8_accumulation", Accumulation.EXACT)
+    return node.op == "matmul" and is_u8s8(node) and acc == Accumulation.PAIR_SATURATING_INT16
+
+
+def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarray:
+    """The int64 accumulator of a `matmul`/`fused` node on input `a` under `reference`.
+
+    `reference` is a `prover.reference.ReferenceProfile` (None: exact accumulation).
+    """
+    at = node.attrs
+    w_zp = np.asarray(at["w_zp"], dtype=np.int64)
+    acc_fn = pair_saturating_acc if pair_saturates(node, reference) else matmul_acc
+    return acc_fn(np.asarray(a, dtype=np.int64), at["w"], np.int64(at["a_zp"]), w_zp, at["bias"])
+
+
+def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
+    """Columns grouped by identical requantization parameters (per-channel scales)."""
+    scale = rq.get("scale")
+    if not isinstance(scale, tuple | list):
+        return [tuple(range(n_cols))]
+    groups: dict[float, list[int]] = {}
+    for j in range(n_cols):
+        groups.setdefault(float(scale[j]), []).append(j)
+    return [tuple(v) for v in groups.values()]
+
+
+def eval_term_columns(acc: np.ndarray, groups) -> np.ndarray:
+    """Evaluate per-column terms: `groups` is a list of (columns, term over Var('acc'))."""
+    out = np.empty_like(acc)
+    for cols, term in groups:
+        idx = np.asarray(cols, dtype=np.int64)
+        out[..., idx] = evaluate(term, NUMPY, {"acc": acc[..., idx]})
+    return out
+
+
+def to_natural(node: Node, x: np.ndarray) -> np.ndarray:
+    """The compute input with the reduced (channel) axis last, as the matmul core reads it."""
+    return np.moveaxis(x, 1, -1) if node.attrs.get("layout") == "channels_first" else x
+
+
+def from_natural(node: Node, y: np.ndarray) -> np.ndarray:
+    """The compute output back in the op's own layout (NCHW for a pointwise conv)."""
+    return np.moveaxis(y, -1, 1) if node.attrs.get("layout") == "channels_first" else y
+
+
+def eval_node(
+    node: Node, graph: Graph, env: Mapping[str, np.ndarray], reference: Any = None
+) -> list[np.ndarray]:
+    """Concrete evaluation of one IR node (kernel semantics; host nodes via ONNX Runtime).
+
+    `reference`: the `ReferenceProfile` whose u8s8 accumulation a `matmul` follows.
+    """
+    a = node.attrs
+    if node.op == "host_onnx":
+        from compiler.passes.host import run_host
+
+        return run_host(node, graph.values, graph.opsets, env)
+    x = np.asarray(env[node.inputs[0]])
+    if node.op in ("matmul", "fused"):
+        acc = matmul_acc_of(node, to_natural(node, x), reference)
+        rq = a.get("requant")
+        if node.op == "fused":
+            y = eval_term_columns(acc, a["groups"])
+        elif rq is None:
+            y = acc
+        else:
+            groups = requant_groups(rq, acc.shape[-1])
+            y = eval_term_columns(
+                acc, [(cols, requant_term(Var("acc"), rq, cols[0])) for cols in groups]
+            )
+        # a fused op stores its natural layout under the output's shape (leading unit dims,
+        # a proven index map: row-major order unchanged)
+        return [np.reshape(from_natural(node, y), graph.values[node.output].shape)]
+    if node.op == "qlinear_binary":
+        return [qlinear_binary_eval(node, x, np.asarray(a["const"], dtype=np.int64))]
+    if node.op == "identity":
+        return [x]  # any type (a removed Cast/Dropout on a float value too)
+    if node.op == "reshape":
+        return [np.reshape(x, a["shape"])]
+    if node.op == "transpose":
+        return [np.transpose(x, a["perm"])]
+    if node.op in ELEMENTWISE:
+        return [np.asarray(evaluate(node_term(node, Var("x")), NUMPY, {"x": x.astype(np.int64)}))]
+    raise CompilerError(f"node '{node.name}': no concrete semantics for op {node.op}")
+
+
+def qlinear_binary_eval(node: Node, x: np.ndarray, const: np.ndarray) -> np.ndarray:
+    """ORT's QLinearAdd/QLinearMul of `x` with the per-column constant (exact, int64)."""
+    a = node.attrs
+    x64 = np.asarray(x, dtype=np.int64)
+    out = np.empty_like(x64)
+    params = qlinear_binary_params(node)
+    cols = x64.shape[-1] if x64.ndim else 1
+    for j in range(cols):
+        sl = (..., j) if x64.ndim else ()
+        out[sl] = qlinear_binary_of(
+            a["binary"],
+            x64[sl],
+            int(const[j]),
+            params,
+            x_is_a=bool(a["x_is_a"]),
+            mode=SpanMode(a["mode"]),
+            fma=bool(a["fma"]),
+        )
+    return out
+
+
+def run_graph(
+    graph: Graph, inputs: Mapping[str, np.ndarray], keep_all: bool = False, reference: Any = None
+) -> dict[str, np.ndarray]:
+    """Evaluate the IR on concrete inputs; returns graph outputs (or every value).
+
+    `reference`: the `prover.reference.ReferenceProfile` the ONNX ops follow (None: the
+    exact, machine-independent default).
+    """
+    env: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        if name not in inputs:
+            raise CompilerError(f"missing input '{name}'")
+        env[name] = np.asarray(inputs[name])
+    for n in graph.nodes:
+        for o, v in zip(n.outputs, eval_node(n, graph, env, reference), strict=True):
+            dt = graph.values[o].dtype
+            env[o] = np.asarray(v).astype(np.dtype(dt))
+    if keep_all:
+        return env
+    return {o: env[o] for o in graph.outputs}

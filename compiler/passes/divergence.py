@@ -1,0 +1,144 @@
+"""u8s8 pair saturation against the NPU's exact matmul, per reference profile.
+
+ONNX Runtime on x86 without VNNI sums uint8 x int8 products in int16-saturated pairs
+(`prover.pair_saturation`); the NPU, the ONNX spec and the default `onnx` profile sum
+exactly. Whether a pair can saturate is decided per column from the constant weights:
+- under a pair-saturating reference, a site or lowering whose columns can saturate does
+  not equal the reference: the site is refuted with an input row where the outputs
+  differ (else it stays unknown), the bare matmul stays on the host;
+- under any reference, such a matmul is a `reference_divergence` finding (with the row),
+  because ORT on some CPU (maybe this one) computes something else there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from compiler.ir.graph import Graph, Node
+from compiler.ir.semantics import is_u8s8
+from prover.domain import NUMPY
+from prover.pair_saturation import column_accs, divergent_row, reachable_columns, saturating_row
+from prover.reference import Accumulation
+from prover.terms import Var, evaluate
+
+MAX_COLUMNS_TRIED = 8  # per column group: the witness search is the costly part
+REMEDY = (
+    "quantize the weights with reduce_range=True (7-bit), or use int8 x int8 (s8s8) or "
+    "uint8 x uint8 (u8u8) quantization"
+)
+
+
+def saturating_reference(reference: Any) -> bool:
+    """Whether the profile sums u8s8 products in int16-saturated pairs."""
+    acc = getattr(reference, "u8s8_accumulation", Accumulation.EXACT)
+    return acc == Accumulation.PAIR_SATURATING_INT16
+
+
+def saturable_columns(node: Node) -> list[int]:
+    """Columns of a u8s8 matmul where some uint8 input row saturates a pair."""
+    if node.op not in ("matmul", "fused") or not is_u8s8(node):
+        return []
+    return [int(j) for j in np.nonzero(reachable_columns(node.attrs["w"]))[0]]
+
+
+def _col_params(node: Node, j: int) -> tuple[np.ndarray, int, int, int]:
+    a = node.attrs
+    w_zp = a["w_zp"][j] if isinstance(a["w_zp"], tuple | list) else a["w_zp"]
+    bias = 0 if a["bias"] is None else int(a["bias"][j])
+    return np.asarray(a["w"][:, j], dtype=np.int64), int(w_zp), int(a["a_zp"]), bias
+
+
+def site_witness(site, bound: int) -> tuple[int, tuple[int, ...], int, int, int, int] | None:
+    """(column, row, exact acc, saturating acc, before, after) where the site's original
+    chain on the saturating accumulator and the fused NPU epilogue on the exact one differ
+    by more than `bound`; None if no such row was found."""
+    cols = saturable_columns(site.compute)
+    for grp in site.post:
+        in_group = set(grp.columns)
+        tried = [c for c in cols if c in in_group][:MAX_COLUMNS_TRIED]
+        if not tried:
+            continue
+        before, after = grp.before, grp.after(Var("acc"))
+        for j in tried:
+            w, w_zp, a_zp, bias = _col_params(site.compute, j)
+
+            def differs(e: np.ndarray, s: np.ndarray, before=before, after=after) -> np.ndarray:
+                b = evaluate(before, NUMPY, {"acc": np.asarray(s, dtype=np.int64)})
+                f = evaluate(after, NUMPY, {"acc": np.asarray(e, dtype=np.int64)})
+                return np.abs(np.asarray(b, np.int64) - np.asarray(f, np.int64)) > bound
+
+            row = divergent_row(w, w_zp, a_zp, bias, differs)
+            if row is None:
+                continue
+            e, s = column_accs(row, w, a_zp, w_zp, bias)
+            b = int(evaluate(before, NUMPY, {"acc": np.array([s], dtype=np.int64)})[0])
+            f = int(evaluate(after, NUMPY, {"acc": np.array([e], dtype=np.int64)})[0])
+            return j, row, e, s, b, f
+    return None
+
+
+def lowering_block(node: Node, reference: Any) -> str | None:
+    """Why a bare matmul may not run on the NPU under `reference` (None: it may)."""
+    if not saturating_reference(reference):
+        return None
+    cols = saturable_columns(node)
+    if not cols:
+        return None
+    return (
+        f"under reference {reference.name} uint8 x int8 pairs saturate int16 in "
+        f"{len(cols)} column(s) (first {cols[0]}), where the NPU accumulates exactly; "
+        f"{REMEDY}"
+    )
+
+
+def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
+    """One `reference_divergence` finding per u8s8 matmul whose pairs can saturate.
+
+    `host` is this machine's resolved profile (or None when unknown).
+    """
+    out = []
+    for n in g.nodes:
+        if n.op != "matmul":
+            continue
+        cols = saturable_columns(n)
+        if not cols:
+            continue
+        j = cols[0]
+        w, w_zp, a_zp, bias = _col_params(n, j)
+        row = saturating_row(w)
+        exact, sat = column_accs(row, w, a_zp, w_zp, bias)
+        ref_sat = saturating_reference(reference)
+        host_sat = None if host is None else saturating_reference(host)
+        host_text = (
+            "unknown on this host"
+            if host_sat is None
+            else (
+                "this host's ONNX Runtime does too"
+                if host_sat
+                else "this host's ONNX Runtime does not"
+            )
+        )
+        shown = str(list(row)) if len(row) <= 32 else "`input_row` in the JSON report"
+        out.append(
+            {
+                "code": "reference_divergence",
+                "nodes": list(n.origin),
+                "message": (
+                    f"{', '.join(n.origin)}: ONNX Runtime on x86 CPUs without VNNI sums uint8 x "
+                    f"int8 pairs with int16 saturation in {len(cols)} of "
+                    f"{n.attrs['w'].shape[1]} column(s); on input row {shown}, column {j} "
+                    f"accumulates {sat} there instead of {exact} ({host_text}; reference "
+                    f"{reference.name} is {'saturating' if ref_sat else 'exact'}); {REMEDY}"
+                ),
+                "column": j,
+                "columns": cols,
+                "input_row": list(row),
+                "exact_acc": exact,
+                "saturating_acc": sat,
+                "host_saturates": host_sat,
+                "reference_saturates": ref_sat,
+            }
+        )
+    return out

@@ -1,0 +1,1 @@
+"""Regression artefacts: emitted counterexample tests, their replay, the committed proof store."""

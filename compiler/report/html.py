@@ -1,0 +1,279 @@
+"""The HTML report: one self-contained file (inline CSS and SVG; no scripts, fonts or links
+out) built from a check run. Charts come from `compiler.report.plots` (matplotlib), the data
+from `compiler.report.views`; the page skeleton is `template.html`.
+"""
+
+from __future__ import annotations
+
+import html
+from importlib import resources
+from string import Template
+from typing import Any
+
+import numpy as np
+
+from . import plots as P
+from .model import Counterexample, Report, SiteReport, Verdict
+from .views import EpilogueView, SiteView, Views, collect
+
+MAX_ARRAY = 64  # array elements printed in full; larger arrays are summarised
+
+
+def render(run: Any) -> str:
+    """The HTML report of a `compiler.cli.check_run.CheckRun`."""
+    P.require_matplotlib()
+    views = collect(run)
+    r: Report = run.report
+    head = _headline(r, views)
+    tmpl = Template(resources.files("compiler.report").joinpath("template.html").read_text("utf-8"))
+    return tmpl.substitute(
+        version=_e(r.tool_version),
+        title=_e(f"{r.model}: {_counts(r)}"),
+        summary=_summary(r),
+        graph=P.graph_svg(views.nodes, views.edges) if views.nodes else "<p>no graph</p>",
+        headline_title=_e(head[0] if head else "no epilogue to plot"),
+        headline=P.headline_svg(head[1]) if head else _times(r),
+        legend=_legend(),
+        sites="\n".join(_site(s, views.sites.get(s.id)) for s in r.sites),
+        ledger=_ledger(views),
+        meta=_meta(r, views),
+    )
+
+
+def _e(s: Any) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def _counts(r: Report) -> str:
+    s = r.summary
+    return (
+        f"{s.candidates} candidates: {s.proven} proven, {s.refuted} refuted, "
+        f"{s.unknown} unknown, {s.rejected} rejected"
+    )
+
+
+def _summary(r: Report) -> str:
+    s = r.summary
+    pills = "".join(
+        f'<span class="pill {v}">{n} {v}</span>'
+        for v, n in (
+            ("proven", s.proven),
+            ("refuted", s.refuted),
+            ("unknown", s.unknown),
+            ("rejected", s.rejected),
+        )
+    )
+    ref = (r.reference or {}).get("name", "?")
+    return (
+        f"{pills} policy <b>{_e(r.policy)}</b> &middot; target <b>{_e(r.target)}</b> "
+        f"&middot; reference <b>{_e(ref)}</b> &middot; exit code {int(r.exit_code())}"
+    )
+
+
+def _times(r: Report) -> str:
+    if not r.sites:
+        return "<p class='note'>no candidate sites</p>"
+    return P.times_svg([(s.id, s.verdict.value, float(s.time_ms)) for s in r.sites])
+
+
+def _legend() -> str:
+    items = [
+        f'<span><span class="pill {v}">&nbsp;</span>{v}</span>'
+        for v in ("proven", "refuted", "unknown", "rejected")
+    ]
+    items.append("<span>dashed border and <b>host</b> badge: op placed on the host</span>")
+    items.append("<span>click a coloured node to jump to its site</span>")
+    return "".join(items)
+
+
+def _headline(r: Report, views: Views) -> tuple[str, EpilogueView] | None:
+    order = sorted(r.sites, key=lambda s: s.verdict is not Verdict.REFUTED)  # stable: refuted first
+    for s in order:
+        sv = views.sites.get(s.id)
+        if sv and sv.epilogues:
+            return f"{s.id} ({s.verdict.value})", sv.epilogues[0]
+    return None
+
+
+def _row(k: str, v: str) -> str:
+    return f"<tr><th>{_e(k)}</th><td>{v}</td></tr>"
+
+
+def _site(s: SiteReport, sv: SiteView | None) -> str:
+    rows = [
+        _row("verdict", f'<span class="pill {s.verdict.value}">{s.verdict.value}</span>'),
+        _row("nodes", ", ".join(f"<code>{_e(n)}</code>" for n in s.nodes)),
+    ]
+    if s.reason is not None:
+        rows.append(_row("reason", f"<code>{_e(s.reason.code)}</code>: {_e(s.reason.message)}"))
+    if sv is not None and sv.action:
+        rows.append(_row("what you can do", _e(sv.action)))
+    rows.append(_row("time", f"{s.time_ms:.1f} ms"))
+    rows.append(_row("solver", _e(s.solver or "none (decided before any proof)")))
+    if s.obligation_hash:
+        rows.append(_row("obligation", f"<code>{_e(s.obligation_hash)}</code>"))
+    if s.max_diff is not None:
+        rows.append(_row("max difference reached", str(s.max_diff)))
+    parts = [
+        f'<section id="{_e(s.id)}" class="site-{s.verdict.value}">',
+        f"<h2>{_e(s.id)}: {_e(s.pattern)}</h2>",
+        f"<table>{''.join(rows)}</table>",
+    ]
+    if s.counterexample is not None:
+        parts.append(_counterexample(s.counterexample))
+    if sv is not None:
+        for ev in sv.epilogues:
+            parts.append(_epilogue(ev))
+        if sv.ledger is not None:
+            parts.append("<h3>Ledger (measured on the simulator)</h3>")
+            parts.append(
+                f'<div class="plot">{P.ledger_svg(sv.ledger, f"{s.id}: fused vs unfused")}</div>'
+            )
+        parts.extend(f'<p class="note">{_e(n)}</p>' for n in sv.notes)
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _array(a: np.ndarray) -> str:
+    a = np.asarray(a)
+    shape = "x".join(map(str, a.shape)) or "scalar"
+    text = np.array2string(a, threshold=MAX_ARRAY, max_line_width=110)
+    return f"{shape} {a.dtype}\n{text}"
+
+
+def _counterexample(c: Counterexample) -> str:
+    out = ["<h3>Counterexample (replayed)</h3>"]
+    local = ", ".join(f"{k}={v}" for k, v in c.local.items())
+    if local or c.before is not None:
+        out.append(
+            f"<p>at <code>{_e(local)}</code>: original <b>{_e(c.before)}</b>, fused "
+            f'<b class="diff">{_e("undefined" if c.after is None else c.after)}</b></p>'
+        )
+    diffs = c.differing()
+    differ = {n for n, _, _, _ in diffs}
+    rows, same = [], []
+    for name, a in c.inputs.items():
+        rows.append(_row(f"input {name}", f"<pre>{_e(_array(a))}</pre>"))
+    for name, a in c.expected.items():
+        into = rows if name in differ else same
+        into.append(_row(f"{name}, ONNX Runtime", f"<pre>{_e(_array(a))}</pre>"))
+        if name in c.actual:
+            into.append(_row(f"{name}, fused", f"<pre>{_e(_array(c.actual[name]))}</pre>"))
+    if c.npz:
+        rows.append(_row("data", f"<code>{_e(c.npz)}</code>"))
+    out.append("<p>The whole-model input, and the outputs that differ:</p>")
+    out.append(f"<table>{''.join(rows)}</table>")
+    if same:
+        out.append(
+            f"<details><summary>{len(same) // 2} other output(s), equal</summary>"
+            f"<table>{''.join(same)}</table></details>"
+        )
+    if diffs:
+        shown = "; ".join(f"{n}{list(i)}: {e} vs {a}" for n, i, e, a in diffs[:8])
+        more = f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else ""
+        out.append(
+            f'<p>differing elements (ONNX Runtime vs fused): <span class="diff">{_e(shown)}</span>{more}</p>'
+        )
+    return "\n".join(out)
+
+
+def _epilogue(ev: EpilogueView) -> str:
+    cols = f"{ev.columns[0]}..{ev.columns[-1]}" if ev.columns else ""
+    t0, t1 = ev.tails
+    facts = [
+        f"{ev.var} in [{ev.lo}, {ev.hi}] ({ev.hi - ev.lo + 1:,} values) in {ev.starts.size} "
+        f"exact constant pieces; {ev.steps.size} half-step boundaries",
+        f"central region [{ev.central[0]}, {ev.central[1]}]"
+        + (f"; lower tail [{t0[0]}, {t0[1]}]" if t0 else "")
+        + (f"; upper tail [{t1[0]}, {t1[1]}]" if t1 else ""),
+    ]
+    if ev.max_diff is not None:
+        at = f" first at {ev.var}={ev.max_at}" if ev.max_at is not None else ""
+        facts.append(
+            f"largest |fused - original| reached: {ev.max_diff}{at} (policy bound {ev.bound})"
+        )
+    if ev.violations:
+        shown = ", ".join(f"[{a}, {b}]" for a, b in ev.violations[:6])
+        facts.append(
+            f'<span class="diff">beyond the policy on {len(ev.violations)} piece(s): {shown}</span>'
+        )
+    out = [
+        f"<h3>Epilogue, columns {_e(cols)}: original vs fused</h3>",
+        "<ul>" + "".join(f"<li>{f if '<span' in f else _e(f)}</li>" for f in facts) + "</ul>",
+        f'<div class="plot">{P.epilogue_svg(ev)}</div>',
+    ]
+    if ev.table is not None:
+        tab = ev.table
+        d = tab.differing
+        out.append(f"<h3>Tables: reference vs NPU ({d.size} differing of {tab.index.size})</h3>")
+        out.append(f'<div class="plot">{P.table_svg(tab, ev.site)}</div>')
+        if d.size:
+            rows = "".join(
+                f'<tr><td>{tab.index[i]}</td><td>{tab.reference[i]}</td><td class="diff">{tab.npu[i]}</td></tr>'
+                for i in d[:32]
+            )
+            out.append(
+                f"<table><tr><th>table input</th><th>reference</th><th>NPU</th></tr>{rows}</table>"
+            )
+    return "\n".join(out)
+
+
+def _ledger(views: Views) -> str:
+    out = ['<section id="ledger"><h2>Ledger: what fusing saves</h2>']
+    if views.ledger_note:
+        out.append(f'<p class="note">{_e(views.ledger_note)}</p>')
+    if not views.ledger:
+        out.append("<p>no fusion applied, nothing measured</p></section>")
+        return "\n".join(out)
+    total: dict[str, Any] = {}
+    for e in views.ledger:
+        for k, _ in P.LEDGER_FIELDS:
+            if k in e:
+                total[k] = total.get(k, 0) + int(e[k])
+    out.append(
+        f"<p>{len(views.ledger)} applied fusion(s); model total (cycles are not modelled):</p>"
+    )
+    out.append(f'<div class="plot">{P.ledger_svg(total, "model total")}</div>')
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _meta(r: Report, views: Views) -> str:
+    ref = r.reference or {}
+    rows = [
+        _row("model", f"<code>{_e(r.model)}</code>"),
+        _row("policy", _e(r.policy)),
+        _row("target", _e(r.target)),
+        _row("reference", f"<b>{_e(ref.get('name', '?'))}</b>: {_e(ref.get('summary', ''))}"),
+    ]
+    for k, v in ref.items():
+        if k not in ("name", "summary"):
+            rows.append(_row(f"reference {k}", f"<code>{_e(v)}</code>"))
+    rows += [_row(k, f"<code>{_e(v)}</code>") for k, v in views.versions.items()]
+    out = [
+        '<section id="meta"><h2>Reference, target, policy, versions</h2>',
+        f"<table>{''.join(rows)}</table>",
+    ]
+    if r.findings:
+        out.append("<h3>Findings</h3><ul>")
+        out += [
+            f"<li><code>{_e(f.get('code'))}</code>: {_e(f.get('message'))}</li>" for f in r.findings
+        ]
+        out.append("</ul>")
+    if views.diagnostics:
+        out.append("<h3>Diagnostics (unfused sites, host-placed ops)</h3><table>")
+        out.append("<tr><th>code</th><th>nodes</th><th>message</th><th>action</th></tr>")
+        for d in views.diagnostics:
+            out.append(
+                f"<tr><td><code>{_e(d.get('code'))}</code></td><td>{_e(', '.join(d.get('nodes', [])))}</td>"
+                f"<td>{_e(d.get('message'))}</td><td>{_e(d.get('action', ''))}</td></tr>"
+            )
+        out.append("</table>")
+    if r.proof_records:
+        out.append("<h3>Proof records served</h3><ul>")
+        out += [
+            f"<li><code>{_e(p['record'])}</code>: {_e(p['served'])}</li>" for p in r.proof_records
+        ]
+        out.append("</ul>")
+    out.append("</section>")
+    return "\n".join(out)

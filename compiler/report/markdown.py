@@ -1,0 +1,91 @@
+"""Markdown summary for pull-request comments: one table of sites, then the counterexamples."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import Report, SiteReport, Verdict
+
+MAX_ELEMENTS = 64  # array elements shown inline; larger arrays are summarised
+ICON = {"proven": "✅", "refuted": "❌", "unknown": "⚠️", "rejected": "➖"}
+
+
+def _cell(text: object) -> str:
+    """Text safe inside one table cell (no pipes or newlines)."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
+
+
+def _code(text: object) -> str:
+    t = str(text).replace("`", "'")
+    return f"`{t}`"
+
+
+def _array(a: np.ndarray) -> str:
+    a = np.asarray(a)
+    shape = "x".join(map(str, a.shape)) or "scalar"
+    if a.size > MAX_ELEMENTS:
+        flat = a.reshape(-1)
+        return f"{shape} {a.dtype}: {flat[:16].tolist()} ... ({a.size} values; full data in the JSON report)"
+    return f"{shape} {a.dtype}: {a.tolist()}"
+
+
+def _site_row(s: SiteReport) -> str:
+    reason = "" if s.reason is None else f"{_code(s.reason.code)} {_cell(s.reason.message)}"
+    if s.verdict is Verdict.PROVEN and s.max_diff:
+        reason = f"max difference {s.max_diff}"
+    return (
+        f"| {_cell(s.id)} | {_cell(s.pattern)} | {_cell(', '.join(s.nodes))} | "
+        f"{ICON[s.verdict.value]} {s.verdict.value} | {reason} | {s.time_ms:.0f} |"
+    )
+
+
+def _counterexample(s: SiteReport) -> list[str]:
+    c = s.counterexample
+    out = [f"#### {s.id} ({', '.join(s.nodes)})", ""]
+    if c is None:
+        return out + [
+            f"{_cell(s.reason.message if s.reason else 'refuted')} (no whole-model input)",
+            "",
+        ]
+    local = ", ".join(f"{k}={v}" for k, v in c.local.items())
+    after = "undefined" if c.after is None else c.after
+    if local or c.before is not None:
+        out += [f"At {_code(local)}: original **{c.before}**, fused **{after}**.", ""]
+    out += ["Whole-model input:", "", "```"]
+    out += [f"{k}: {_array(v)}" for k, v in c.inputs.items()]
+    out += ["```", "", "| output | element | ONNX Runtime | fused |", "|---|---|---|---|"]
+    diffs = c.differing()
+    out += [f"| {_cell(n)} | {list(i)} | {e} | {a} |" for n, i, e, a in diffs[:10]]
+    if len(diffs) > 10:
+        out.append(f"| ... | {len(diffs) - 10} more | | |")
+    if c.npz:
+        out += ["", f"Data: {_code(c.npz)}"]
+    return out + [""]
+
+
+def render(r: Report) -> str:
+    """The report as GitHub-flavoured markdown (trailing newline)."""
+    s = r.summary
+    ref = (r.reference or {}).get("name", "?")
+    lines = [
+        f"### Fusion check: {_code(r.model)}",
+        "",
+        f"{s.candidates} candidates: **{s.proven} proven**, **{s.refuted} refuted**, "
+        f"{s.unknown} unknown, {s.rejected} rejected · policy {_code(r.policy)} · "
+        f"target {_code(r.target)} · reference {_code(ref)}",
+        "",
+        "| site | pattern | nodes | verdict | reason | ms |",
+        "|---|---|---|---|---|---:|",
+        *[_site_row(x) for x in r.sites],
+        "",
+    ]
+    refuted = [x for x in r.sites if x.verdict is Verdict.REFUTED]
+    if refuted:
+        lines += ["### Counterexamples", ""]
+        for x in refuted:
+            lines += _counterexample(x)
+    for f in r.findings:
+        lines += [f"> **{_cell(f.get('code', 'finding'))}**: {_cell(f.get('message', ''))}", ""]
+    if r.proof_misses:
+        lines += [f"Proof gate: {len(r.proof_misses)} obligation(s) without a trusted record.", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,0 +1,140 @@
+"""SARIF 2.1.0 report: one result per refuted, unknown or rejected site.
+
+`ruleId` is the site's reason code; every rule used is listed in
+`tool.driver.rules`. The model file is the result's physical location, the ONNX
+node names its logical locations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from compiler.report.model import REASON_CODES, Report, SiteReport, Verdict
+from compiler.report.text import counterexample_summary
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+_LEVEL = {Verdict.REFUTED: "error", Verdict.UNKNOWN: "warning", Verdict.REJECTED: "note"}
+
+
+def _rule(code: str) -> dict[str, Any]:
+    text = REASON_CODES.get(code, f"Site not fused: {code}.")
+    return {
+        "id": code,
+        "name": "".join(p.capitalize() for p in code.split("_")) or "Unnamed",
+        "shortDescription": {"text": text},
+        "fullDescription": {"text": text},
+        "help": {"text": f"{text} See the reason codes in DESIGN.md."},
+    }
+
+
+def _artifact_uri(model: str) -> tuple[str, str | None]:
+    """A relative URI under %SRCROOT% when the model is below the current directory."""
+    p = Path(model)
+    try:
+        rel = p.resolve().relative_to(Path.cwd().resolve())
+        return rel.as_posix(), "%SRCROOT%"
+    except ValueError:
+        return p.resolve().as_uri(), None
+
+
+def _locations(uri: str, base: str | None, scope: str, nodes: Sequence[str]) -> list[dict]:
+    """The one SARIF location of a result: the model file and its ONNX nodes under `scope`."""
+    loc: dict[str, Any] = {"uri": uri}
+    if base:
+        loc["uriBaseId"] = base
+    return [
+        {
+            "physicalLocation": {"artifactLocation": loc},
+            "logicalLocations": [
+                {"name": n, "kind": "function", "fullyQualifiedName": f"{scope}/{n}"} for n in nodes
+            ],
+        }
+    ]
+
+
+def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[str, Any]:
+    code = s.reason.code if s.reason else s.verdict.value
+    text = f"{s.verdict.value}: {s.pattern} ({', '.join(s.nodes)})"
+    if s.reason is not None:
+        text += f": {s.reason.message}"
+        if s.reason.action:
+            text += f" Action: {s.reason.action}."
+    if s.verdict is Verdict.REFUTED and s.counterexample is not None:
+        text += f"; counterexample {counterexample_summary(s.counterexample)}"
+    props: dict[str, Any] = {"verdict": s.verdict.value, "site": s.id, "nodes": list(s.nodes)}
+    if s.reason is not None and s.reason.action:
+        props["action"] = s.reason.action
+    if s.obligation_hash:
+        props["obligation"] = s.obligation_hash
+    if s.counterexample is not None and s.counterexample.npz:
+        props["counterexampleFile"] = s.counterexample.npz
+    return {
+        "ruleId": code,
+        "ruleIndex": rule_index,
+        "level": _LEVEL[s.verdict],
+        "message": {"text": text},
+        "locations": _locations(uri, base, s.id, s.nodes),
+        "partialFingerprints": {"siteId/v1": f"{s.pattern}:{','.join(s.nodes)}:{code}"},
+        "properties": props,
+    }
+
+
+def _host_result(h: dict[str, Any], rule_index: int, uri: str, base: str | None) -> dict:
+    """A note-level result for one op kept on the host (its ONNX nodes as locations)."""
+    text = h["message"] + (f" Action: {h['action']}." if h.get("action") else "")
+    return {
+        "ruleId": h["code"],
+        "ruleIndex": rule_index,
+        "level": "note",
+        "message": {"text": text},
+        "locations": _locations(uri, base, "host", h["nodes"]),
+        "partialFingerprints": {"hostOp/v1": f"{','.join(h['nodes'])}:{h['code']}"},
+        "properties": {"action": h.get("action", "")},
+    }
+
+
+def sarif_log(r: Report) -> dict[str, Any]:
+    """The report as a SARIF 2.1.0 log object."""
+    uri, base = _artifact_uri(r.model)
+    flagged = [s for s in r.sites if s.verdict is not Verdict.PROVEN]
+    codes: list[str] = []
+    for s in flagged:
+        c = s.reason.code if s.reason else s.verdict.value
+        if c not in codes:
+            codes.append(c)
+    results = [
+        _result(s, codes.index(s.reason.code if s.reason else s.verdict.value), uri, base)
+        for s in flagged
+    ]
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "prover",
+                "version": r.tool_version or "0",
+                "rules": [_rule(c) for c in codes],
+            }
+        },
+        "artifacts": [{"location": dict({"uri": uri}, **({"uriBaseId": base} if base else {}))}],
+        "results": results,
+        "properties": {"policy": r.policy, "target": r.target, "summary": vars(r.summary)},
+    }
+    if r.reference is not None:
+        run["properties"]["reference"] = r.reference
+    if r.findings:
+        run["properties"]["findings"] = r.findings
+    for h in r.host_ops:
+        if h["code"] not in codes:
+            codes.append(h["code"])
+            run["tool"]["driver"]["rules"].append(_rule(h["code"]))
+        results.append(_host_result(h, codes.index(h["code"]), uri, base))
+    if base:
+        run["originalUriBaseIds"] = {base: {"uri": Path.cwd().resolve().as_uri() + "/"}}
+    return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
+
+
+def render(r: Report) -> str:
+    """The SARIF log as indented JSON text."""
+    return json.dumps(sarif_log(r), indent=2) + "\n"

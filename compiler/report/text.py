@@ -1,0 +1,80 @@
+"""Human-readable report: one line per site and a summary line."""
+
+from __future__ import annotations
+
+from compiler.report.model import Counterexample, Report, SiteReport, Verdict
+
+_MARK = {
+    Verdict.PROVEN: "PROVEN  ",
+    Verdict.REFUTED: "REFUTED ",
+    Verdict.UNKNOWN: "UNKNOWN ",
+    Verdict.REJECTED: "REJECTED",
+}
+
+
+def counterexample_summary(c: Counterexample) -> str:
+    """A short one-line description of a counterexample."""
+    parts = []
+    if c.local:
+        local = ", ".join(f"{k}={v}" for k, v in sorted(c.local.items()))
+        ba = ""
+        if c.before is not None and c.after is not None:
+            ba = f": original {c.before}, fused {c.after}"
+        elif c.before is not None:  # an NPU-side precondition fails: no fused value exists
+            ba = f": original {c.before}, fused undefined"
+        parts.append(f"at {local}{ba}")
+    diffs = c.differing()
+    if diffs:
+        name, idx, exp, act = diffs[0]
+        more = f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else ""
+        where = ",".join(str(i) for i in idx)
+        parts.append(f"{name}[{where}] expected {exp} got {act}{more}")
+    if c.inputs:
+        shapes = ", ".join(
+            f"{k} {'x'.join(str(d) for d in v.shape) or 'scalar'} {v.dtype}"
+            for k, v in c.inputs.items()
+        )
+        parts.append(f"inputs: {shapes}")
+    if c.npz:
+        parts.append(f"saved {c.npz}")
+    return "; ".join(parts) if parts else "counterexample recorded"
+
+
+def site_line(s: SiteReport) -> str:
+    """One line: verdict, pattern, nodes, reason or counterexample, time."""
+    detail = ""
+    if s.verdict is Verdict.REFUTED and s.counterexample is not None:
+        detail = f"  counterexample {counterexample_summary(s.counterexample)}"
+    elif s.reason is not None and s.verdict is not Verdict.PROVEN:
+        detail = f"  [{s.reason.code}] {s.reason.message}"
+        if s.reason.action:
+            detail += f"; action: {s.reason.action}"
+    elif s.max_diff is not None and s.max_diff > 0:
+        detail = f"  max difference {s.max_diff}"
+    nodes = ",".join(s.nodes)
+    return f"{_MARK[s.verdict]} {s.pattern}  ({nodes}){detail}  {s.time_ms:.0f} ms"
+
+
+def host_line(h: dict) -> str:
+    """One line per op kept on the host: code, message, action."""
+    action = f"; action: {h['action']}" if h.get("action") else ""
+    return f"HOST     [{h['code']}] {h['message']}{action}"
+
+
+def render(r: Report) -> str:
+    """The whole text report, header to summary, with a trailing newline."""
+    head = f"{r.model}: policy {r.policy}, target {r.target}"
+    if r.reference is not None:
+        head += f", reference {r.reference['name']} ({r.reference['summary']})"
+    lines = [head]
+    lines += [site_line(s) for s in r.sites]
+    if not r.sites:
+        lines.append("no candidate sites")
+    lines += [f"FINDING  [{f['code']}] {f['message']}" for f in r.findings]
+    lines += [host_line(h) for h in r.host_ops]
+    s = r.summary
+    lines.append(
+        f"{s.candidates} candidates: {s.proven} proven, {s.refuted} refuted, "
+        f"{s.unknown} unknown, {s.rejected} rejected"
+    )
+    return "\n".join(lines) + "\n"
