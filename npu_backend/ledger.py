@@ -11,8 +11,9 @@ Per fusion, counters are attributed per instruction: every instruction belongs t
 step it was emitted for (`owners`), so a site's entry is the counters of its own
 instructions in the unfused program (MatMul, host add, activation) minus those of its
 fused MatMul. The model total is the difference of the two whole-program counters.
-Counters are read generically (every numeric field of `Counters.to_json`), so fields the
-simulator adds later (cycles, re-reads, peaks) reach the entries without code here.
+Counters are read generically (every numeric field of `Counters.to_json`, flattened as
+"bytes_read.sram", "cycles_by_opcode.MatMul", ...), so a counter the simulator adds reaches
+`counters_before`/`counters_after` without code here; peaks are high-water marks per step.
 
 A fusion "costs more than it saves" on a target when its cycles saved are negative
 (bytes moved saved, where the simulator models no cycles).
@@ -21,7 +22,7 @@ A fusion "costs more than it saves" on a target when its cycles saved are negati
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
@@ -45,7 +46,6 @@ Flat = dict[str, int]  # counter name ("bytes_read.sram", "table_loads", ...) ->
 
 # counter-name fragments whose values are high-water marks, not sums over instructions
 _PEAK = "peak"
-_REREAD = "reread"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,9 +75,12 @@ class FusionEntry:
     param_loads_after: int = 0
     bytes_moved_before: int = 0  # every memory's bytes read + written
     bytes_moved_after: int = 0
-    rereads_removed: int = 0  # weight/input re-read bytes, unfused - fused (0: not counted)
-    peak_bytes_before: int | None = None  # high-water mark while the site runs (None: not counted)
-    peak_bytes_after: int | None = None
+    weight_rereads_removed: int = 0  # dram bytes of weights read again, unfused - fused
+    input_rereads_removed: int = 0  # the same for inputs and activations
+    peak_sram_before: int | None = (
+        None  # most sram bytes live while the site runs (None: not counted)
+    )
+    peak_sram_after: int | None = None
     cycles_before: int | None = None  # None: the simulator models no cycles
     cycles_after: int | None = None
     counters_before: Flat = field(default_factory=dict)  # every counter, for reports
@@ -326,25 +329,46 @@ class Profile:
     by_step: dict[str, Flat]
 
 
-def profile(program: Program, inputs: dict[str, np.ndarray], step_names: Iterable[str]) -> Profile:
-    """Run `program` once, attributing counters to the step of each instruction.
+def _peak_fields(c: Counters) -> list[str]:
+    return [f.name for f in fields(c) if _PEAK in f.name and isinstance(getattr(c, f.name), dict)]
 
-    Peaks (counters named "*peak*") are high-water marks: per step, the machine's running
-    peak after the step's last instruction (what the program needed up to then).
+
+def profile(
+    program: Program,
+    inputs: dict[str, np.ndarray],
+    step_names: Iterable[str],
+    target: Target | None = None,
+) -> Profile:
+    """Run `program` once (cycles from `target`'s schedule), attributing counters to the
+    step of each instruction.
+
+    Peaks (per-memory counters named "*peak*") are high-water marks, not sums: the machine's
+    peaks are cleared before each instruction and merged back after it, so a step's peak is
+    the most its own instructions had live; the total's is the program's.
     """
     own = owners(program, step_names)
-    m = Machine(program, _check_inputs(program, inputs))
+    sched = target.schedule if target is not None else None
+    m = Machine(program, _check_inputs(program, inputs), None, sched)
+    peaks = _peak_fields(m.c)
     by_step: dict[str, Flat] = {}
     before = flat(m.c)
     for k, ins in enumerate(program.instructions):
+        high = {p: dict(getattr(m.c, p)) for p in peaks}
+        for p in peaks:
+            setattr(m.c, p, dict.fromkeys(high[p], 0))
         try:
             m.step(ins)
         except PreconditionViolation as e:
             who = getattr(ins, "name", None) or type(ins).__name__
             raise UndefinedResult(f"{who}: {e}") from None
-        after = flat(m.c)
+        after = flat(m.c)  # peaks: this instruction's own
         _add(by_step.setdefault(own[k] or "", {}), before, after)
-        before = after
+        for p in peaks:
+            mine = getattr(m.c, p)
+            setattr(m.c, p, {mem: max(v, mine.get(mem, 0)) for mem, v in high[p].items()})
+        before = flat(m.c)
+    if getattr(m, "partial", None):
+        raise LedgerError(f"tiled output(s) {sorted(m.partial)} were left incomplete")
     outs = {}
     for name in program.outputs:
         if name not in m.mem["dram"]:
@@ -359,15 +383,6 @@ def profile(program: Program, inputs: dict[str, np.ndarray], step_names: Iterabl
 def bytes_moved(c: Flat) -> int:
     """Bytes read plus written, over every memory."""
     return sum(v for k, v in c.items() if k.startswith(("bytes_read.", "bytes_written.")))
-
-
-def _sum(c: Flat, fragment: str) -> int:
-    return sum(v for k, v in c.items() if fragment in k)
-
-
-def _peak(c: Flat) -> int | None:
-    vals = [v for k, v in c.items() if _is_peak(k)]
-    return sum(vals) if vals else None
 
 
 def _merge(parts: Iterable[Flat]) -> Flat:
@@ -414,9 +429,10 @@ def _entry(split: _Split, specs: Mapping[str, TensorSpec | None], u: Flat, f: Fl
         param_loads_after=g(f, "param_loads"),
         bytes_moved_before=bytes_moved(u),
         bytes_moved_after=bytes_moved(f),
-        rereads_removed=_sum(u, _REREAD) - _sum(f, _REREAD),
-        peak_bytes_before=_peak(u),
-        peak_bytes_after=_peak(f),
+        weight_rereads_removed=g(u, "weight_reread_bytes") - g(f, "weight_reread_bytes"),
+        input_rereads_removed=g(u, "input_reread_bytes") - g(f, "input_reread_bytes"),
+        peak_sram_before=u.get("peak_bytes.sram"),
+        peak_sram_after=f.get("peak_bytes.sram"),
         cycles_before=u.get("cycles"),
         cycles_after=f.get("cycles"),
         counters_before=u,
@@ -432,10 +448,10 @@ def model_ledger(
     """Measure every fused MatMul of `lowered`: two simulator runs, whatever their number."""
     inputs = inputs if inputs is not None else random_inputs(lowered.inputs)
     unfused, splits = unfuse_all(lowered)
-    fused_run = profile(generate(lowered, target), inputs, [s.name for s in lowered.steps])
+    fused_run = profile(generate(lowered, target), inputs, [s.name for s in lowered.steps], target)
     if not splits:
         return ModelLedger([], fused_run.total, fused_run.total)
-    un_run = profile(generate(unfused, target), inputs, [s.name for s in unfused.steps])
+    un_run = profile(generate(unfused, target), inputs, [s.name for s in unfused.steps], target)
     for sp in splits:
         out = sp.site.out
         if not _same(fused_run.sram.get(out), un_run.sram.get(out)):

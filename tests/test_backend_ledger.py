@@ -134,3 +134,78 @@ def test_model_total_is_the_difference_of_the_two_programs():
 def test_a_model_without_fusions_has_an_empty_ledger_and_equal_totals():
     ml = model_ledger(matmul_model(requant_post(FLOAT)), FLOAT)
     assert ml.fusions == [] and ml.fused == ml.unfused and ml.saved == 0
+
+
+def _siblings(target, second: str, m: int = 1) -> LoweredModel:
+    """Two fused sites on one input with the same requantizer, activations sigmoid, `second`."""
+    model = matmul_model(fused_post(target), m=m)
+    st = model.steps[0]
+    other = dataclasses.replace(st, name="mm2", out="y2", post=fused_post(target, second))
+    return LoweredModel(model.inputs, ["y", "y2"], model.constants, [st, other])
+
+
+def _with_param_latency(cycles: int):
+    return dataclasses.replace(
+        FLOAT, schedule=dataclasses.replace(FLOAT.schedule, param_load_cycles=cycles)
+    )
+
+
+@pytest.mark.parametrize("latency", [16, 100_000])
+def test_a_fusion_that_needs_its_own_parameter_record_is_flagged(latency):
+    """Unfused, both MatMuls requantize alike and share one parameter record; fused, the
+    records differ by their activation, so the second fusion adds a parameter load that
+    costs more than the standalone activation it removes."""
+    target = _with_param_latency(latency)
+    ml = model_ledger(_siblings(target, "tanh"), target)
+    first, second = ml.fusions
+    assert not first.costs_more and first.saved > 0
+    assert second.param_loads_added == 1 and second.cost_basis == "cycles"
+    assert second.costs_more and second.saved <= -latency
+    assert ml.total_json()["costing_more"] == ["mm2"]
+    assert second.to_json()["costs_more"] is True
+
+
+def test_no_flag_when_the_record_is_shared_in_both_forms():
+    """The same pair with one activation: nothing extra to load, even at a huge latency."""
+    target = _with_param_latency(100_000)
+    ml = model_ledger(_siblings(target, "sigmoid"), target)
+    assert [e.costs_more for e in ml.fusions] == [False, False]
+    assert all(e.param_loads_added == 0 and e.saved > 0 for e in ml.fusions)
+    # the input stays live for mm2: unfused, mm's intermediate is live beside it and y
+    assert ml.fusions[0].peak_sram_before - ml.fusions[0].peak_sram_after == 8
+    assert ml.total_json()["costing_more"] == [] and ml.saved > 0
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_cycles_peaks_and_loads_are_the_simulators(m):
+    (e,) = ledger(matmul_model(fused_post(FLOAT), m=m), FLOAT, x_input(m=m))
+    launch = FLOAT.schedule.launch_cycles
+    assert e.cycles_before - e.cycles_after >= launch  # at least the activation's launch
+    assert e.counters_before["cycles_by_opcode.Activation"] >= launch
+    assert "cycles_by_opcode.Activation" not in e.counters_after
+    # alone, the input is dead once the MatMul ran: the intermediate replaces it
+    assert e.peak_sram_before == e.peak_sram_after == m * (16 + 8)
+    assert (e.table_loads_before, e.table_loads_after) == (1, 1)
+    assert (e.param_loads_before, e.param_loads_after) == (1, 1)
+
+
+def test_same_schedule_in_both_forms_leaves_rereads_unchanged():
+    """An explicit tile over N re-reads the input per column tile, fused and unfused alike."""
+    caps = [
+        dataclasses.replace(c, fused_structures=c.fused_structures | {"tiled"})
+        for c in FLOAT.computes
+    ]
+    target = dataclasses.replace(FLOAT, computes=tuple(caps))
+    model = matmul_model(fused_post(target), m=8)
+    model.steps[0] = dataclasses.replace(model.steps[0], tile=(2, 4, 16))
+    (e,) = ledger(model, target, x_input(m=8))
+    assert e.counters_after["matmul_tiles"] == e.counters_before["matmul_tiles"] == 8
+    assert e.counters_after["input_reread_bytes"] == 8 * 16  # x read twice
+    assert e.weight_rereads_removed == e.input_rereads_removed == 0
+
+
+def test_without_cycles_the_flag_falls_back_to_bytes():
+    e = ledger(matmul_model(fused_post(FLOAT)), FLOAT)[0]
+    costly = dataclasses.replace(e, cycles_before=None, cycles_after=None, bytes_moved_after=10**9)
+    assert costly.cost_basis == "bytes" and costly.costs_more
+    assert dataclasses.replace(costly, bytes_moved_after=0).costs_more is False
