@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.lut import FUNCTIONS, check_table
@@ -397,6 +399,11 @@ def validate_program(program, target: Target) -> list[ValidationIssue]:
         elif isinstance(ins, ParamLoad):
             records[ins.addr] = ins.post
         elif isinstance(ins, MatMul):
+            if ins.tile is not None or ins.cols is not None:
+                bad_tile = _tile_issue(ins, consts)
+                if bad_tile:
+                    bad(ins.name, bad_tile)
+                    continue
             if not ins.post_enable:
                 stray = [
                     f
@@ -442,3 +449,21 @@ def validate_program(program, target: Target) -> list[ValidationIssue]:
                     "before this activation",
                 )
     return issues
+
+
+def _tile_issue(ins, consts) -> str | None:
+    """What is wrong with a tiled MatMul's column range, tile and per-column fields."""
+    if ins.tile is None or ins.cols is None:
+        return "a tiled MatMul needs both its column range and its tile; regenerate the program"
+    tm, tn, tk = ins.tile
+    n0, n1 = ins.cols
+    w = consts.get(ins.w)
+    n = None if w is None or np.ndim(w) != 2 else np.shape(w)[1]
+    if min(tm, tn, tk) <= 0 or n is None or not 0 <= n0 < n1 <= n or n1 - n0 > tn:
+        return f"column range {ins.cols} / tile {ins.tile} invalid for its weights"
+    width = n1 - n0
+    if isinstance(ins.post, tuple) and len(ins.post) != width:
+        return f"{len(ins.post)} column epilogues for the {width} columns {ins.cols}"
+    if isinstance(ins.w_zp, tuple) and len(ins.w_zp) != width:
+        return f"{len(ins.w_zp)} weight zero points for the {width} columns {ins.cols}"
+    return None

@@ -333,3 +333,57 @@ def test_a_model_larger_than_sram_is_tiled_and_equals_onnx_runtime(tmp_path, per
     with np.load(tmp_path / "out.npz") as got:
         for name, w in want.items():
             np.testing.assert_array_equal(got[name], w, err_msg=name)
+
+
+def test_a_shipped_example_tiled_equals_onnx_runtime(tmp_path):
+    """The per-channel digits classifier on a target too small for its 64x64 and 64x32
+    weights: those layers tiled (still fused), the batch's outputs bitwise ORT's."""
+    from cli_helpers import REPO, npuc
+
+    from compiler.regress.emit_tests import ort_outputs
+
+    model = REPO / "examples" / "digits" / "digits_matmul_qop_s8s8_pc.onnx"
+    small = _small_target_file(tmp_path, sram=4096, wmem=1536)
+    x = np.load(REPO / "examples" / "digits" / "digits_test.npz")["input"][:40]
+    np.savez(tmp_path / "float.npz", input=x)
+    prog_path = tmp_path / "digits.npuprog"
+    r = npuc(
+        "compile", model, "-o", prog_path, "--target", small, "--reference", "ort-host",
+        "--proofs-mode", "off", "--timeout", "120",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    prog = Program.load(prog_path)
+    mms = prog.ops(MatMul)
+    tiled = [i for i in mms if prog.constants[i.w].nbytes > 1536]
+    assert len({i.name for i in tiled}) == 2  # the 64x64 and 64x32 layers, both fused
+    assert all(i.structure == "tiled" and i.function == "sigmoid" for i in tiled)
+    r = npuc("inputs", model, "-o", tmp_path / "in.npz", "--from", tmp_path / "float.npz")
+    assert r.returncode == 0, r.stderr
+    ran = npuc("run", prog_path, "--input", tmp_path / "in.npz", "-o", tmp_path / "out.npz")
+    assert ran.returncode == 0, ran.stderr
+    want = ort_outputs(model, {"input": x})
+    with np.load(tmp_path / "out.npz") as got:
+        for name, w in want.items():
+            np.testing.assert_array_equal(got[name], w, err_msg=name)
+
+
+def test_validate_program_rejects_inconsistent_tile_fields():
+    from npu_backend.validate import validate_program
+
+    n = 20
+    post = per_channel_post(FLOAT, n, lut=False)
+    target = tiling_target()
+    prog = generate(model(post, 4, 16, n, tile=(4, 8, 16)), target)
+    assert validate_program(prog, target) == []
+    k = next(j for j, i in enumerate(prog.instructions) if isinstance(i, MatMul))
+    first = prog.instructions[k]
+    for change, msg in (
+        ({"cols": (0, 9)}, "invalid"),  # wider than the tile
+        ({"cols": (16, 24)}, "invalid"),  # past the last column
+        ({"tile": None}, "needs both"),
+        ({"post": post[0:7]}, "7 column epilogues for the 8 columns"),
+    ):
+        ins = list(prog.instructions)
+        ins[k] = dataclasses.replace(first, **change)
+        issues = validate_program(dataclasses.replace(prog, instructions=ins), target)
+        assert any(msg in i.message for i in issues), (change, issues)
