@@ -85,13 +85,12 @@ class NumpyDomain(Domain):
         return np.int64(v)
 
     def where(self, cond, a, b):
-        return np.where(cond, a, b).astype(np.int64)
+        return np.where(cond, a, b).astype(np.int64, copy=False)
 
     def tdiv_pow2(self, a, e):
         a = np.asarray(a, dtype=np.int64)
-        d = np.int64(1) << np.int64(e)
-        q = np.abs(a) // d
-        return np.where(a < 0, -q, q).astype(np.int64)
+        q = np.abs(a) >> np.int64(e)  # |a| // 2^e, as a shift
+        return np.where(a < 0, -q, q).astype(np.int64, copy=False)
 
     def shr(self, a, e):
         return np.right_shift(np.asarray(a, dtype=np.int64), np.int64(e))

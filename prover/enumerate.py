@@ -22,14 +22,40 @@ from .errors import NotApplicable, VacuousObligation
 from .obligation import Obligation
 
 DEFAULT_LIMIT = 1 << 25
-CHUNK = 1 << 20
+CHUNK = 1 << 14
 
 
 def _all_true(pre: list, n: int) -> np.ndarray:
-    ok = np.ones(n, dtype=bool)
+    ok = _conjunction(pre, n)
+    return np.ones(n, dtype=bool) if ok is None else ok
+
+
+def _conjunction(pre: list, n: int) -> np.ndarray | None:
+    """The conjunction of precondition masks; None when every one holds everywhere."""
+    ok = None
     for p in pre:
-        ok &= np.broadcast_to(np.asarray(p, dtype=bool), (n,))
+        p = np.asarray(p, dtype=bool)
+        if p.all():
+            continue
+        p = np.broadcast_to(p, (n,))
+        ok = p.copy() if ok is None else ok & p
     return ok
+
+
+def _block(ob: Obligation, env: dict[str, np.ndarray], n: int):
+    """`evaluate_block` with None for a mask that is all true (the common case, kept cheap)."""
+    nb = len(ob.outputs_before)
+    with np.errstate(all="ignore"):
+        # One evaluation of both sides: the subterms they share are computed once.
+        vals, pres = T.evaluate_shared((*ob.outputs_before, *ob.outputs_after), NUMPY, env)
+        diff = None
+        for b, a in zip(vals[:nb], vals[nb:], strict=True):
+            d = np.abs(np.asarray(b, dtype=np.int64) - np.asarray(a, dtype=np.int64))
+            diff = d if diff is None else np.maximum(diff, d)
+    diff = np.broadcast_to(np.asarray(diff, dtype=np.int64), (n,))
+    pre_b = [p for ps in pres[:nb] for p in ps]
+    pre_a = [p for ps in pres[nb:] for p in ps]
+    return _conjunction(pre_b, n), _conjunction(pre_a, n), diff
 
 
 def evaluate_block(ob: Obligation, env: dict[str, np.ndarray], n: int):
@@ -41,15 +67,13 @@ def evaluate_block(ob: Obligation, env: dict[str, np.ndarray], n: int):
     obligation whatever the values); `diff`: the largest |before-after|, meaningful
     only where both hold. See `primitives` for why the sides differ.
     """
-    pre_b: list = []
-    pre_a: list = []
-    diff = np.zeros(n, dtype=np.int64)
-    with np.errstate(all="ignore"):
-        for tb, ta in zip(ob.outputs_before, ob.outputs_after, strict=True):
-            b = np.broadcast_to(np.asarray(T.evaluate(tb, NUMPY, env, pre_b), dtype=np.int64), (n,))
-            a = np.broadcast_to(np.asarray(T.evaluate(ta, NUMPY, env, pre_a), dtype=np.int64), (n,))
-            diff = np.maximum(diff, np.abs(b - a))
-    return _all_true(pre_b, n), _all_true(pre_a, n), diff
+    assumed, defined, diff = _block(ob, env, n)
+    ones = np.ones(n, dtype=bool)
+    return (
+        ones if assumed is None else assumed,
+        ones if defined is None else defined,
+        np.array(diff),
+    )
 
 
 def violations(ob: Obligation, assumed: np.ndarray, defined: np.ndarray, diff: np.ndarray):
@@ -84,19 +108,32 @@ def decide(ob: Obligation, limit: int = DEFAULT_LIMIT, deadline: float | None = 
                 UNKNOWN, "enumerate", reason=f"time budget ran out after {start} points"
             )
         idx = np.arange(start, min(size, start + CHUNK), dtype=np.int64)
-        cols = [(idx // strides[i]) % sizes[i] + los[i] for i in range(len(names))]
+        if len(names) == 1:  # one variable: the block is the range itself
+            cols = [idx + los[0]]
+        else:
+            cols = [(idx // strides[i]) % sizes[i] + los[i] for i in range(len(names))]
         env = dict(zip(names, cols, strict=True))
-        assumed, defined, diff = evaluate_block(ob, env, idx.size)
-        if not assumed.any():
+        assumed, defined, diff = _block(ob, env, idx.size)
+        if assumed is not None and not assumed.any():
             continue
         any_valid = True
-        md = largest_diff(assumed, defined, diff)
-        if md is not None:
-            max_diff = max(max_diff, md)
-        bad = np.nonzero(violations(ob, assumed, defined, diff))[0]
+        if assumed is None and defined is None:  # every precondition holds on the block
+            max_diff = max(max_diff, int(diff.max()))
+            bad = np.flatnonzero(diff > ob.policy.bound)
+        else:
+            ones = np.ones(idx.size, dtype=bool)
+            assumed = ones if assumed is None else assumed
+            defined = ones if defined is None else defined
+            md = largest_diff(assumed, defined, diff)
+            if md is not None:
+                max_diff = max(max_diff, md)
+            bad = np.nonzero(violations(ob, assumed, defined, diff))[0]
         if bad.size:
-            ranks = [rank_array(c[bad]) for c in cols]
-            j = bad[np.lexsort(ranks[::-1])[0]]
+            if len(cols) == 1:  # the simplest violation: the smallest rank, one pass
+                j = bad[int(np.argmin(rank_array(cols[0][bad])))]
+            else:
+                ranks = [rank_array(c[bad]) for c in cols]
+                j = bad[np.lexsort(ranks[::-1])[0]]
             key = tuple(int(rank_array(c[j])) for c in cols)
             if best_key is None or key < best_key:
                 best_key, best = key, {n: int(c[j]) for n, c in zip(names, cols, strict=True)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,33 +133,79 @@ def evaluate(
     """
     if strict is None:
         strict = preconds is None and isinstance(d, NumpyDomain)
-    memo: dict[int, Any] = {}
+    # The memo is local to this call and not referenced by any closure, so its arrays
+    # are freed as soon as the call returns (a self-referencing inner function kept it
+    # alive in a reference cycle until the garbage collector ran).
+    return _Evaluation(d, env, preconds, strict).go(t)
 
-    def go(u: Term) -> Any:
-        key = id(u)
+
+class _Evaluation:
+    """One `evaluate` call: shared subterms are computed once (memo keyed by identity)."""
+
+    __slots__ = ("d", "env", "preconds", "strict", "memo", "pre")
+
+    def __init__(self, d: Domain, env: Mapping[str, Any], preconds: list | None, strict: bool):
+        self.d, self.env, self.preconds, self.strict = d, env, preconds, strict
+        self.memo: dict[Any, Any] = {}
+        self.pre: dict[Any, Any] = {}  # per node key: its precondition (evaluate_shared)
+
+    def go(self, u: Term) -> Any:
+        memo = self.memo
+        key = u if isinstance(memo, _StructuralMemo) else id(u)
         if key in memo:
             return memo[key]
+        d = self.d
         if isinstance(u, Var):
-            if u.name not in env:
+            if u.name not in self.env:
                 raise KernelError(f"variable {u.name!r} is not bound")
-            val = env[u.name]
+            val = self.env[u.name]
         elif isinstance(u, Const):
             val = d.const(u.value)
         else:
             p = primitive(u.prim)
-            args = [go(a) for a in u.args]
+            args = [self.go(a) for a in u.args]
             kw = u.kwargs
+            preconds, strict = self.preconds, self.strict
             if p.precondition is not None and (preconds is not None or strict):
                 ok = p.precondition(d, *args, **kw)
                 if preconds is not None:
                     preconds.append(ok)
+                    self.pre[key] = ok
                 if strict and not bool(np.all(ok)):
                     raise PreconditionViolation(_violation_text(u, p, args, ok))
             val = p.fn(d, *args, **kw)
         memo[key] = val
         return val
 
-    return go(t)
+
+def evaluate_shared(ts: Sequence[Term], d: Domain, env: Mapping[str, Any]) -> tuple[list, list]:
+    """Evaluate several terms (e.g. both sides of an obligation) sharing equal subterms.
+
+    Equal subterms are computed once across all of `ts` (the before and after sides of
+    a rewrite usually share the requantizer). Returns the values and, per term, the
+    preconditions of every primitive in that term (as `evaluate` collects them), so a
+    shared subterm's precondition counts for each side that contains it.
+    """
+    ev = _Evaluation(d, env, [], False)
+    ev.memo = _StructuralMemo()
+    values = [ev.go(t) for t in ts]
+    pre = ev.pre
+    return values, [[pre[n] for n in _nodes_with_pre(t, pre)] for t in ts]
+
+
+class _StructuralMemo(dict):
+    """A memo keyed by the term itself (structural equality) instead of its identity."""
+
+
+def _nodes_with_pre(t: Term, pre: dict) -> list:
+    seen: dict = {}
+    stack = [t]
+    while stack:
+        u = stack.pop()
+        if isinstance(u, Op) and u not in seen:
+            seen[u] = None
+            stack.extend(u.args)
+    return [u for u in seen if u in pre]
 
 
 def _violation_text(u: Op, p: Any, args: list, ok: Any) -> str:
