@@ -2,7 +2,8 @@
 
 A "plain" schedule keeps the whole input in sram, the weights and bias in wmem and the
 output in sram (one launch). When those buffers exceed the target's memories, or the
-step asks for a tile (`NpuMatMul.tile`), the MatMul is "tiled": one instruction per
+step asks for a tile (`NpuMatMul.tile`) or the "tiled" structure, the MatMul is "tiled"
+(a "grouped" step is scheduled like a plain one): one instruction per
 column group of at most `tn` columns, each streaming [tm, tk] input tiles and [tk, tn]
 weight tiles from dram through staging buffers, accumulating over K and postprocessing
 each finished [tm, tn] output tile with the parameters and table of exactly its columns.
@@ -149,7 +150,7 @@ def choose_schedule(
     """The schedule of `step` with input shape `a_shape` and N output columns (see module doc)."""
     rows, k = int(math.prod(a_shape[:-1])), int(a_shape[-1])
     sz = staging_sizes(step)
-    if step.tile is None and resident_fits:
+    if step.tile is None and resident_fits and step.structure != "tiled":
         return MatMulSchedule(rows, n, k, rows, n, k, tiled=False)
     if not tiling_allowed(step, target):
         why = f"tile {step.tile} was asked for" if step.tile else "its buffers do not fit"

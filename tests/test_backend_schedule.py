@@ -387,3 +387,13 @@ def test_validate_program_rejects_inconsistent_tile_fields():
         ins[k] = dataclasses.replace(first, **change)
         issues = validate_program(dataclasses.replace(prog, instructions=ins), target)
         assert any(msg in i.message for i in issues), (change, issues)
+
+
+def test_the_tiled_structure_is_honoured_even_when_operands_fit():
+    base = model(requant_post(FLOAT), 6, 40, 13)
+    step = dataclasses.replace(base.steps[0], structure="tiled")
+    asked = LoweredModel(base.inputs, base.outputs, base.constants, [step])
+    prog = generate(asked, FLOAT)
+    assert {i.structure for i in prog.ops(MatMul)} == {"tiled"}
+    x = x_of(6, 40)
+    np.testing.assert_array_equal(run(prog, x)[0]["y"], run(generate(base, FLOAT), x)[0]["y"])
