@@ -40,6 +40,8 @@ TOOL_BUG = {
     "npu_backend.validate.ValidationError",
     "npu_backend.host.HostError",
     "npu_backend.codegen.CodegenError",
+    "npu_backend.schedule.ScheduleError",  # codegen reports it as a CodegenError
+    "npu_backend.lifetime.LifetimeError",
     "prover.errors.ProverError",
     "prover.errors.SolverDisagreement",
     "prover.errors.ReplayMismatch",
