@@ -23,8 +23,9 @@ Columns: `cyc unf`/`cyc fus` cycles unfused/fused, `saved` cycles saved by fusin
 unfused), `B unf`/`B fus` bytes moved (every memory, read + written), `E x b` the
 intermediate tensor's size, then where the fused program's cycles go: `launch` (the
 target's launch cost x NPU instructions), `loads` (table and parameter loads, without
-launch), `matmul` (MatMul, without launch); `act` is the standalone activation's share
-of the unfused cycles (what fusing removes).
+launch), `matmul` (MatMul with its fused postprocessing, without launch), `dma` (DmaIn
+and DmaOut, without launch); `act` is the standalone activation's share of the unfused
+cycles (what fusing removes).
 """
 
 from __future__ import annotations
