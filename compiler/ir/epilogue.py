@@ -266,7 +266,20 @@ def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]
     two_rounding = bias is not None and "requantized" in caps.bias
     groups: dict[tuple[str, PostProcess, int], list[int]] = {}
     befores: dict[str, Term] = {}
+    # A column's epilogue depends on j only through its requantization scale and its bias
+    # (constant, reference table): columns sharing those are built once, not once each.
+    built: dict[tuple, tuple[str, PostProcess, int]] = {}
+    per_col_scale = stage == -1 and isinstance(c.attrs["requant"]["scale"], tuple | list)
+    per_col_table = bias is not None and bias.tables is not None and len(bias.tables) > 1
     for j in range(n_cols):
+        key = (
+            c.attrs["requant"]["scale"][j] if per_col_scale else None,
+            None if bias is None else bias.const_of(j),
+            j if per_col_table else None,
+        )
+        if key in built:
+            groups[built[key]].append(j)
+            continue
         acc: Term = Var("acc")
         offset = 0
         if stage == -1:
@@ -302,6 +315,7 @@ def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]
         )
         h = term_hash(before)
         befores[h] = before
+        built[key] = (h, post, offset)
         groups.setdefault((h, post, offset), []).append(j)
     return [
         ColumnGroup(tuple(cols), befores[h], post, offset)
