@@ -435,8 +435,8 @@ def _entry(split: _Split, specs: Mapping[str, TensorSpec | None], u: Flat, f: Fl
         peak_sram_after=f.get("peak_bytes.sram"),
         cycles_before=u.get("cycles"),
         cycles_after=f.get("cycles"),
-        counters_before=u,
-        counters_after=f,
+        counters_before={k: v for k, v in u.items() if v},  # zeros left out: compact reports
+        counters_after={k: v for k, v in f.items() if v},
     )
 
 
