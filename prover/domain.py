@@ -15,12 +15,17 @@ bit-vectors rather than wrap. Wrap-around is only ever explicit (`wrap`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import z3
 
 from .errors import BadInput
+from .lazy import lazy_module
+
+if TYPE_CHECKING:
+    import z3
+else:
+    z3 = lazy_module("z3")
 
 
 class KernelError(BadInput, ValueError):

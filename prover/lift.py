@@ -12,14 +12,20 @@ a non-zero remainder (divisibility), Z3 solves the linear equation.
 from __future__ import annotations
 
 import bisect
+from typing import TYPE_CHECKING
 
 import numpy as np
-import z3
 
 from .domain import NUMPY
 from .errors import LiftError
 from .inttypes import int_type
+from .lazy import lazy_module
 from .matmul import dot, matmul_acc
+
+if TYPE_CHECKING:
+    import z3
+else:
+    z3 = lazy_module("z3")
 
 
 def row_value(spec, row) -> int:

@@ -14,15 +14,20 @@ Queries (all on the same SMT-LIB2 encoding, see `smtlib.py`):
 from __future__ import annotations
 
 import time
-
-import z3
+from typing import TYPE_CHECKING
 
 from .counterexample import rank
 from .decision import HOLDS, UNKNOWN, VIOLATED, Decision
 from .errors import VacuousObligation
+from .lazy import lazy_module
 from .obligation import Obligation
 from .smtlib import Encoding
 from .solvers import Budget, SatResult, run, version
+
+if TYPE_CHECKING:
+    import z3
+else:
+    z3 = lazy_module("z3")
 
 
 class _Session:

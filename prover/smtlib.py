@@ -13,13 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-
-import z3
+from typing import TYPE_CHECKING
 
 from . import terms as T
 from .bounds import bits_needed
 from .domain import Z3Domain
+from .lazy import lazy_module
 from .obligation import Obligation
+
+if TYPE_CHECKING:
+    import z3
+else:
+    z3 = lazy_module("z3")
+
 
 WIDTH = 64
 

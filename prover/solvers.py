@@ -11,11 +11,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import z3
-
+from .lazy import lazy_module
 from .smtlib import WIDTH
+
+if TYPE_CHECKING:
+    import z3
+else:
+    z3 = lazy_module("z3")
 
 
 @dataclass(frozen=True)
