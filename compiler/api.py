@@ -18,13 +18,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import onnx
 
 from compiler.frontend.reader import to_ir
-from compiler.ir.context import Context
+from compiler.ir.context import CheckOptions, CompileConfig, Context, PipelineState
 from compiler.ir.graph import Graph
 from compiler.ir.site import ACTIONS, Diagnostic, Site
 from compiler.passes.pipeline import run_pipeline
@@ -106,58 +105,31 @@ def compile_model(
 
     Raises `compiler.errors.FrontendError` on a model the frontend cannot accept.
     """
-    from npu_backend.target import Target, load_target
-    from prover.policy import Policy
-
-    if policy is None:
-        policy = Policy(0)
-    elif isinstance(policy, str):
-        policy = Policy.parse(policy)
-    if not isinstance(target, Target):
-        target = load_target(target if target is None else Path(target))
-    from compiler.ort.reference_host import resolve_reference
-
     opts = dict(check_options or {})
-    store = opts.pop("store", None) or _store(proofs_dir, proofs_mode)
-    profile = resolve_reference(opts.pop("reference", None) or reference)
-    ctx = Context(
-        target=target,
+    config = CompileConfig.build(
         policy=policy,
-        reference=profile,
-        timeout_s=float(opts.pop("timeout_s", timeout_s)),
-        solver=str(opts.pop("solver", solver)),
-        store=store,
-        cross_check=bool(opts.pop("cross_check", cross_check)),
+        target=target,
+        reference=opts.pop("reference", None) or reference,
+        schedule=schedule,
+        check=CheckOptions(
+            timeout_s=float(opts.pop("timeout_s", timeout_s)),
+            solver=str(opts.pop("solver", solver)),
+            cross_check=bool(opts.pop("cross_check", cross_check)),
+            store=opts.pop("store", None) or _store(proofs_dir, proofs_mode),
+        ),
         jobs=int(opts.pop("jobs", jobs)),
         compose_tables=compose_tables,
         synthesis=bool(opts.pop("synthesis", synthesis)),
-        schedule=dict(schedule or {}),
         progress=progress,
     )
-    g, m = to_ir(model, reference=profile)
-    ctx.model, ctx.original = m, g.clone()
-    return _run(g, ctx)
+    g, m = to_ir(model, reference=config.reference)
+    return _run(g, Context(config, PipelineState(model=m, original=g.clone())))
 
 
 def recompile(result: CompileResult) -> CompileResult:
     """Run the pipeline again on a result's own output graph (idempotency check)."""
-    old = result.context
-    ctx = Context(
-        target=old.target,
-        policy=old.policy,
-        reference=old.reference,
-        timeout_s=old.timeout_s,
-        solver=old.solver,
-        store=old.store,
-        cross_check=old.cross_check,
-        jobs=old.jobs,
-        compose_tables=old.compose_tables,
-        synthesis=old.synthesis,
-        schedule=dict(old.schedule),
-        model=old.model,
-        original=old.original,
-    )
-    return _run(result.graph.clone(), ctx)
+    assert result.context is not None
+    return _run(result.graph.clone(), result.context.fresh())
 
 
 def _run(g: Graph, ctx: Context) -> CompileResult:

@@ -45,7 +45,7 @@ from compiler.ir.graph import Graph, Node, Value
 from compiler.ort.tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, reference_table, session
 from prover.domain import KernelError
 from prover.inttypes import TYPES, int_type
-from prover.matmul import accumulator_range
+from prover.matmul import AccRange, accumulator_range
 from prover.qgemm import QGemmParams, output_scales
 from prover.qlinear_binary import QLinearBinaryParams, span_mode
 from prover.reference import ONNX, ReferenceProfile
@@ -161,6 +161,7 @@ class _Builder:
         self.names: set[str] = set()
         self.f16_dq_types: dict[str, str] = {}
         self._ort_dq_types: list[dict[str, str]] | None = None
+        self.acc_ranges: dict[int, AccRange] = {}  # id(ONNX node) -> its checked range
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -251,7 +252,16 @@ class _Builder:
         kind: str = "MatMul",
         **extra: Any,
     ) -> Node:
-        """An integer matmul node (the one IR form of QLinearMatMul, MatMulInteger, QLinearConv)."""
+        """An integer matmul node (the one IR form of QLinearMatMul, MatMulInteger, QLinearConv).
+
+        `acc_range` (a `prover.matmul.AccRange`) is the exact per-column accumulator range
+        `check_acc` computed for these weights, zero points and bias.
+        """
+        r = self.acc_ranges.pop(id(n), None)
+        if r is None:
+            r = accumulator_range(
+                w, np.asarray(w_zp, dtype=np.int64), int_type(a_type), int(a_zp), bias
+            )
         return self.emit(
             "matmul",
             [n],
@@ -259,6 +269,7 @@ class _Builder:
             out,
             kind=kind,
             **extra,
+            acc_range=r,
             w=w,
             a_zp=a_zp,
             w_zp=w_zp,
@@ -568,9 +579,12 @@ class _Builder:
         return Value(n.output[0], dtype, a.shape[:-1] + (w.shape[1],))
 
     def check_acc(self, n, w, w_zp, a_type, a_zp, bias=None) -> None:
+        """Bad input unless the accumulator stays in int32; the exact per-column range is
+        kept for the node's `acc_range` attribute (computed once, read by every pass)."""
         r = accumulator_range(
             w, np.asarray(w_zp, dtype=np.int64), int_type(a_type), int(a_zp), bias
         )
+        self.acc_ranges[id(n)] = r
         if not r.fits():
             raise self.fail(
                 n, f"accumulator range {list(r.overall)} may leave int32 (ONNX Runtime would wrap)"

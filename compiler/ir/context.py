@@ -1,44 +1,178 @@
-"""The state the passes share: target, policy, prover options, sites and diagnostics."""
+"""What the passes share: a frozen configuration and an explicit pipeline state.
+
+`CompileConfig` is built (and its policy, target and reference normalised) once, by
+`CompileConfig.build`, before any pass runs; nothing changes it afterwards.
+`PipelineState` is what the passes hand on to each other beside the IR: the sites,
+diagnostics, findings, decided verdicts (by obligation hash), the obligations built per
+site, the lowered model and the log. `Context` pairs the two; passes receive it and
+read `ctx.config.<field>` / `ctx.state.<field>` (the flat attribute names, `ctx.target`,
+`ctx.sites`, ..., forward to the same fields).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
-
-import onnx
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from .graph import Graph
 from .site import Diagnostic, Site
 
+if TYPE_CHECKING:
+    import onnx
 
-@dataclass(kw_only=True)
-class Context:
-    target: Any  # npu_backend.target.Target
-    policy: Any  # prover.policy.Policy
-    reference: Any = None  # prover.reference.ReferenceProfile; None = the default (onnx)
+    from npu_backend.lowered import LoweredModel
+    from npu_backend.target import Target
+    from prover.obligation import Obligation
+    from prover.policy import Policy
+    from prover.proofstore import ProofStore
+    from prover.reference import ReferenceProfile
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckOptions:
+    """How each obligation is decided (`prover.api.check`'s options)."""
+
     timeout_s: float = 10.0
     solver: str = "auto"
-    store: Any = None  # prover.proofstore.ProofStore or None
     cross_check: bool = False
-    jobs: int = 1  # worker processes deciding obligations (see prover.parallel)
+    store: ProofStore | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileConfig:
+    """Everything a compilation is asked to do; frozen, normalised once by `build`."""
+
+    target: Target
+    policy: Policy
+    reference: ReferenceProfile
+    check: CheckOptions = CheckOptions()
+    jobs: int = 1  # worker processes deciding obligations (see compiler.passes.prove)
     compose_tables: bool = False
     # Where rounding a scale is refuted, synthesise fixed-point parameters in the target's
     # declared space (`[compute.*] synthesis`, compiler.passes.fixed_synthesis).
     synthesis: bool = False
-    schedule: dict[str, str] = field(default_factory=dict)  # ONNX compute node name -> structure
-    model: onnx.ModelProto | None = None  # the validated original model (replay reference)
-    original: Graph | None = None  # the IR straight from the frontend
-    sites: list[Site] = field(default_factory=list)
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    findings: list[dict[str, Any]] = field(default_factory=list)  # reference_divergence, ...
-    verdicts: dict[str, Any] = field(default_factory=dict)  # obligation hash -> Verdict
-    progress: Callable[[int, int], None] | None = None
-    lowered: Any = None
-    log: list[str] = field(default_factory=list)
+    # ONNX compute node name -> scheduling structure ("plain" | "grouped" | "tiled")
+    schedule: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    progress: Callable[[int, int], None] | None = field(default=None, compare=False)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        policy: Any = None,
+        target: Any = None,
+        reference: Any = None,
+        schedule: Mapping[str, str] | None = None,
+        check: CheckOptions | None = None,
+        **rest: Any,
+    ) -> CompileConfig:
+        """Normalise the user's forms once: policy "bitwise" | "bounded:N" | Policy | None,
+        target Target | TOML path | shipped name | None, reference profile | name | None."""
+        from npu_backend.target import Target, load_target
+        from prover.policy import Policy
+
+        if policy is None:
+            policy = Policy(0)
+        elif isinstance(policy, str):
+            policy = Policy.parse(policy)
+        if not isinstance(target, Target):
+            target = load_target(target if target is None else Path(target))
+        if reference is None or isinstance(reference, str):
+            from compiler.ort.reference_host import resolve_reference
+
+            reference = resolve_reference(reference)
+        return cls(
+            target=target,
+            policy=policy,
+            reference=reference,
+            check=check or CheckOptions(),
+            schedule=MappingProxyType(dict(schedule or {})),
+            **rest,
+        )
 
     def structure_of(self, origin: tuple[str, ...]) -> str:
+        """The scheduling structure asked for the compute op standing for `origin`."""
         for name in origin:
             if name in self.schedule:
                 return self.schedule[name]
         return "plain"
+
+
+@dataclass(kw_only=True)
+class PipelineState:
+    """What the passes produce and hand on, beside the IR itself."""
+
+    model: onnx.ModelProto | None = None  # the checked original model (replay reference)
+    original: Graph | None = None  # the IR straight from the frontend
+    sites: list[Site] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # reference_divergence, ...
+    verdicts: dict[str, Any] = field(default_factory=dict)  # obligation hash -> Verdict | error
+    # site id -> (key, [(obligation, columns, lift column)] per epilogue group + index map),
+    # built once by compiler.passes.prove.site_obligations
+    obligations: dict[str, tuple[Any, list[tuple[Obligation, tuple[int, ...], int]]]] = field(
+        default_factory=dict
+    )
+    lowered: LoweredModel | None = None
+    log: list[str] = field(default_factory=list)
+
+
+_CONFIG = tuple(f.name for f in fields(CompileConfig))
+_CHECK = tuple(f.name for f in fields(CheckOptions))
+_STATE = tuple(f.name for f in fields(PipelineState))
+
+
+class Context:
+    """The configuration and the state one pipeline run works with.
+
+    `Context(config, state)`; or, for tests and scripts, `Context(target=..., policy=...,
+    model=..., ...)` with the flat field names (a config is then built from them).
+    Flat attribute reads (`ctx.target`, `ctx.timeout_s`, `ctx.sites`) forward to the
+    config, its check options or the state; only state fields can be assigned.
+    """
+
+    __slots__ = ("config", "state")
+
+    def __init__(
+        self,
+        config: CompileConfig | None = None,
+        state: PipelineState | None = None,
+        **flat: Any,
+    ) -> None:
+        if config is None:
+            check = CheckOptions(**{k: flat.pop(k) for k in _CHECK if k in flat})
+            config = CompileConfig.build(
+                check=check, **{k: flat.pop(k) for k in _CONFIG if k in flat}
+            )
+        if state is None:
+            state = PipelineState(**{k: flat.pop(k) for k in _STATE if k in flat})
+        if flat:
+            raise TypeError(f"Context: unknown field(s) {', '.join(sorted(flat))}")
+        object.__setattr__(self, "config", config)
+        object.__setattr__(self, "state", state)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _STATE:
+            return getattr(self.state, name)
+        if name in _CONFIG:
+            return getattr(self.config, name)
+        if name in _CHECK:
+            return getattr(self.config.check, name)
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _STATE:
+            raise AttributeError(f"Context.{name} is configuration (frozen) or unknown")
+        setattr(self.state, name, value)
+
+    def structure_of(self, origin: tuple[str, ...]) -> str:
+        return self.config.structure_of(origin)
+
+    def fresh(self) -> Context:
+        """The same configuration with a new state holding this run's model and original IR."""
+        return Context(
+            self.config, PipelineState(model=self.state.model, original=self.state.original)
+        )

@@ -11,92 +11,17 @@ model. Unknown is never a pass.
 
 from __future__ import annotations
 
-import numpy as np
-
-from compiler.ir.layout import index_map_terms
+from compiler.ir.context import Context
+from compiler.ir.fuse import apply_site
+from compiler.ir.graph import Graph
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.site import Site
-from prover.api import ProverError, check
-from prover.errors import ReplayMismatch, SolverDisagreement, StoreCorrupt
-from prover.inttypes import int_type
-from prover.matmul import accumulator_range
-from prover.obligation import Obligation
-from prover.parallel import check_many
-from prover.policy import Policy
 
-from . import cex, divergence, fixed_synthesis
-from .rewrite import apply_site
+from . import cex, divergence, fixed_synthesis, prove
+from .prove import SiteObligation
 
-
-def components(cols, lo, hi) -> list[tuple[tuple[int, ...], int, int]]:
-    """Columns split into groups whose accumulator intervals form one connected range."""
-    order = sorted(cols, key=lambda j: (lo[j], hi[j]))
-    out: list[list] = []
-    for j in order:
-        if out and lo[j] <= out[-1][2] + 1:
-            out[-1][0].append(j)
-            out[-1][2] = max(out[-1][2], hi[j])
-        else:
-            out.append([[j], lo[j], hi[j]])
-    return [(tuple(sorted(c)), a, b) for c, a, b in out]
-
-
-def _check(ob: Obligation, ctx):
-    if ob.hash in ctx.verdicts:
-        return ctx.verdicts[ob.hash]
-    try:
-        v = check(
-            ob,
-            timeout_s=ctx.timeout_s,
-            solver=ctx.solver,
-            store=ctx.store,
-            cross_check=ctx.cross_check,
-        )
-    except (SolverDisagreement, ReplayMismatch, StoreCorrupt):
-        raise  # loud: a tool bug or a tampered store; a StoreMiss (ro) becomes `unknown`
-    except ProverError as e:
-        v = e
-    ctx.verdicts[ob.hash] = v
-    return v
-
-
-def obligations(g, site: Site, ctx) -> list[tuple[Obligation, tuple[int, ...], int]]:
-    """(obligation, columns, lift column) for every epilogue group, plus an index map if needed."""
-    c = site.compute
-    a = c.attrs
-    w_zp = np.asarray(a["w_zp"], dtype=np.int64)
-    r = accumulator_range(a["w"], w_zp, int_type(a["a_type"]), int(a["a_zp"]), a["bias"])
-    out = []
-    policy = effective_policy(g, site.activation.output, ctx.policy)
-    for grp in site.post:
-        after = grp.after(_acc())
-        for cols, lo, hi in components(grp.columns, r.lo, r.hi):
-            lift_col = max(cols, key=lambda j: r.hi[j] - r.lo[j])
-            ob = Obligation(
-                "epilogue",
-                grp.before,
-                after,
-                {"acc": (lo, hi)},
-                policy,
-                cex.lift_spec(c, lift_col),
-                note=f"{site.id} {site.pattern} columns {cols[0]}..{cols[-1]}",
-            )
-            out.append((ob, cols, lift_col))
-    layout = [n for n in site.chain if n.op in ("reshape", "transpose")]
-    if layout:
-        before, after, size = index_map_terms(g, g.values[c.output].shape, layout)
-        ob = Obligation(
-            "index_map",
-            before,
-            after,
-            {"f": (0, size - 1)},
-            Policy(0),
-            None,
-            note=f"{site.id} element correspondence",
-        )
-        out.append((ob, (), -1))
-        site.index_map = True
-    return out
+# the site's obligations (built once per site; `compiler.report.views` redraws from them)
+obligations = prove.site_obligations
 
 
 def _policy_note(used, asked) -> str:
@@ -106,39 +31,39 @@ def _policy_note(used, asked) -> str:
     return f"{used} (the result feeds further ops, so {asked} applies only at graph outputs)"
 
 
-def _acc():
-    from prover.terms import Var
+def _replay_rewrite(ctx: Context):
+    """The rewrite a refutation is replayed through (the rewrite pass's own form)."""
+    return lambda t, s: apply_site(t, s, s.post, ctx.config.structure_of(s.compute.origin))
 
-    return Var("acc")
 
-
-def decide_site(g, site: Site, ctx) -> None:
+def decide_site(g: Graph, site: Site, ctx: Context) -> None:
+    """Decide one site: its obligations (built once) through `prove.check`."""
     if site.compute.op == "host_onnx":
         op_name = site.compute.attrs.get("compute") or "MatMul"
         site.decide(
             "unknown",
             "float_accumulation",
             f"the QDQ {op_name} group {', '.join(site.compute.origin)} runs as float32 ops on "
-            f"the host (reference {ctx.reference.name}, QDQ reading "
-            f"{getattr(ctx.reference, 'qdq_reading', 'float')}): its sum in ONNX Runtime's "
+            f"the host (reference {ctx.config.reference.name}, QDQ reading "
+            f"{getattr(ctx.config.reference, 'qdq_reading', 'float')}): its sum in ONNX Runtime's "
             "float order is not an integer epilogue, so no fusion is proven",
         )
         return
-    if divergence.saturating_reference(ctx.reference) and divergence.saturable_columns(
+    if divergence.saturating_reference(ctx.config.reference) and divergence.saturable_columns(
         site.compute
     ):
         _decide_saturating(g, site, ctx)
         return
-    obs = obligations(g, site, ctx)
+    obs = prove.site_obligations(g, site, ctx)
     verdicts = []
     for ob, cols, lift_col in obs:
-        v = _check(ob, ctx)
+        v = prove.check(ob, ctx)
         site.obligations.append(ob.hash)
         verdicts.append((ob, v, cols, lift_col))
         if not isinstance(v, Exception):
             site.time_ms += float(v.time_ms)
-    if ctx.synthesis:
-        verdicts = fixed_synthesis.resynthesise(site, verdicts, ctx, _check)
+    if ctx.config.synthesis:
+        verdicts = fixed_synthesis.resynthesise(site, verdicts, ctx, prove.check)
         for ob, v, _, _ in verdicts:  # a proven synthesised group cites its own obligation
             if ob.hash not in site.obligations:
                 site.obligations.append(ob.hash)
@@ -165,12 +90,12 @@ def decide_site(g, site: Site, ctx) -> None:
             cols,
             lift_col,
             ctx,
-            lambda t, s: apply_site(t, s, s.post, ctx.structure_of(s.compute.origin)),
+            _replay_rewrite(ctx),
         )
         site.decide(
             "refuted",
             "refuted",
-            f"columns {cols[0]}..{cols[-1]}: {v.reason} under {_policy_note(ob.policy, ctx.policy)}"
+            f"columns {cols[0]}..{cols[-1]}: {v.reason} under {_policy_note(ob.policy, ctx.config.policy)}"
             + fixed_synthesis.refuted_note(site, cols),
         )
         return
@@ -184,14 +109,14 @@ def decide_site(g, site: Site, ctx) -> None:
         site.decide("proven")
 
 
-def _decide_saturating(g, site: Site, ctx) -> None:
+def _decide_saturating(g: Graph, site: Site, ctx: Context) -> None:
     """Under a pair-saturating reference, a site whose u8s8 pairs can saturate is refuted
     with a replayed input where the outputs differ (the NPU sums exactly), else unknown."""
     cols = divergence.saturable_columns(site.compute)
-    policy = effective_policy(g, site.activation.output, ctx.policy)
+    policy = effective_policy(g, site.activation.output, ctx.config.policy)
     found = divergence.site_witness(site, policy.bound)
     what = (
-        f"under reference {ctx.reference.name} uint8 x int8 pairs saturate int16 in "
+        f"under reference {ctx.config.reference.name} uint8 x int8 pairs saturate int16 in "
         f"{len(cols)} column(s) (first {cols[0]}) while the NPU accumulates exactly"
     )
     if found is None:
@@ -211,7 +136,7 @@ def _decide_saturating(g, site: Site, ctx) -> None:
         before,
         after,
         ctx,
-        lambda t, s: apply_site(t, s, s.post, ctx.structure_of(s.compute.origin)),
+        _replay_rewrite(ctx),
     )
     site.decide(
         "refuted",
@@ -230,41 +155,29 @@ def _host_profile_or_none():
         return None
 
 
-def _prefetch(g, sites: list[Site], ctx) -> None:
-    """Decide every site's obligations up front in `ctx.jobs` processes (cached by hash)."""
-    todo: dict[str, Obligation] = {}
-    for site in sites:
-        if site.compute.op == "host_onnx":
-            continue
-        if divergence.saturating_reference(ctx.reference) and divergence.saturable_columns(
-            site.compute
-        ):
-            continue
-        for ob, _, _ in obligations(g, site, ctx):
-            if ob.hash not in ctx.verdicts:
-                todo.setdefault(ob.hash, ob)
-    results = check_many(
-        list(todo.values()),
-        ctx.jobs,
-        timeout_s=ctx.timeout_s,
-        solver=ctx.solver,
-        store=ctx.store,
-        cross_check=ctx.cross_check,
+def _decidable(site: Site, ctx: Context) -> bool:
+    """Whether the site's verdict comes from its epilogue obligations."""
+    if site.compute.op == "host_onnx":
+        return False
+    return not (
+        divergence.saturating_reference(ctx.config.reference)
+        and divergence.saturable_columns(site.compute)
     )
-    for h, v in zip(todo, results, strict=True):
-        if isinstance(v, SolverDisagreement | ReplayMismatch | StoreCorrupt):
-            raise v
-        ctx.verdicts[h] = v
 
 
-def run(g, ctx):
+def run(g: Graph, ctx: Context) -> Graph:
+    st = ctx.state
     if any(divergence.saturable_columns(n) for n in g.nodes if n.op == "matmul"):
-        ctx.findings = divergence.findings(g, ctx.reference, _host_profile_or_none())
-    pending = [s for s in ctx.sites if s.verdict is None]
-    if ctx.jobs > 1:
-        _prefetch(g, pending, ctx)
+        st.findings = divergence.findings(g, ctx.config.reference, _host_profile_or_none())
+    pending = [s for s in st.sites if s.verdict is None]
+    if ctx.config.jobs > 1:  # every site's obligations at once, so workers get enough work
+        obs: list[SiteObligation] = []
+        for s in pending:
+            if _decidable(s, ctx):
+                obs += prove.site_obligations(g, s, ctx)
+        prove.decide_all([ob for ob, _, _ in obs], ctx)
     for i, site in enumerate(pending):
         decide_site(g, site, ctx)
-        if ctx.progress is not None:
-            ctx.progress(i + 1, len(pending))
+        if ctx.config.progress is not None:
+            ctx.config.progress(i + 1, len(pending))
     return g

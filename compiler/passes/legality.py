@@ -271,7 +271,7 @@ def rule_parameters_complete(g: Graph, site: Site, ctx) -> str | tuple[str, str]
                 return f"{_names([n])} has a table of {len(n.attrs['table'])} entries"
     from compiler.ir.epilogue import build_columns
 
-    from .lower import fused_step, validation_issues
+    from .npu_step import fused_step, validation_issues
 
     try:
         groups = build_columns(site, ctx.target, _kind(site))

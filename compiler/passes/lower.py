@@ -21,6 +21,8 @@ from onnx import helper as oh
 from onnx import numpy_helper
 
 from compiler.errors import CompilerError
+from compiler.ir.accumulator import acc_range
+from compiler.ir.context import Context
 from compiler.ir.epilogue import SCHEME_OF
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
@@ -33,7 +35,6 @@ from npu_backend.lowered import (
     LoweredModel,
     NpuClip,
     NpuLut,
-    NpuMatMul,
     NpuRequant,
     TensorSpec,
 )
@@ -43,59 +44,15 @@ from npu_backend.validate import validate_step
 from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.lut import build_lut
-from prover.matmul import accumulator_range
 from prover.obligation import Obligation
 from prover.terms import Var, op
 
+from . import npu_step, prove
 from .divergence import lowering_block
-from .gate import _check, components
 from .host import host_model, submodel
-from .rewrite import post_of
+from .prove import components
 
-
-def validation_issues(step, target):
-    return validate_step(step, target)
-
-
-def _kind(n: Node) -> str:
-    """The target compute unit of a matmul node (a Gemm/QGemm runs on the MatMul unit)."""
-    k = n.attrs.get("kind") or "MatMul"
-    return "MatMul" if k == "Gemm" else k
-
-
-def _matmul_step(
-    n: Node, post, structure: str, out: str | None = None, a_in: str | None = None
-) -> NpuMatMul:
-    """The one NpuMatMul a matmul node lowers to: what validation checks is what is emitted.
-
-    `a_in`/`out` name the natural-layout input and output where host layout steps surround
-    it (a pointwise conv); the int32 bias, when the node has one, is the constant
-    `<name>.bias`.
-    """
-    a = n.attrs
-    return NpuMatMul(
-        name=n.name,
-        a=a_in or n.inputs[0],
-        w=f"{n.name}.w",
-        out=out or n.output,
-        a_zp=int(a["a_zp"]),
-        w_zp=a["w_zp"],
-        bias=None if a.get("bias") is None else f"{n.name}.bias",
-        a_type=a["a_type"],
-        w_type=a.get("w_type", "int8"),
-        post=post,
-        structure=structure,
-        onnx_nodes=tuple(n.origin),
-        compute=_kind(n),
-    )
-
-
-def fused_step(g: Graph, site, groups, ctx) -> NpuMatMul:
-    """The fused NpuMatMul a site would lower to (used for validation before proving)."""
-    post = post_of(groups, site.compute.attrs["w"].shape[1])
-    return _matmul_step(
-        site.compute, post, ctx.structure_of(site.compute.origin), site.activation.output
-    )
+_kind = npu_step.compute_kind
 
 
 def _nbytes(v: Value) -> int:
@@ -112,21 +69,21 @@ _VALUE_PRESERVING = ("Identity", "Reshape", "Transpose", "Constant")
 
 
 class Lowerer:
-    def __init__(self, g: Graph, ctx) -> None:
-        self.g, self.ctx, self.t = g, ctx, ctx.target
+    def __init__(self, g: Graph, ctx: Context) -> None:
+        self.g, self.ctx, self.t = g, ctx, ctx.config.target
         self.steps: list = []
         self.consts: dict[str, np.ndarray] = {}
 
     def diag(self, n: Node, code: str, message: str) -> None:
-        self.ctx.diagnostics.append(
+        self.ctx.state.diagnostics.append(
             Diagnostic(code, list(n.origin), message, ACTIONS.get(code, ""))
         )
 
     def prove(self, n: Node, kind: str, before, after, ranges) -> tuple[bool, str, str]:
         """(proven, code, message) of one lowering obligation."""
-        policy = effective_policy(self.g, n.output, self.ctx.policy)
+        policy = effective_policy(self.g, n.output, self.ctx.config.policy)
         ob = Obligation(kind, before, after, ranges, policy, note=f"lower {n.name}")
-        v = _check(ob, self.ctx)
+        v = prove.check(ob, self.ctx)
         if isinstance(v, Exception):
             return False, "unknown", f"prover error: {v}"
         if v.status == "proven":
@@ -167,7 +124,7 @@ class Lowerer:
         if n.op == "fused":
             self.place_matmul(n, a["post"], a["structure"])
             return
-        blocked = lowering_block(n, self.ctx.reference)
+        blocked = lowering_block(n, self.ctx.config.reference)
         if blocked is not None:
             self.place_matmul(n, None, "plain", False, "reference_divergence", blocked)
             return
@@ -181,8 +138,7 @@ class Lowerer:
             self.place_matmul(n, None, "plain")
             return
         N = a["w"].shape[1]
-        w_zp = np.asarray(a["w_zp"], dtype=np.int64)
-        r = accumulator_range(a["w"], w_zp, int_type(a["a_type"]), int(a["a_zp"]), a["bias"])
+        r = acc_range(n)
         posts: list[PostProcess | None] = [None] * N
         ok, code, msg = True, "", ""
         for cols in requant_groups(rq, N):
@@ -213,34 +169,20 @@ class Lowerer:
         The NPU reads the reduced axis last and writes [..., N]: a pointwise conv (NCHW) gets
         host transposes around it; leading unit dims (a proven index map) a host reshape.
         """
-        a = n.attrs
-        x, y = self.g.values[n.inputs[0]], self.g.values[n.output]
-        cf = a.get("layout") == "channels_first"
-        nat_in = (
-            Value(f"{x.name}.nhwc", x.dtype, x.shape[:1] + x.shape[2:] + x.shape[1:2]) if cf else x
-        )
-        nat_shape = nat_in.shape[:-1] + (a["w"].shape[1],)
-        out = y if nat_shape == y.shape else Value(f"{y.name}.natural", y.dtype, nat_shape)
-        step = _matmul_step(n, post, structure, out=out.name, a_in=nat_in.name)
-        bias = step.bias
+        pl = npu_step.place_matmul(self.g, n, post, structure)
+        step, x, nat_in, y, out, cf = pl.step, pl.x, pl.nat_in, pl.y, pl.out, pl.channels_first
+        nat_shape = out.shape
         if ok:
-            w = np.asarray(a["w"])
-            sizes = (
-                nat_in,
-                out,
-                Value(step.w, a.get("w_type", "int8"), w.shape),
-                *([Value(bias, "int32", (w.shape[1],))] if bias is not None else []),
-            )
-            issues = self.issues(step, sizes)
+            issues = self.issues(step, pl.buffers())
             if issues:
                 ok, code, msg = False, issues[0].code, issues[0].message
         if not ok:
             self.diag(n, code, f"{', '.join(n.origin)} stays on the host: {msg}")
             self.steps.extend(self.host_origin(n))
             return
-        self.consts[f"{n.name}.w"] = np.asarray(a["w"]).astype(np.dtype(a.get("w_type", "int8")))
-        if bias is not None:
-            self.consts[bias] = np.asarray(a["bias"], dtype=np.int32)
+        self.consts[step.w] = npu_step.weights_array(n)
+        if step.bias is not None:
+            self.consts[step.bias] = np.asarray(n.attrs["bias"], dtype=np.int32)
         if cf:
             self.steps.append(self.transpose_step(n, x, nat_in, (0, 2, 3, 1)))
         self.steps.append(step)
@@ -435,7 +377,7 @@ class Lowerer:
     def _origin_index(self):
         """The original model's nodes, their positions (by id), producers by output and
         initializers by name: built once per lowering, not per host fallback."""
-        model = self.ctx.model
+        model = self.ctx.state.model
         nodes = list(model.graph.node)
         pos = {id(p): k for k, p in enumerate(nodes)}
         producer = {o: p for p in nodes for o in p.output}
@@ -497,7 +439,7 @@ class Lowerer:
         return LoweredModel(ins, list(self.g.outputs), self.consts, self.steps)
 
 
-def run(g: Graph, ctx) -> Graph:
-    ctx.diagnostics = []
-    ctx.lowered = Lowerer(g, ctx).run()
+def run(g: Graph, ctx: Context) -> Graph:
+    ctx.state.diagnostics = []
+    ctx.state.lowered = Lowerer(g, ctx).run()
     return g

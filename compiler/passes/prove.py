@@ -1,0 +1,169 @@
+"""Proving, behind one small module the passes call: build obligations, decide them.
+
+- `site_obligations`: a site's epilogue obligations (one per group of columns with
+  identical parameters and connected accumulator ranges) plus an index map for leading
+  unit dims; built once per site and kept in the pipeline state.
+- `check`: one obligation decided (store lookup, then the decision procedures) through
+  `prover.api.check`, once per hash per run (`state.verdicts`).
+- `decide_all`: many obligations at once; worker processes only when the work measured
+  on the first ones says they pay for themselves (`prover.parallel`).
+
+A helper, not a pass: gate, lower and fixed_synthesis call it; it imports no pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from compiler.ir.accumulator import acc_range
+from compiler.ir.context import Context
+from compiler.ir.graph import Graph
+from compiler.ir.layout import index_map_terms
+from compiler.ir.policy_scope import effective_policy
+from compiler.ir.site import Site
+from prover.obligation import LiftSpec, Obligation
+from prover.policy import Policy
+from prover.terms import Var
+
+SiteObligation = tuple[Obligation, tuple[int, ...], int]  # (obligation, columns, lift column)
+
+# In-process decisions first; worker processes only once the work measured so far says
+# the rest takes longer than starting them (a spawned worker re-imports the prover).
+SAMPLE_S = 0.25
+WORKER_START_S = 0.6
+
+
+def components(cols, lo, hi) -> list[tuple[tuple[int, ...], int, int]]:
+    """Columns split into groups whose accumulator intervals form one connected range."""
+    order = sorted(cols, key=lambda j: (lo[j], hi[j]))
+    out: list[list] = []
+    for j in order:
+        if out and lo[j] <= out[-1][2] + 1:
+            out[-1][0].append(j)
+            out[-1][2] = max(out[-1][2], hi[j])
+        else:
+            out.append([[j], lo[j], hi[j]])
+    return [(tuple(sorted(c)), a, b) for c, a, b in out]
+
+
+def lift_spec(node, j: int) -> LiftSpec:
+    """How the accumulator of column `j` of matmul `node` is produced by an input row."""
+    from compiler.passes.cex import lift_spec as spec
+
+    return spec(node, j)
+
+
+def site_obligations(g: Graph, site: Site, ctx: Context) -> list[SiteObligation]:
+    """(obligation, columns, lift column) for every epilogue group, plus an index map if
+    needed; built on first use and kept in `ctx.state.obligations`."""
+    key = (id(site), tuple(map(id, site.post)))  # synthesis may split groups later
+    cached = ctx.state.obligations.get(site.id)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    out = _build(g, site, ctx)
+    ctx.state.obligations[site.id] = (key, out)
+    return out
+
+
+def _build(g: Graph, site: Site, ctx: Context) -> list[SiteObligation]:
+    c = site.compute
+    r = acc_range(c)
+    out: list[SiteObligation] = []
+    policy = effective_policy(g, site.activation.output, ctx.config.policy)
+    for grp in site.post:
+        after = grp.after(Var("acc"))
+        for cols, lo, hi in components(grp.columns, r.lo, r.hi):
+            lift_col = max(cols, key=lambda j: r.hi[j] - r.lo[j])
+            ob = Obligation(
+                "epilogue",
+                grp.before,
+                after,
+                {"acc": (lo, hi)},
+                policy,
+                lift_spec(c, lift_col),
+                note=f"{site.id} {site.pattern} columns {cols[0]}..{cols[-1]}",
+            )
+            out.append((ob, cols, lift_col))
+    layout = [n for n in site.chain if n.op in ("reshape", "transpose")]
+    if layout:
+        before, after, size = index_map_terms(g, g.values[c.output].shape, layout)
+        ob = Obligation(
+            "index_map",
+            before,
+            after,
+            {"f": (0, size - 1)},
+            Policy(0),
+            None,
+            note=f"{site.id} element correspondence",
+        )
+        out.append((ob, (), -1))
+        site.index_map = True
+    return out
+
+
+def _options(ctx: Context) -> dict[str, Any]:
+    o = ctx.config.check
+    return {
+        "timeout_s": o.timeout_s,
+        "solver": o.solver,
+        "store": o.store,
+        "cross_check": o.cross_check,
+    }
+
+
+def _loud(v: Any) -> Any:
+    """A tool bug or a tampered store is raised; other prover errors become the verdict
+    (a StoreMiss in ro mode: `unknown`)."""
+    from prover.errors import ReplayMismatch, SolverDisagreement, StoreCorrupt
+
+    if isinstance(v, SolverDisagreement | ReplayMismatch | StoreCorrupt):
+        raise v
+    return v
+
+
+def check(ob: Obligation, ctx: Context) -> Any:
+    """The verdict of `ob` (or the `ProverError` deciding it raised), decided once per run."""
+    verdicts = ctx.state.verdicts
+    if ob.hash in verdicts:
+        return verdicts[ob.hash]
+    from prover.api import ProverError
+    from prover.api import check as decide
+
+    try:
+        v = decide(ob, **_options(ctx))
+    except ProverError as e:
+        v = _loud(e)
+    verdicts[ob.hash] = v
+    return v
+
+
+def decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
+    """Decide every obligation not yet decided (results in `ctx.state.verdicts`).
+
+    With `jobs > 1`, obligations are decided here until `SAMPLE_S` has passed; the rest
+    goes to the worker pool only if, at the rate measured, it would take longer than
+    starting the workers. Verdicts do not depend on where an obligation was decided.
+    """
+    todo = list({ob.hash: ob for ob in obligations if ob.hash not in ctx.state.verdicts}.values())
+    jobs = ctx.config.jobs
+    t0 = time.perf_counter()
+    done = 0
+    while done < len(todo):
+        if jobs > 1 and done and time.perf_counter() - t0 >= SAMPLE_S:
+            break
+        check(todo[done], ctx)
+        done += 1
+    rest = todo[done:]
+    if not rest:
+        return
+    per = (time.perf_counter() - t0) / done
+    if per * len(rest) * (1 - 1 / jobs) <= WORKER_START_S:
+        for ob in rest:
+            check(ob, ctx)
+        return
+    from prover.parallel import check_many
+
+    for ob, v in zip(rest, check_many(rest, jobs, **_options(ctx)), strict=True):
+        ctx.state.verdicts[ob.hash] = _loud(v)
