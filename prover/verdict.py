@@ -4,11 +4,53 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from .policy import Policy
 
-STATUSES = ("proven", "refuted", "unknown")
+
+class Status(StrEnum):
+    """A verdict (DESIGN.md "Verdicts"): one enum for the prover, the compiler and every report.
+
+    The prover answers `proven`, `refuted` or `unknown` (never a pass); `rejected` is a
+    site refused by a structural rule before any obligation, so a prover `Verdict`
+    never carries it.
+    """
+
+    PROVEN = "proven"
+    REFUTED = "refuted"
+    UNKNOWN = "unknown"
+    REJECTED = "rejected"
+
+
+PROVER_STATUSES = (Status.PROVEN, Status.REFUTED, Status.UNKNOWN)
+
+
+class ReasonCode(StrEnum):
+    """The stable reason codes of DESIGN.md, why a site or an op is not (fully) on the NPU.
+
+    Defined here, at the bottom of the dependency order, so the backend's validation and
+    the compiler produce the same values; the user-facing text and action of each code
+    live in `compiler.ir.reasons` (a legality rule's docstring, or a small table).
+    """
+
+    NOT_ADJACENT = "not_adjacent"
+    INTERVENING_REQUANTIZE = "intervening_requantize"
+    INTERVENING_CLIP = "intervening_clip"
+    MULTIPLE_USERS = "multiple_users"
+    ALREADY_FUSED = "already_fused"
+    UNSUPPORTED_FUNCTION = "unsupported_function"
+    UNSUPPORTED_INTERMEDIATE_TYPE = "unsupported_intermediate_type"
+    LAYOUT_MISMATCH = "layout_mismatch"
+    INCOMPLETE_PARAMETERS = "incomplete_parameters"
+    GROUPED_CODEGEN_UNSUPPORTED = "grouped_codegen_unsupported"
+    REFUTED = "refuted"
+    UNKNOWN = "unknown"
+    REFERENCE_DIVERGENCE = "reference_divergence"
+    FLOAT_ACCUMULATION = "float_accumulation"
+    UNSUPPORTED_OP = "unsupported_op"
+    BUFFERS_EXCEED_MEMORY = "buffers_exceed_memory"  # lowering: kept on the host
 
 
 @dataclass(frozen=True)
@@ -63,7 +105,7 @@ class Counterexample:
 class Verdict:
     """The answer to one obligation. `unknown` is never a pass."""
 
-    status: str
+    status: Status  # a str is accepted and converted; never REJECTED
     policy: Policy
     obligation_hash: str
     solver: str
@@ -75,22 +117,28 @@ class Verdict:
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"bad verdict status {self.status!r}; known: {STATUSES}")
-        if (self.status == "refuted") != (self.counterexample is not None):
+        try:
+            status = Status(self.status)
+        except ValueError:
+            status = None
+        if status not in PROVER_STATUSES:
+            known = ", ".join(PROVER_STATUSES)
+            raise ValueError(f"bad verdict status {self.status!r}; known: {known}")
+        object.__setattr__(self, "status", status)
+        if (self.status is Status.REFUTED) != (self.counterexample is not None):
             raise ValueError("a refuted verdict needs a counterexample, and only it has one")
 
     @property
     def proven(self) -> bool:
-        return self.status == "proven"
+        return self.status is Status.PROVEN
 
     @property
     def refuted(self) -> bool:
-        return self.status == "refuted"
+        return self.status is Status.REFUTED
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "status": self.status,
+            "status": self.status.value,
             "policy": str(self.policy),
             "obligation_hash": self.obligation_hash,
             "solver": self.solver,
