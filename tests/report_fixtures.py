@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.report.model import Counterexample, Reason, Report, SiteReport
+from compiler.report.model import Reason, Report, SiteReport, WholeModelCounterexample
+from prover.verdict import Counterexample
 
 
 def sample_report(model: str = "examples/showcase.onnx") -> Report:
     """Proven, refuted (with a counterexample), unknown and rejected sites."""
-    cex = Counterexample(
+    cex = WholeModelCounterexample(
+        local=Counterexample({"acc": -4321}, 39, 40, 1),
         inputs={"X": np.arange(-8, 8, dtype=np.int8).reshape(1, 16)},
         expected={"Y": np.array([[39, 12]], dtype=np.int8)},
         actual={"Y": np.array([[40, 12]], dtype=np.int8)},
-        local={"acc": -4321},
-        before=39,
-        after=40,
     )
     sites = [
         SiteReport("s0", "MatMul->Sigmoid", ("mm_ok", "sig_ok"), "proven", time_ms=3.2),

@@ -116,7 +116,7 @@ def test_qdq_float_matmul_is_unknown_never_a_pass(form, pattern):
     assert s.pattern == pattern
     assert s.verdict == "unknown" and s.reason.code == "float_accumulation"
     assert "float32" in s.reason.message and "onnx-qdq-float" in s.reason.message
-    assert "reference" in s.to_dict()["action"]
+    assert "reference" in s.reason.action
     assert not any(n.op == "fused" for n in r.graph.nodes)
 
 
@@ -129,20 +129,14 @@ def test_unreproduced_refutation_is_an_internal_error(monkeypatch):
 
 
 def test_site_report_fields():
+    from compiler.report.json_form import site_json
+    from compiler.report.model import SiteReport
+
     r = compile_model(matmul_activation(K=64, N=16), "bitwise", FIXED)
-    d = r.sites[0].to_dict()
-    for k in (
-        "id",
-        "pattern",
-        "nodes",
-        "verdict",
-        "reason",
-        "time_ms",
-        "counterexample",
-        "obligations",
-    ):
+    d = site_json(SiteReport.of(r.sites[0]))
+    for k in ("id", "pattern", "nodes", "verdict", "reason", "time_ms", "counterexample"):
         assert k in d
-    assert d["reason"]["code"] == "refuted" and d["action"]
-    assert (
-        d["counterexample"]["inputs"]["x"] and d["counterexample"]["assignment"]["acc"] is not None
-    )
+    assert d["obligation"] == r.sites[0].obligation_hash in r.sites[0].obligations
+    assert d["reason"]["code"] == "refuted" and d["reason"]["action"]
+    assert d["counterexample"]["inputs"]["x"]["data"]
+    assert d["counterexample"]["local"]["acc"] == r.sites[0].counterexample.assignment["acc"]

@@ -12,7 +12,7 @@ from report_fixtures import sample_report
 from compiler.report import json_form as report_json
 from compiler.report import junit as report_junit
 from compiler.report import text as report_text
-from compiler.report.model import ExitCode, Reason, Report, SiteReport, Verdict
+from compiler.report.model import ExitCode, Reason, Report, SiteReport, Status
 
 
 def test_summary_counts_every_verdict():
@@ -31,7 +31,11 @@ def test_summary_counts_every_verdict():
     ],
 )
 def test_exit_code_rule(verdicts, code):
-    sites = [SiteReport(f"s{i}", "p", ("a",), v) for i, v in enumerate(verdicts)]
+    why = Reason("multiple_users", "kept")
+    sites = [
+        SiteReport(f"s{i}", "p", ("a",), v, why if v == "rejected" else None)
+        for i, v in enumerate(verdicts)
+    ]
     assert Report("m.onnx", "bitwise", "t", sites).exit_code() == code
 
 
@@ -41,6 +45,10 @@ def test_unproven_site_always_has_a_reason():
     assert SiteReport("s", "p", ("a",), "proven").reason is None
     with pytest.raises(ValueError):
         SiteReport("s", "p", ("a",), "maybe")
+    with pytest.raises(ValueError, match="needs its reason code"):
+        SiteReport("s", "p", ("a",), "rejected")
+    with pytest.raises(ValueError):
+        Reason("not_a_code", "reason codes are DESIGN.md's, checked")
 
 
 def test_json_has_design_fields():
@@ -89,6 +97,8 @@ def test_junit_one_case_per_site():
 
 
 def test_junit_escapes_markup_in_messages():
-    site = SiteReport("s", "p", ("a<b",), Verdict.REJECTED, Reason("layout_mismatch", 'x & "y"'))
+    site = SiteReport("s", "p", ("a<b",), Status.REJECTED, Reason("layout_mismatch", 'x & "y"'))
     root = ET.fromstring(report_junit.render(Report("m.onnx", "bitwise", "t", [site])))
-    assert root.find("testsuite/testcase/skipped").get("message") == '[layout_mismatch] x & "y"'
+    assert root.find("testsuite/testcase/skipped").get("message") == (
+        f'[layout_mismatch] x & "y" (action: {site.reason.action})'
+    )

@@ -1,19 +1,20 @@
 """Run the compiler's pipeline for `prover check` / `npuc compile` and build a `Report`.
 
 This is the one place that touches `compiler.api.compile_model` and the proof
-store for the command-line tools; the report writers only see `report_model`.
+store for the command-line tools; the report writers only see `compiler.report.model`
+(sites as `SiteReport.of(site)`).
 """
 
 from __future__ import annotations
 
-import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from compiler.cli.common import UsageError, check_model_file, resolve_target, tool_version
-from compiler.report.model import Counterexample, Reason, Report, SiteReport, arrays
+from compiler.ir.site import Diagnostic
+from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
 
 
@@ -110,79 +111,12 @@ def check_solver(name: str) -> str:
         raise UsageError(str(e)) from None
 
 
-def _field(obj: Any, name: str, default: Any = None) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-def _reason(site: Any) -> Reason | None:
-    r = _field(site, "reason")
-    if r is None:
-        return None
-    if isinstance(r, Reason):
-        return r
-    if isinstance(r, tuple | list) and len(r) == 2:
-        return Reason(str(r[0]), str(r[1]))
-    code = _field(r, "code")
-    if code is None:
-        return None
-    from compiler.ir.site import ACTIONS
-
-    return Reason(str(code), str(_field(r, "message", "")), ACTIONS.get(str(code), ""))
-
-
-def _counterexample(site: Any) -> Counterexample | None:
-    c = _field(site, "counterexample")
-    if c is None:
-        return None
-    local = _field(c, "assignment") or _field(c, "local") or {}
-    return Counterexample(
-        inputs=arrays(_field(c, "inputs")),
-        expected=arrays(_field(c, "expected")),
-        actual=arrays(_field(c, "actual")),
-        local={str(k): int(v) for k, v in dict(local).items()},
-        before=_int_or_none(_field(c, "before")),
-        after=_int_or_none(_field(c, "after")),
-    )
-
-
-def _int_or_none(v: Any) -> int | None:
-    try:
-        return None if v is None else int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def site_report(site: Any) -> SiteReport:
-    """A compiler `Site` as a `SiteReport`."""
-    verdict = _field(site, "verdict")
-    verdict = getattr(verdict, "value", verdict)
-    return SiteReport(
-        id=str(_field(site, "id")),
-        pattern=str(_field(site, "pattern")),
-        nodes=tuple(str(n) for n in _field(site, "nodes", ())),
-        verdict=str(verdict),
-        reason=_reason(site),
-        time_ms=float(_field(site, "time_ms", 0.0) or 0.0),
-        counterexample=_counterexample(site),
-        obligation_hash=_field(site, "obligation_hash"),
-        solver=_field(site, "solver"),
-        max_diff=_int_or_none(_field(site, "max_diff")),
-        ledger=_field(site, "ledger"),
-    )
-
-
-def _call_compile(model: str, policy: Any, target: Any, check_options: dict, progress: Progress):
+def _compile(model: str, policy: Any, target: Any, check_options: dict, progress: Progress):
     from compiler.api import compile_model
 
-    params = inspect.signature(compile_model).parameters
-    kwargs: dict[str, Any] = {"policy": policy, "target": target, "check_options": check_options}
-    if "progress" in params:
-        kwargs["progress"] = progress.update
-    return compile_model(model, **kwargs)
+    return compile_model(
+        model, policy=policy, target=target, check_options=check_options, progress=progress.update
+    )
 
 
 def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
@@ -205,12 +139,12 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     if store is not None:
         check_options["store"] = store
     with Progress("checking", enabled=None if opts.progress else False) as bar:
-        result = _call_compile(model, policy, target, check_options, bar)
+        result = _compile(model, policy, target, check_options, bar)
     report = Report(
         model=model,
         policy=str(policy),
         target=str(getattr(target, "name", opts.target or "default")),
-        sites=[site_report(s) for s in result.sites],
+        sites=[SiteReport.of(s) for s in result.sites],
         tool_version=tool_version(),
         reference=profile.to_dict(),
         findings=list(getattr(getattr(result, "context", None), "findings", None) or []),
@@ -222,7 +156,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     return CheckRun(report, result, target, policy, [h for h, _ in misses], store)
 
 
-def host_ops(result: Any) -> list[dict[str, Any]]:
+def host_ops(result: Any) -> list[Diagnostic]:
     """Every op kept on the host, with its reason code and action (not the sites' reasons).
 
     The frontend's placements (`unsupported_op`) and the lowering's (an op whose NPU form
@@ -235,12 +169,13 @@ def host_ops(result: Any) -> list[dict[str, Any]]:
     diags = (host_diagnostics(original) if original is not None else []) + list(
         getattr(ctx, "diagnostics", None) or []
     )
-    out, seen = [], set()
+    out: list[Diagnostic] = []
+    seen = set()
     for d in diags:
         key = (d.code, tuple(d.nodes), d.message)
         if key not in seen:
             seen.add(key)
-            out.append(d.to_dict())
+            out.append(d)
     return out
 
 

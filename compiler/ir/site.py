@@ -2,80 +2,67 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from prover.verdict import Counterexample, ReasonCode, Status
+
 from .graph import Node
+from .reasons import ACTIONS, Reason
 
-# What the user can do, per reason code (DESIGN.md reason codes).
-ACTIONS = {
-    "not_adjacent": "keep the original; move the op between them out of the chain to enable fusion",
-    "intervening_requantize": "keep the original, or fold the requantize into the compute op's own scale",
-    "intervening_clip": "keep the original, or move the clip after the requantization",
-    "multiple_users": "keep the original; fuse only where the compute result has a single user",
-    "already_fused": "keep the original; enable table composition (compose_tables) to fuse both as one proven table",
-    "unsupported_function": "keep the activation standalone, or choose a target that supports it on this compute path",
-    "unsupported_intermediate_type": "keep the original, or requantize to a type the target supports",
-    "layout_mismatch": "keep the original; remove the transpose/permuting reshape between the ops",
-    "incomplete_parameters": "keep the original; supply the missing quantization parameters or table",
-    "grouped_codegen_unsupported": "change grouping: schedule this compute op as a structure the target can fuse ('plain')",
-    "refuted": "keep the original, disable this fusion, or use a looser policy (bounded:N) if acceptable",
-    "unknown": "keep the original; raise --timeout or try another --solver",
-    "reference_divergence": "keep the matmul on the host, or quantize with reduce_range=True "
-    "(7-bit weights) or as int8 x int8 / uint8 x uint8 so no int16 pair can saturate",
-    "float_accumulation": "keep the QDQ group on the host, or check under a reference that reads "
-    "QDQ groups as integer kernels (--reference onnx, the default) so the group is an integer "
-    "MatMul with a provable epilogue",
-    "buffers_exceed_memory": "keep it on the host, or choose a target with larger memories",
-    "unsupported_op": "keep it on the host (ONNX Runtime runs it); to move it to the NPU, "
-    "replace it by an op the target supports or choose a target that supports it",
-}
-
-
-@dataclass
-class Reason:
-    code: str
-    message: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
+__all__ = ["ACTIONS", "Diagnostic", "Reason", "Site", "WholeModelCounterexample"]
 
 
 @dataclass(kw_only=True)
 class WholeModelCounterexample:
-    """A refutation replayed on the whole model."""
+    """A refutation replayed on the whole model: the one counterexample type of the compiler.
 
-    inputs: dict[str, np.ndarray] | None  # whole-model inputs (None when not liftable)
-    expected: (
-        dict[str, np.ndarray] | None
-    )  # original model outputs (ONNX Runtime, or the IR reference)
-    actual: dict[str, np.ndarray] | None  # fused form outputs
-    assignment: dict[str, int]  # free-variable assignment of the refuted obligation
-    before: int
-    after: int
+    It *contains* the prover's `Counterexample` (`local`: the obligation's assignment,
+    `before`/`after`, the lifted row) and adds what only the whole model has: the graph
+    inputs, both models' outputs, the output element that differs and where the data
+    was saved. Two types because the prover knows nothing of ONNX graphs; never two
+    parallel ones: `assignment`, `before` and `after` are read from `local`.
+    """
+
+    local: Counterexample
+    inputs: dict[str, np.ndarray] | None = None  # whole-model inputs (None: not liftable)
+    expected: dict[str, np.ndarray] | None = None  # original model (ORT, or the IR reference)
+    actual: dict[str, np.ndarray] | None = None  # fused form outputs
     element: dict[str, Any] = field(default_factory=dict)  # {"value": name, "index": [...]}
     expected_by: str = ""  # "onnxruntime" or "ir-reference"
     actual_by: str = ""  # "kernel" (+ "simulator" when checked)
     note: str = ""
+    npz: str | None = None  # where `--emit-tests` saved the arrays
 
-    def to_dict(self) -> dict[str, Any]:
-        def arr(d):
-            return None if d is None else {k: np.asarray(v).tolist() for k, v in d.items()}
+    @property
+    def assignment(self) -> Mapping[str, int]:
+        """Free-variable assignment of the refuted obligation (e.g. {"acc": 1250})."""
+        return self.local.assignment
 
-        return {
-            "inputs": arr(self.inputs),
-            "expected": arr(self.expected),
-            "actual": arr(self.actual),
-            "assignment": dict(self.assignment),
-            "before": self.before,
-            "after": self.after,
-            "element": self.element,
-            "expected_by": self.expected_by,
-            "actual_by": self.actual_by,
-            "note": self.note,
-        }
+    @property
+    def before(self) -> int:
+        return int(self.local.before)
+
+    @property
+    def after(self) -> int | None:
+        """The fused value; None where an NPU-side precondition fails (no value exists)."""
+        return None if self.local.after is None else int(self.local.after)
+
+    def differing(self) -> list[tuple[str, tuple[int, ...], int, int]]:
+        """(output, index, expected, actual) of every differing element, first ones first."""
+        out = []
+        actual = self.actual or {}
+        for name, exp in (self.expected or {}).items():
+            act = actual.get(name)
+            if act is None or np.shape(act) != np.shape(exp):
+                continue
+            exp_a, act_a = np.asarray(exp), np.asarray(act)
+            for idx in zip(*np.nonzero(exp_a != act_a), strict=True):
+                out.append((name, tuple(int(i) for i in idx), exp_a[idx].item(), act_a[idx].item()))
+        return out
 
 
 @dataclass(kw_only=True)
@@ -86,7 +73,7 @@ class Site:
     pattern: str
     compute: Node
     chain: list[Node]
-    verdict: str | None = None  # proven | refuted | unknown | rejected
+    verdict: Status | None = None
     reason: Reason | None = None
     time_ms: float = 0.0
     counterexample: WholeModelCounterexample | None = None
@@ -116,42 +103,32 @@ class Site:
                     out.append(o)
         return out
 
-    def decide(self, verdict: str, code: str | None = None, message: str = "") -> None:
-        self.verdict = verdict
-        self.reason = None if code is None else Reason(code, message)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "pattern": self.pattern,
-            "nodes": self.nodes,
-            "verdict": self.verdict,
-            "reason": None if self.reason is None else self.reason.to_dict(),
-            "action": None if self.reason is None else ACTIONS.get(self.reason.code, ""),
-            "time_ms": round(self.time_ms, 3),
-            "counterexample": None
-            if self.counterexample is None
-            else self.counterexample.to_dict(),
-            "obligations": list(self.obligations),
-            "obligation_hash": self.obligation_hash,
-            "solver": self.solver,
-            "max_diff": self.max_diff,
-            "applied": self.applied,
-        }
+    def decide(
+        self, verdict: Status | str, code: ReasonCode | str | None = None, message: str = ""
+    ) -> None:
+        """Record the verdict and, where not proven, its reason (strings are checked)."""
+        self.verdict = Status(verdict)
+        self.reason = None if code is None else Reason(ReasonCode(code), message)
 
 
 @dataclass
 class Diagnostic:
     """A lowering decision the user should know about (an op kept on the host, ...)."""
 
-    code: str
+    code: ReasonCode
     nodes: list[str]
     message: str
-    action: str = ""
+    action: str = ""  # empty: the code's action (`compiler.ir.reasons`)
+
+    def __post_init__(self) -> None:
+        self.code = ReasonCode(self.code)
+        self.nodes = [str(n) for n in self.nodes]
+        if not self.action:
+            self.action = ACTIONS[self.code]
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "code": self.code,
+            "code": self.code.value,
             "nodes": self.nodes,
             "message": self.message,
             "action": self.action,

@@ -23,6 +23,7 @@ from prover.errors import LiftError
 from prover.lift import lift_row, row_value
 from prover.obligation import LiftSpec
 from prover.terms import PreconditionViolation
+from prover.verdict import Counterexample, ReasonCode
 
 from .host import run_host
 
@@ -134,7 +135,7 @@ def _against_ort(g: Graph, site: Site, feeds, env0, ctx, base: WholeModelCounter
         f"reference {name} on this input (outputs {', '.join(diverged)}); expected is {name}'s"
     )
     finding = {
-        "code": "reference_divergence",
+        "code": ReasonCode.REFERENCE_DIVERGENCE.value,
         "nodes": site.nodes,
         "message": f"{site.id}: {base.note}",
         "inputs": {k: np.asarray(v).tolist() for k, v in feeds.items()},
@@ -153,14 +154,15 @@ def whole_model(
     g: Graph, site: Site, verdict, columns, lift_col: int, ctx, apply
 ) -> WholeModelCounterexample:
     """Lift, replay on both forms, and check the difference reproduces exactly."""
-    cx = verdict.counterexample
+    cx: Counterexample = verdict.counterexample
     acc = int(cx.assignment["acc"])
     j, row = find_row(site.compute, columns, acc, cx.lifted_input, lift_col)
-    undefined = getattr(cx, "undefined", "")
-    after = None if undefined else int(cx.after)
-    return replay_row(
-        g, site, j, row, dict(cx.assignment), int(cx.before), after, ctx, apply, undefined
+    after = None if cx.undefined else int(cx.after)
+    out = replay_row(
+        g, site, j, row, dict(cx.assignment), int(cx.before), after, ctx, apply, cx.undefined
     )
+    out.local = cx  # the prover's own record (with its lifted row), now reproduced
+    return out
 
 
 def replay_row(
@@ -192,15 +194,15 @@ def replay_row(
     flat = int(np.nonzero(pos == j)[0][0])
     feeds, why = _to_inputs(g, node.inputs[0], A.astype(np.dtype(a_val.dtype)))
     out_name = site.activation.output
-    base = WholeModelCounterexample(
-        inputs=None,
-        expected=None,
-        actual=None,
-        assignment=dict(assignment),
-        before=int(before),
-        after=None if after is None else int(after),
-        element={"value": out_name, "column": j},
+    local = Counterexample(
+        {k: int(v) for k, v in assignment.items()},
+        int(before),
+        None if after is None else int(after),
+        None if after is None else abs(int(after) - int(before)),
+        tuple(int(v) for v in row),
+        undefined=undefined,
     )
+    base = WholeModelCounterexample(local=local, element={"value": out_name, "column": j})
     if feeds is None:
         base.note = f"not liftable to whole-model inputs: {why}"
         return base

@@ -1,18 +1,29 @@
 """Structural legality: one rule per function; its docstring is the user-facing reason.
 
-Each rule returns None when the site passes, or a message naming the nodes. The
-first failing rule rejects the site with its reason code (DESIGN.md); a rejected
-site leaves the graph exactly as it was. Rules run in `RULES` order.
+Each rule is registered with its reason code and the user's action
+(`@rule(ReasonCode.X, action=...)`, `compiler.ir.reasons`) and is pure: it reads the
+graph, the site and the configuration and returns None when the site passes, a
+message naming the nodes, or a `Reason` with the backend validation's own code. The
+first failing rule rejects the site; a rejected site leaves the graph exactly as it
+was. Rules run in registration order (`RULES`).
+
+The pass itself (`run`) does what the rules must not: before them it reads ORT's
+float bias group of each site (`site.float_bias`, which the rules and the
+descriptor read), after them it rejects, or stores the postprocessing descriptor
+(`site.post`) of a site that passed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from compiler.errors import InternalError
 from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
+from compiler.ir.reasons import Reason, Rule, RuleResult, rule, rules
 from compiler.ir.site import Site
 from prover.inttypes import int_type
+from prover.verdict import ReasonCode, Status
 
 ABSORBABLE = ("requantize", "clip", "lut", "qlinear_binary", *LAYOUT_OPS)
 SCHEME_FAMILY = {"double": "fixed_double", "single": "fixed_single", "float": "float32"}
@@ -28,6 +39,11 @@ def _kind(site: Site) -> str:
     return "MatMul" if k == "Gemm" else k
 
 
+@rule(
+    ReasonCode.ALREADY_FUSED,
+    action="keep the original; enable table composition (compose_tables) to fuse both as one "
+    "proven table",
+)
 def rule_already_fused(g: Graph, site: Site, ctx) -> str | None:
     """The producer already carries a postprocessing function: a second activation is never
     written over the first; two tables are composed into one only as a proven rewrite
@@ -46,6 +62,10 @@ def rule_already_fused(g: Graph, site: Site, ctx) -> str | None:
     return None
 
 
+@rule(
+    ReasonCode.MULTIPLE_USERS,
+    action="keep the original; fuse only where the compute result has a single user",
+)
 def rule_single_user(g: Graph, site: Site, ctx) -> str | None:
     """The compute result (or a value between it and the activation) is also used by another
     node or is a graph output: the other branch keeps its value and nothing is fused."""
@@ -61,18 +81,15 @@ def rule_single_user(g: Graph, site: Site, ctx) -> str | None:
     return None
 
 
+@rule(
+    ReasonCode.NOT_ADJACENT,
+    action="keep the original; move the op between them out of the chain to enable fusion",
+)
 def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
     """The activation's input is not produced directly by the compute op (only requantize,
     a bias (a QLinearAdd, or ORT's float DequantizeLinear -> Add -> QuantizeLinear group
     after a QLinearMatMul), clip and layout ops may sit between them)."""
-    fb = None
-    if site.compute.attrs.get("requant") is not None:
-        from compiler.frontend.float_bias import ort_tables, recognize
-
-        fb = recognize(g, site, site.compute.output)
-        if fb is not None:
-            fb.tables = ort_tables(g, site, fb)
-    site.float_bias = fb
+    fb = site.float_bias
     inside = set() if fb is None else set(range(fb.start, fb.end + 1))
     bad = [
         n
@@ -96,6 +113,11 @@ def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
     return None
 
 
+@rule(
+    ReasonCode.UNSUPPORTED_FUNCTION,
+    action="keep the activation standalone, or choose a target that supports it on this "
+    "compute path",
+)
 def rule_function_supported(g: Graph, site: Site, ctx) -> str | None:
     """This compute path does not support this activation on this target (support on one
     path, e.g. Conv, says nothing about another, e.g. MatMul)."""
@@ -112,6 +134,10 @@ def rule_function_supported(g: Graph, site: Site, ctx) -> str | None:
     return None
 
 
+@rule(
+    ReasonCode.INTERVENING_REQUANTIZE,
+    action="keep the original, or fold the requantize into the compute op's own scale",
+)
 def rule_requantize_reproducible(g: Graph, site: Site, ctx) -> str | None:
     """A requantize between the compute op and the activation that the target's single
     postprocessing requantization stage cannot reproduce (a second requantization, or a
@@ -175,6 +201,10 @@ def bias_placement(site: Site, ctx) -> str | None:
     return None
 
 
+@rule(
+    ReasonCode.INTERVENING_CLIP,
+    action="keep the original, or move the clip after the requantization",
+)
 def rule_clip_absorbable(g: Graph, site: Site, ctx) -> str | None:
     """A clip between the compute op and the activation that cannot be absorbed: only a clip
     on the table's input (after requantization) can be composed into the table."""
@@ -188,6 +218,10 @@ def rule_clip_absorbable(g: Graph, site: Site, ctx) -> str | None:
     return None
 
 
+@rule(
+    ReasonCode.LAYOUT_MISMATCH,
+    action="keep the original; remove the transpose/permuting reshape between the ops",
+)
 def rule_layout(g: Graph, site: Site, ctx) -> str | None:
     """Element correspondence or memory layout differs between the compute output and the
     activation (a hidden transpose or permuting reshape); only leading unit dimensions may
@@ -211,6 +245,10 @@ def rule_layout(g: Graph, site: Site, ctx) -> str | None:
     return None
 
 
+@rule(
+    ReasonCode.UNSUPPORTED_INTERMEDIATE_TYPE,
+    action="keep the original, or requantize to a type the target supports",
+)
 def rule_intermediate_type(g: Graph, site: Site, ctx) -> str | None:
     """The intermediate storage type (the table's input), the table size or the output
     encoding is not one the target's postprocessing supports."""
@@ -230,6 +268,10 @@ def rule_intermediate_type(g: Graph, site: Site, ctx) -> str | None:
     return None
 
 
+@rule(
+    ReasonCode.GROUPED_CODEGEN_UNSUPPORTED,
+    action="change grouping: schedule this compute op as a structure the target can fuse ('plain')",
+)
 def rule_schedule(g: Graph, site: Site, ctx) -> str | None:
     """The chosen scheduling structure (grouping/tiling) of the compute op cannot generate
     the fused op on this target."""
@@ -243,7 +285,11 @@ def rule_schedule(g: Graph, site: Site, ctx) -> str | None:
     return None
 
 
-def rule_parameters_complete(g: Graph, site: Site, ctx) -> str | tuple[str, str] | None:
+@rule(
+    ReasonCode.INCOMPLETE_PARAMETERS,
+    action="keep the original; supply the missing quantization parameters or table",
+)
+def rule_parameters_complete(g: Graph, site: Site, ctx) -> RuleResult:
     """The table, its quantization parameters, the requantization header or the encodings
     are missing or invalid (the backend's own step validation is asked last; its issue
     code is reported as is)."""
@@ -269,6 +315,18 @@ def rule_parameters_complete(g: Graph, site: Site, ctx) -> str | tuple[str, str]
                 return f"{_names([n])} lacks {', '.join(missing)}"
             if len(n.attrs["table"]) != int_type(n.attrs["in_type"]).size:
                 return f"{_names([n])} has a table of {len(n.attrs['table'])} entries"
+    built = descriptor(g, site, ctx)
+    if isinstance(built, str):
+        return built
+    issues = built[1]
+    if issues:
+        return Reason(ReasonCode(issues[0].code), issues[0].message)
+    return None
+
+
+def descriptor(g: Graph, site: Site, ctx):
+    """The site's postprocessing descriptor (per column group) and the backend's validation
+    issues of the fused step built from it; or why it cannot be built (a message)."""
     from compiler.ir.epilogue import build_columns
 
     from .npu_step import fused_step, validation_issues
@@ -277,48 +335,64 @@ def rule_parameters_complete(g: Graph, site: Site, ctx) -> str | tuple[str, str]
         groups = build_columns(site, ctx.target, _kind(site))
     except Exception as e:  # noqa: BLE001 - any failure to build the descriptor is incomplete
         return f"cannot build the postprocessing descriptor: {e}"
-    issues = validation_issues(fused_step(g, site, groups, ctx), ctx.target)
-    if issues:
-        site.details.append({"backend_issues": [str(i) for i in issues]})
-        return issues[0].code, issues[0].message
-    site.post = groups
-    return None
+    return groups, validation_issues(fused_step(g, site, groups, ctx), ctx.target)
 
 
-RULES: list[tuple[str, Callable]] = [
-    ("already_fused", rule_already_fused),
-    ("multiple_users", rule_single_user),
-    ("not_adjacent", rule_adjacent),
-    ("unsupported_function", rule_function_supported),
-    ("intervening_requantize", rule_requantize_reproducible),
-    ("intervening_clip", rule_clip_absorbable),
-    ("layout_mismatch", rule_layout),
-    ("unsupported_intermediate_type", rule_intermediate_type),
-    ("grouped_codegen_unsupported", rule_schedule),
-    ("incomplete_parameters", rule_parameters_complete),
-]
+RULES: list[tuple[str, Callable[..., RuleResult]]] = [(r.code.value, r.check) for r in rules()]
 
 
-def check_site(g: Graph, site: Site, ctx) -> tuple[str, str] | None:
-    """(code, message) of the first failing rule, or None.
+def first_failure(g: Graph, site: Site, ctx) -> tuple[Rule, Reason] | None:
+    """The first failing rule and its reason, or None (pure: the site is not changed).
 
     A QDQ float compute group (host_onnx) is not judged structurally: whatever follows
     it, its float sum is the reason no fusion exists (the gate's `float_accumulation`).
     """
     if site.compute.op == "host_onnx":
         return None
-    for code, rule in RULES:
-        msg = rule(g, site, ctx)
-        if isinstance(msg, tuple):
-            return msg
-        if msg is not None:
-            return code, msg
+    for r in rules():
+        got = r.check(g, site, ctx)
+        if isinstance(got, Reason):
+            return r, got
+        if got is not None:
+            return r, Reason(r.code, got)
     return None
 
 
+def check_site(g: Graph, site: Site, ctx) -> tuple[str, str] | None:
+    """(code, message) of the first failing rule, or None (pure)."""
+    bad = first_failure(g, site, ctx)
+    return None if bad is None else (bad[1].code.value, bad[1].message)
+
+
+def float_bias_of(g: Graph, site: Site):
+    """ORT's float bias group right after the compute op's own requantization, with its
+    per-column tables (`compiler.frontend.float_bias`), or None."""
+    if site.compute.attrs.get("requant") is None or site.compute.op == "host_onnx":
+        return None
+    from compiler.frontend.float_bias import ort_tables, recognize
+
+    fb = recognize(g, site, site.compute.output)
+    if fb is not None:
+        fb.tables = ort_tables(g, site, fb)
+    return fb
+
+
 def run(g: Graph, ctx) -> Graph:
+    """Read each site's float bias group, run the rules, then reject the site or store its
+    postprocessing descriptor (`site.post`) for the gate."""
     for site in ctx.sites:
-        bad = check_site(g, site, ctx)
+        site.float_bias = float_bias_of(g, site)
+        bad = first_failure(g, site, ctx)
         if bad is not None:
-            site.decide("rejected", bad[0], bad[1])
+            r, reason = bad
+            if r.code is ReasonCode.INCOMPLETE_PARAMETERS:
+                built = descriptor(g, site, ctx)
+                if not isinstance(built, str) and built[1]:
+                    site.details.append({"backend_issues": [str(i) for i in built[1]]})
+            site.decide(Status.REJECTED, reason.code, reason.message)
+        elif site.compute.op != "host_onnx":
+            built = descriptor(g, site, ctx)
+            if isinstance(built, str) or built[1]:
+                raise InternalError(f"{site.id}: descriptor differs from the one the rules passed")
+            site.post = built[0]
     return g

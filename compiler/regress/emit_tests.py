@@ -25,7 +25,7 @@ import numpy as np
 
 from compiler.cli.common import resolve_target
 from compiler.errors import InternalError
-from compiler.report.model import Report, SiteReport, Verdict
+from compiler.report.model import Report, SiteReport, Status
 
 KEY_LEN = 16
 
@@ -120,7 +120,7 @@ def emit_site(
     d.mkdir(parents=True, exist_ok=True)
     _write_if_changed(d / "model.onnx", model_bytes)
     divergent = diverges_here(reference)
-    for name, exp in cex.expected.items():
+    for name, exp in (cex.expected or {}).items():
         if divergent and name in expected:
             expected[name] = np.asarray(exp)
         elif name in expected and not np.array_equal(expected[name], exp):
@@ -134,7 +134,7 @@ def emit_site(
         arrays[f"input_{i}"] = np.asarray(v)
     for i, name in enumerate(out_names):
         arrays[f"expected_{i}"] = expected[name]
-        if name in cex.actual:
+        if name in (cex.actual or {}):
             arrays[f"actual_{i}"] = np.asarray(cex.actual[name])
     npz = d / "counterexample.npz"
     if not _same_npz(npz, arrays):
@@ -153,7 +153,7 @@ def emit_site(
         "reason": None if site.reason is None else site.reason.message,
         "inputs": list(cex.inputs),
         "outputs": out_names,
-        "local": cex.local,
+        "local": dict(cex.assignment),
         "before": cex.before,
         "after": cex.after,
     }
@@ -179,7 +179,7 @@ def emit_tests(report: Report, model_path: str, out_dir: str, opts: Any) -> list
         target_file = str(resolve_target(opts.target).path)
     written = []
     for site in report.sites:
-        if site.verdict is not Verdict.REFUTED:
+        if site.verdict is not Status.REFUTED:
             continue
         if site.counterexample is None or not site.counterexample.inputs:
             print(

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import plots as P
-from .model import Counterexample, Report, SiteReport, Verdict
+from .model import Report, SiteReport, Status, WholeModelCounterexample
 from .views import EpilogueView, SiteView, Views, collect
 
 MAX_ARRAY = 64  # array elements printed in full; larger arrays are summarised
@@ -87,7 +87,7 @@ def _legend() -> str:
 
 
 def _headline(r: Report, views: Views) -> tuple[str, EpilogueView] | None:
-    order = sorted(r.sites, key=lambda s: s.verdict is not Verdict.REFUTED)  # stable: refuted first
+    order = sorted(r.sites, key=lambda s: s.verdict is not Status.REFUTED)  # stable: refuted first
     for s in order:
         sv = views.sites.get(s.id)
         if sv and sv.epilogues:
@@ -106,8 +106,8 @@ def _site(s: SiteReport, sv: SiteView | None) -> str:
     ]
     if s.reason is not None:
         rows.append(_row("reason", f"<code>{_e(s.reason.code)}</code>: {_e(s.reason.message)}"))
-    if sv is not None and sv.action:
-        rows.append(_row("what you can do", _e(sv.action)))
+        rows.append(_row("what it means", _e(s.reason.text)))
+        rows.append(_row("what you can do", _e(s.reason.action)))
     rows.append(_row("time", f"{s.time_ms:.1f} ms"))
     rows.append(_row("solver", _e(s.solver or "none (decided before any proof)")))
     if s.obligation_hash:
@@ -141,9 +141,9 @@ def _array(a: np.ndarray) -> str:
     return f"{shape} {a.dtype}\n{text}"
 
 
-def _counterexample(c: Counterexample) -> str:
+def _counterexample(c: WholeModelCounterexample) -> str:
     out = ["<h3>Counterexample (replayed)</h3>"]
-    local = ", ".join(f"{k}={v}" for k, v in c.local.items())
+    local = ", ".join(f"{k}={v}" for k, v in c.assignment.items())
     if local or c.before is not None:
         out.append(
             f"<p>at <code>{_e(local)}</code>: original <b>{_e(c.before)}</b>, fused "
@@ -152,13 +152,14 @@ def _counterexample(c: Counterexample) -> str:
     diffs = c.differing()
     differ = {n for n, _, _, _ in diffs}
     rows, same = [], []
-    for name, a in c.inputs.items():
+    actual = c.actual or {}
+    for name, a in (c.inputs or {}).items():
         rows.append(_row(f"input {name}", f"<pre>{_e(_array(a))}</pre>"))
-    for name, a in c.expected.items():
+    for name, a in (c.expected or {}).items():
         into = rows if name in differ else same
         into.append(_row(f"{name}, ONNX Runtime", f"<pre>{_e(_array(a))}</pre>"))
-        if name in c.actual:
-            into.append(_row(f"{name}, fused", f"<pre>{_e(_array(c.actual[name]))}</pre>"))
+        if name in actual:
+            into.append(_row(f"{name}, fused", f"<pre>{_e(_array(actual[name]))}</pre>"))
     if c.npz:
         rows.append(_row("data", f"<code>{_e(c.npz)}</code>"))
     out.append("<p>The whole-model input, and the outputs that differ:</p>")
@@ -260,13 +261,13 @@ def _meta(r: Report, views: Views) -> str:
             f"<li><code>{_e(f.get('code'))}</code>: {_e(f.get('message'))}</li>" for f in r.findings
         ]
         out.append("</ul>")
-    if views.diagnostics:
-        out.append("<h3>Diagnostics (unfused sites, host-placed ops)</h3><table>")
+    if r.host_ops:
+        out.append('<h3 id="host-ops">Kept on the host</h3><table>')
         out.append("<tr><th>code</th><th>nodes</th><th>message</th><th>action</th></tr>")
-        for d in views.diagnostics:
+        for d in r.host_ops:
             out.append(
-                f"<tr><td><code>{_e(d.get('code'))}</code></td><td>{_e(', '.join(d.get('nodes', [])))}</td>"
-                f"<td>{_e(d.get('message'))}</td><td>{_e(d.get('action', ''))}</td></tr>"
+                f"<tr><td><code>{_e(d.code)}</code></td><td>{_e(', '.join(d.nodes))}</td>"
+                f"<td>{_e(d.message)}</td><td>{_e(d.action)}</td></tr>"
             )
         out.append("</table>")
     if r.proof_records:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.report.model import Counterexample, Report, SiteReport
+from compiler.report.model import Report, SiteReport, WholeModelCounterexample
 
 SCHEMA_VERSION = 1  # of compiler/report/schema.json; bump with its $id on an incompatible change
 
@@ -25,26 +25,26 @@ def array_from_json(j: dict[str, Any]) -> np.ndarray:
     return np.asarray(j["data"], dtype=j["dtype"]).reshape(j["shape"])
 
 
-def counterexample_json(c: Counterexample) -> dict[str, Any]:
+def counterexample_json(c: WholeModelCounterexample) -> dict[str, Any]:
     """Whole-model inputs, both outputs, the local assignment and the .npz path if any."""
     out: dict[str, Any] = {
-        "inputs": {k: array_json(v) for k, v in c.inputs.items()},
-        "expected": {k: array_json(v) for k, v in c.expected.items()},
-        "actual": {k: array_json(v) for k, v in c.actual.items()},
+        "inputs": {k: array_json(v) for k, v in (c.inputs or {}).items()},
+        "expected": {k: array_json(v) for k, v in (c.expected or {}).items()},
+        "actual": {k: array_json(v) for k, v in (c.actual or {}).items()},
     }
-    if c.local:
-        out["local"] = {k: int(v) for k, v in c.local.items()}
-    if c.before is not None:
-        out["before"] = int(c.before)
+    if c.assignment:
+        out["local"] = {k: int(v) for k, v in c.assignment.items()}
+    out["before"] = c.before
     if c.after is not None:
-        out["after"] = int(c.after)
+        out["after"] = c.after
     if c.npz:
         out["npz"] = c.npz
     return out
 
 
 def site_json(s: SiteReport) -> dict[str, Any]:
-    """One site in the DESIGN.md field names (extra fields are additive)."""
+    """One site in the DESIGN.md field names (extra fields are additive): the one JSON form
+    of a site (`site_json(SiteReport.of(site))` for a compiler `Site`)."""
     out: dict[str, Any] = {
         "id": s.id,
         "pattern": s.pattern,
@@ -52,7 +52,7 @@ def site_json(s: SiteReport) -> dict[str, Any]:
         "verdict": s.verdict.value,
     }
     if s.reason is not None:
-        out["reason"] = {"code": s.reason.code, "message": s.reason.message}
+        out["reason"] = {"code": s.reason.code.value, "message": s.reason.message}
         if s.reason.action:
             out["reason"]["action"] = s.reason.action
     out["time_ms"] = round(float(s.time_ms), 3)
@@ -84,7 +84,7 @@ def report_json(r: Report) -> dict[str, Any]:
     if r.findings:
         out["findings"] = r.findings
     if r.host_ops:
-        out["host_ops"] = r.host_ops
+        out["host_ops"] = [d.to_dict() for d in r.host_ops]
     if r.tool_version:
         out["tool"] = {"name": "prover", "version": r.tool_version}
     if r.ledger is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from compiler.report.model import Report, Verdict
+from compiler.report.model import Report, Status
 from compiler.report.text import counterexample_summary
 
 
@@ -32,9 +32,9 @@ def render(r: Report) -> str:
     for i, f in enumerate(r.findings):
         ET.SubElement(props, "property", name=f"finding.{i}", value=f"[{f['code']}] {f['message']}")
     for i, h in enumerate(r.host_ops):
-        action = f" (action: {h['action']})" if h.get("action") else ""
+        action = f" (action: {h.action})" if h.action else ""
         ET.SubElement(
-            props, "property", name=f"host_op.{i}", value=f"[{h['code']}] {h['message']}{action}"
+            props, "property", name=f"host_op.{i}", value=f"[{h.code}] {h.message}{action}"
         )
     classname = Path(r.model).stem or "model"
     for site in r.sites:
@@ -50,13 +50,13 @@ def render(r: Report) -> str:
         msg = reason.message if reason else ""
         if reason is not None and reason.action:
             msg += f" (action: {reason.action})"
-        if site.verdict is Verdict.REFUTED:
+        if site.verdict is Status.REFUTED:
             el = ET.SubElement(case, "failure", message=msg, type=code)
             if site.counterexample is not None:
                 el.text = "counterexample " + counterexample_summary(site.counterexample)
-        elif site.verdict is Verdict.UNKNOWN:
+        elif site.verdict is Status.UNKNOWN:
             ET.SubElement(case, "error", message=msg, type=code)
-        elif site.verdict is Verdict.REJECTED:
+        elif site.verdict is Status.REJECTED:
             ET.SubElement(case, "skipped", message=f"[{code}] {msg}")
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

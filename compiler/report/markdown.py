@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Report, SiteReport, Verdict
+from .model import Diagnostic, Report, SiteReport, Status
 
 MAX_ELEMENTS = 64  # array elements shown inline; larger arrays are summarised
 ICON = {"proven": "✅", "refuted": "❌", "unknown": "⚠️", "rejected": "➖"}
@@ -31,11 +31,18 @@ def _array(a: np.ndarray) -> str:
 
 def _site_row(s: SiteReport) -> str:
     reason = "" if s.reason is None else f"{_code(s.reason.code)} {_cell(s.reason.message)}"
-    if s.verdict is Verdict.PROVEN and s.max_diff:
+    if s.verdict is Status.PROVEN and s.max_diff:
         reason = f"max difference {s.max_diff}"
     return (
         f"| {_cell(s.id)} | {_cell(s.pattern)} | {_cell(', '.join(s.nodes))} | "
         f"{ICON[s.verdict.value]} {s.verdict.value} | {reason} | {s.time_ms:.0f} |"
+    )
+
+
+def _host_row(h: Diagnostic) -> str:
+    return (
+        f"| {_code(h.code)} | {_cell(', '.join(h.nodes))} | {_cell(h.message)} | "
+        f"{_cell(h.action)} |"
     )
 
 
@@ -47,12 +54,12 @@ def _counterexample(s: SiteReport) -> list[str]:
             f"{_cell(s.reason.message if s.reason else 'refuted')} (no whole-model input)",
             "",
         ]
-    local = ", ".join(f"{k}={v}" for k, v in c.local.items())
+    local = ", ".join(f"{k}={v}" for k, v in c.assignment.items())
     after = "undefined" if c.after is None else c.after
     if local or c.before is not None:
         out += [f"At {_code(local)}: original **{c.before}**, fused **{after}**.", ""]
     out += ["Whole-model input:", "", "```"]
-    out += [f"{k}: {_array(v)}" for k, v in c.inputs.items()]
+    out += [f"{k}: {_array(v)}" for k, v in (c.inputs or {}).items()]
     out += ["```", "", "| output | element | ONNX Runtime | fused |", "|---|---|---|---|"]
     diffs = c.differing()
     out += [f"| {_cell(n)} | {list(i)} | {e} | {a} |" for n, i, e, a in diffs[:10]]
@@ -79,13 +86,22 @@ def render(r: Report) -> str:
         *[_site_row(x) for x in r.sites],
         "",
     ]
-    refuted = [x for x in r.sites if x.verdict is Verdict.REFUTED]
+    refuted = [x for x in r.sites if x.verdict is Status.REFUTED]
     if refuted:
         lines += ["### Counterexamples", ""]
         for x in refuted:
             lines += _counterexample(x)
     for f in r.findings:
         lines += [f"> **{_cell(f.get('code', 'finding'))}**: {_cell(f.get('message', ''))}", ""]
+    if r.host_ops:
+        lines += [
+            "### Kept on the host",
+            "",
+            "| code | nodes | message | action |",
+            "|---|---|---|---|",
+        ]
+        lines += [_host_row(h) for h in r.host_ops]
+        lines.append("")
     if r.proof_misses:
         lines += [f"Proof gate: {len(r.proof_misses)} obligation(s) without a trusted record.", ""]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,27 +1,35 @@
 """The plain data every `prover check` / `npuc compile` report is rendered from.
 
-The report writers (text, JSON, SARIF, JUnit) only see these dataclasses, never the
-compiler's or the prover's objects; `compiler.report_adapt` builds them from a
-compile result. Exit codes are decided here, once, from the verdicts.
+The report writers (text, JSON, SARIF, JUnit, Markdown, HTML) read a site only as a
+`SiteReport`, built from a compiler `Site` by `SiteReport.of` (the one conversion);
+verdicts, reason codes, reasons and counterexamples are the compiler's and the
+prover's own types (`Status`, `ReasonCode`, `Reason`, `WholeModelCounterexample`).
+Exit codes are decided here, once, from the verdicts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
+from enum import IntEnum
 from typing import Any
 
-import numpy as np
+from compiler.ir.reasons import REASON_CODES, Reason
+from compiler.ir.site import Diagnostic, Site, WholeModelCounterexample
+from prover.verdict import ReasonCode, Status
 
-
-class Verdict(StrEnum):
-    """Per-site verdict (DESIGN.md "Verdicts")."""
-
-    PROVEN = "proven"
-    REFUTED = "refuted"
-    UNKNOWN = "unknown"
-    REJECTED = "rejected"
+__all__ = [
+    "REASON_CODES",
+    "Diagnostic",
+    "ExitCode",
+    "Reason",
+    "ReasonCode",
+    "Report",
+    "SiteReport",
+    "Status",
+    "Summary",
+    "WholeModelCounterexample",
+]
 
 
 class ExitCode(IntEnum):
@@ -35,66 +43,6 @@ class ExitCode(IntEnum):
     PROOF_MISSING = 5  # read-only gate: an obligation has no record that could be trusted
 
 
-# Stable reason codes (DESIGN.md) with a one-line description, used as SARIF rules.
-REASON_CODES: dict[str, str] = {
-    "not_adjacent": "The activation's input is not produced directly by the compute op.",
-    "intervening_requantize": "A requantize between them that the target postprocessing cannot reproduce.",
-    "intervening_clip": "A clip between them that cannot be absorbed.",
-    "multiple_users": "The compute result is also used elsewhere.",
-    "already_fused": "The producer already carries a postprocessing function.",
-    "unsupported_function": "This compute path does not support this activation on this target.",
-    "unsupported_intermediate_type": "The intermediate storage type is not supported.",
-    "layout_mismatch": "Element correspondence or memory layout differs (e.g. a hidden transpose).",
-    "incomplete_parameters": "LUT, table address, header, encodings or enable flag missing.",
-    "grouped_codegen_unsupported": "The chosen scheduling structure cannot generate the fused op.",
-    "buffers_exceed_memory": "The op's buffers do not fit the target's memories at once; it stays on the host.",
-    "unsupported_op": "An op the NPU cannot run; it stays on the host (the rest of the model is still checked).",
-    "refuted": "The prover found an input on which the results differ.",
-    "unknown": "The prover could not decide within its budget.",
-    "reference_divergence": "The host's ONNX Runtime can differ from the named reference on a reachable input.",
-    "float_accumulation": "A QDQ float op whose result depends on float summation order, under a float reference.",
-}
-
-
-@dataclass(frozen=True)
-class Reason:
-    """Why a site is not proven: a stable code and a message naming nodes and remedies."""
-
-    code: str
-    message: str
-    action: str = ""  # what the user can do (compiler.ir.site.ACTIONS)
-
-
-@dataclass
-class Counterexample:
-    """A whole-model input on which the original graph and the fused program differ.
-
-    `inputs`, `expected` (original graph under ONNX Runtime) and `actual` (the fused
-    program) are keyed by ONNX graph input/output names. `local` holds the free
-    variables of the obligation (e.g. {"acc": 1234}) with `before`/`after` values.
-    """
-
-    inputs: dict[str, np.ndarray] = field(default_factory=dict)
-    expected: dict[str, np.ndarray] = field(default_factory=dict)
-    actual: dict[str, np.ndarray] = field(default_factory=dict)
-    local: dict[str, int] = field(default_factory=dict)
-    before: int | None = None
-    after: int | None = None
-    npz: str | None = None
-
-    def differing(self) -> list[tuple[str, tuple[int, ...], int, int]]:
-        """(output, index, expected, actual) of every differing element, first ones first."""
-        out = []
-        for name, exp in self.expected.items():
-            act = self.actual.get(name)
-            if act is None or np.shape(act) != np.shape(exp):
-                continue
-            exp_a, act_a = np.asarray(exp), np.asarray(act)
-            for idx in zip(*np.nonzero(exp_a != act_a), strict=True):
-                out.append((name, tuple(int(i) for i in idx), exp_a[idx].item(), act_a[idx].item()))
-        return out
-
-
 @dataclass
 class SiteReport:
     """One candidate site and its verdict."""
@@ -102,21 +50,42 @@ class SiteReport:
     id: str
     pattern: str
     nodes: tuple[str, ...]
-    verdict: Verdict
+    verdict: Status
     reason: Reason | None = None
     time_ms: float = 0.0
-    counterexample: Counterexample | None = None
+    counterexample: WholeModelCounterexample | None = None
     obligation_hash: str | None = None
     solver: str | None = None
     max_diff: int | None = None
     ledger: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        self.verdict = Verdict(self.verdict)
+        self.verdict = Status(self.verdict)
         self.nodes = tuple(self.nodes)
-        if self.verdict is not Verdict.PROVEN and self.reason is None:
-            code = self.verdict.value if self.verdict is not Verdict.REJECTED else "rejected"
+        if self.verdict is not Status.PROVEN and self.reason is None:
+            if self.verdict is Status.REJECTED:
+                raise ValueError(f"site {self.id}: a rejected site needs its reason code")
+            code = ReasonCode(self.verdict.value)  # refuted / unknown are codes too
             self.reason = Reason(code, f"site {self.id} was {self.verdict.value}")
+
+    @classmethod
+    def of(cls, site: Site) -> SiteReport:
+        """The report's view of a compiler `Site` (every writer reads sites this way)."""
+        if site.verdict is None:
+            raise ValueError(f"site {site.id} has no verdict")
+        return cls(
+            id=site.id,
+            pattern=site.pattern,
+            nodes=tuple(site.nodes),
+            verdict=site.verdict,
+            reason=site.reason,
+            time_ms=float(site.time_ms),
+            counterexample=site.counterexample,
+            obligation_hash=site.obligation_hash,
+            solver=site.solver,
+            max_diff=None if site.max_diff is None else int(site.max_diff),
+            ledger=site.ledger,
+        )
 
 
 @dataclass(frozen=True)
@@ -149,21 +118,21 @@ class Report:
         None  # the named reference profile (ReferenceProfile.to_dict)
     )
     findings: list[dict[str, Any]] = field(default_factory=list)  # e.g. reference_divergence
-    # ONNX ops kept on the host: {"code", "nodes", "message", "action"} (unsupported_op, ...)
-    host_ops: list[dict[str, Any]] = field(default_factory=list)
+    # ONNX ops kept on the host (unsupported_op, lowering fallbacks), with their actions
+    host_ops: list[Diagnostic] = field(default_factory=list)
 
     @property
     def summary(self) -> Summary:
         """Counts of sites per verdict."""
-        count = {v: 0 for v in Verdict}
+        count = {v: 0 for v in Status}
         for s in self.sites:
             count[s.verdict] += 1
         return Summary(
             candidates=len(self.sites),
-            proven=count[Verdict.PROVEN],
-            refuted=count[Verdict.REFUTED],
-            unknown=count[Verdict.UNKNOWN],
-            rejected=count[Verdict.REJECTED],
+            proven=count[Status.PROVEN],
+            refuted=count[Status.REFUTED],
+            unknown=count[Status.UNKNOWN],
+            rejected=count[Status.REJECTED],
         )
 
     def exit_code(self) -> ExitCode:
@@ -178,11 +147,6 @@ class Report:
         return ExitCode.OK
 
 
-def arrays(m: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
-    """Copy a name -> array-like mapping into numpy arrays (None -> {})."""
-    return {str(k): np.asarray(v) for k, v in (m or {}).items()}
-
-
-def sites_by_verdict(sites: Sequence[SiteReport], verdict: Verdict) -> list[SiteReport]:
+def sites_by_verdict(sites: Sequence[SiteReport], verdict: Status) -> list[SiteReport]:
     """The sites with one verdict, in report order."""
     return [s for s in sites if s.verdict is verdict]

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compiler.report.model import REASON_CODES, Report, SiteReport, Verdict
+from compiler.report.model import REASON_CODES, Diagnostic, Report, SiteReport, Status
 from compiler.report.text import counterexample_summary
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
-_LEVEL = {Verdict.REFUTED: "error", Verdict.UNKNOWN: "warning", Verdict.REJECTED: "note"}
+_LEVEL = {Status.REFUTED: "error", Status.UNKNOWN: "warning", Status.REJECTED: "note"}
 
 
 def _rule(code: str) -> dict[str, Any]:
@@ -56,13 +56,13 @@ def _locations(uri: str, base: str | None, scope: str, nodes: Sequence[str]) -> 
 
 
 def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[str, Any]:
-    code = s.reason.code if s.reason else s.verdict.value
+    code = _code(s)
     text = f"{s.verdict.value}: {s.pattern} ({', '.join(s.nodes)})"
     if s.reason is not None:
         text += f": {s.reason.message}"
         if s.reason.action:
             text += f" Action: {s.reason.action}."
-    if s.verdict is Verdict.REFUTED and s.counterexample is not None:
+    if s.verdict is Status.REFUTED and s.counterexample is not None:
         text += f"; counterexample {counterexample_summary(s.counterexample)}"
     props: dict[str, Any] = {"verdict": s.verdict.value, "site": s.id, "nodes": list(s.nodes)}
     if s.reason is not None and s.reason.action:
@@ -82,33 +82,33 @@ def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[
     }
 
 
-def _host_result(h: dict[str, Any], rule_index: int, uri: str, base: str | None) -> dict:
+def _host_result(h: Diagnostic, rule_index: int, uri: str, base: str | None) -> dict:
     """A note-level result for one op kept on the host (its ONNX nodes as locations)."""
-    text = h["message"] + (f" Action: {h['action']}." if h.get("action") else "")
+    text = h.message + (f" Action: {h.action}." if h.action else "")
     return {
-        "ruleId": h["code"],
+        "ruleId": h.code.value,
         "ruleIndex": rule_index,
         "level": "note",
         "message": {"text": text},
-        "locations": _locations(uri, base, "host", h["nodes"]),
-        "partialFingerprints": {"hostOp/v1": f"{','.join(h['nodes'])}:{h['code']}"},
-        "properties": {"action": h.get("action", "")},
+        "locations": _locations(uri, base, "host", h.nodes),
+        "partialFingerprints": {"hostOp/v1": f"{','.join(h.nodes)}:{h.code}"},
+        "properties": {"action": h.action},
     }
+
+
+def _code(s: SiteReport) -> str:
+    return s.reason.code.value if s.reason else s.verdict.value
 
 
 def sarif_log(r: Report) -> dict[str, Any]:
     """The report as a SARIF 2.1.0 log object."""
     uri, base = _artifact_uri(r.model)
-    flagged = [s for s in r.sites if s.verdict is not Verdict.PROVEN]
+    flagged = [s for s in r.sites if s.verdict is not Status.PROVEN]
     codes: list[str] = []
     for s in flagged:
-        c = s.reason.code if s.reason else s.verdict.value
-        if c not in codes:
-            codes.append(c)
-    results = [
-        _result(s, codes.index(s.reason.code if s.reason else s.verdict.value), uri, base)
-        for s in flagged
-    ]
+        if _code(s) not in codes:
+            codes.append(_code(s))
+    results = [_result(s, codes.index(_code(s)), uri, base) for s in flagged]
     run: dict[str, Any] = {
         "tool": {
             "driver": {
@@ -126,10 +126,10 @@ def sarif_log(r: Report) -> dict[str, Any]:
     if r.findings:
         run["properties"]["findings"] = r.findings
     for h in r.host_ops:
-        if h["code"] not in codes:
-            codes.append(h["code"])
-            run["tool"]["driver"]["rules"].append(_rule(h["code"]))
-        results.append(_host_result(h, codes.index(h["code"]), uri, base))
+        if h.code.value not in codes:
+            codes.append(h.code.value)
+            run["tool"]["driver"]["rules"].append(_rule(h.code.value))
+        results.append(_host_result(h, codes.index(h.code.value), uri, base))
     if base:
         run["originalUriBaseIds"] = {base: {"uri": Path.cwd().resolve().as_uri() + "/"}}
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from compiler.report.model import Counterexample, Report, SiteReport, Verdict
+from compiler.report.model import Diagnostic, Report, SiteReport, Status, WholeModelCounterexample
 
 _MARK = {
-    Verdict.PROVEN: "PROVEN  ",
-    Verdict.REFUTED: "REFUTED ",
-    Verdict.UNKNOWN: "UNKNOWN ",
-    Verdict.REJECTED: "REJECTED",
+    Status.PROVEN: "PROVEN  ",
+    Status.REFUTED: "REFUTED ",
+    Status.UNKNOWN: "UNKNOWN ",
+    Status.REJECTED: "REJECTED",
 }
 
 
-def counterexample_summary(c: Counterexample) -> str:
+def counterexample_summary(c: WholeModelCounterexample) -> str:
     """A short one-line description of a counterexample."""
     parts = []
-    if c.local:
-        local = ", ".join(f"{k}={v}" for k, v in sorted(c.local.items()))
+    if c.assignment:
+        local = ", ".join(f"{k}={v}" for k, v in sorted(c.assignment.items()))
         ba = ""
         if c.before is not None and c.after is not None:
             ba = f": original {c.before}, fused {c.after}"
@@ -43,9 +43,9 @@ def counterexample_summary(c: Counterexample) -> str:
 def site_line(s: SiteReport) -> str:
     """One line: verdict, pattern, nodes, reason or counterexample, time."""
     detail = ""
-    if s.verdict is Verdict.REFUTED and s.counterexample is not None:
+    if s.verdict is Status.REFUTED and s.counterexample is not None:
         detail = f"  counterexample {counterexample_summary(s.counterexample)}"
-    elif s.reason is not None and s.verdict is not Verdict.PROVEN:
+    elif s.reason is not None and s.verdict is not Status.PROVEN:
         detail = f"  [{s.reason.code}] {s.reason.message}"
         if s.reason.action:
             detail += f"; action: {s.reason.action}"
@@ -55,10 +55,10 @@ def site_line(s: SiteReport) -> str:
     return f"{_MARK[s.verdict]} {s.pattern}  ({nodes}){detail}  {s.time_ms:.0f} ms"
 
 
-def host_line(h: dict) -> str:
+def host_line(h: Diagnostic) -> str:
     """One line per op kept on the host: code, message, action."""
-    action = f"; action: {h['action']}" if h.get("action") else ""
-    return f"HOST     [{h['code']}] {h['message']}{action}"
+    action = f"; action: {h.action}" if h.action else ""
+    return f"HOST     [{h.code}] {h.message}{action}"
 
 
 def render(r: Report) -> str:

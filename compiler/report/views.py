@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.ir.site import ACTIONS
+from prover.verdict import Status
 
 MAX_PIECES = 20000  # above this (after merging equal neighbours) an epilogue is not drawn
 MAX_GROUPS = 4  # epilogue groups drawn per site (per-channel models have one per column set
@@ -87,7 +87,6 @@ class SiteView:
     """What the report shows for one site beyond its `SiteReport`."""
 
     id: str
-    action: str = ""
     epilogues: list[EpilogueView] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ledger: dict[str, Any] | None = None
@@ -102,7 +101,6 @@ class Views:
     sites: dict[str, SiteView]
     ledger: list[dict[str, Any]]
     ledger_note: str
-    diagnostics: list[dict[str, Any]]
     versions: dict[str, str]
 
 
@@ -125,16 +123,13 @@ def collect(run: Any) -> Views:
     sites: dict[str, SiteView] = {}
     for cs in result.sites:
         sv = SiteView(cs.id)
-        if cs.reason is not None:
-            sv.action = ACTIONS.get(cs.reason.code, "")
-        if cs.verdict == "proven":  # only an applied fusion has a ledger entry to show
+        if cs.verdict is Status.PROVEN:  # only an applied fusion has a ledger entry to show
             sv.ledger = next(
                 (e for e in ledger if set(e.get("onnx_nodes", ())) & set(cs.nodes)), None
             )
         _epilogues(result, cs, sv)
         sites[cs.id] = sv
-    diags = [d.to_dict() for d in getattr(result, "diagnostics", ()) if hasattr(d, "to_dict")]
-    return Views(nodes, edges, sites, ledger, note, diags, versions())
+    return Views(nodes, edges, sites, ledger, note, versions())
 
 
 def versions() -> dict[str, str]:
@@ -189,7 +184,7 @@ def _epilogues(result: Any, site: Any, sv: SiteView) -> None:
     if not site.post or site.compute.op != "matmul":
         return
     if not site.obligations:
-        if site.verdict in ("refuted", "unknown"):
+        if site.verdict in (Status.REFUTED, Status.UNKNOWN):
             sv.notes.append("no epilogue obligation was decided for this site (see its reason)")
         return
     from compiler.passes.gate import obligations
