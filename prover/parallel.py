@@ -4,10 +4,15 @@ Z3's Python API is not thread-safe and a forked copy of a process that already
 runs ONNX Runtime's thread pools is not safe either, so workers are *spawned*
 processes. Each obligation is decided exactly as `api.check` decides it alone:
 the verdicts (and counterexamples) do not depend on `jobs`.
+
+Starting a worker costs a fresh interpreter and the prover's imports, so the pool is
+started once per process and size and reused by every later call (shut down at exit);
+whether a batch is worth sending to it is the caller's choice (`compiler.passes.prove`).
 """
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -18,6 +23,9 @@ from .errors import ProverError
 from .obligation import Obligation
 from .verdict import Verdict
 
+_pool: ProcessPoolExecutor | None = None
+_pool_size = 0
+
 
 def _decide(item: tuple[Obligation, dict[str, Any]]) -> Verdict | ProverError:
     ob, options = item
@@ -25,6 +33,29 @@ def _decide(item: tuple[Obligation, dict[str, Any]]) -> Verdict | ProverError:
         return check(ob, **options)
     except ProverError as e:  # returned, so the caller decides which errors are loud
         return e
+
+
+def pool(jobs: int) -> ProcessPoolExecutor:
+    """The process's worker pool of `jobs` spawned processes (started on first use)."""
+    global _pool, _pool_size
+    if _pool is None or _pool_size != jobs:
+        shutdown()
+        _pool = ProcessPoolExecutor(
+            max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+        )
+        _pool_size = jobs
+    return _pool
+
+
+def shutdown() -> None:
+    """Stop the worker pool, if one was started."""
+    global _pool, _pool_size
+    if _pool is not None:
+        _pool.shutdown(wait=True, cancel_futures=True)
+    _pool, _pool_size = None, 0
+
+
+atexit.register(shutdown)
 
 
 def check_many(
@@ -40,6 +71,5 @@ def check_many(
     items = [(ob, dict(options)) for ob in obligations]
     if jobs == 1 or len(items) < 2:
         return [_decide(it) for it in items]
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
-        return list(pool.map(_decide, items))
+    chunk = max(1, len(items) // (4 * jobs))  # few round trips, still balanced
+    return list(pool(jobs).map(_decide, items, chunksize=chunk))

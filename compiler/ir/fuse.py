@@ -27,6 +27,19 @@ def post_of(groups: Sequence[Any], n_cols: int) -> PostProcess | tuple[PostProce
     return tuple(per)
 
 
+def _origin(nodes: Sequence[Node]) -> tuple[str, ...]:
+    origin: list[str] = []
+    for n in nodes:
+        origin += [o for o in n.origin if o not in origin]
+    return tuple(origin)
+
+
+def fused_origin(site: Site) -> tuple[str, ...]:
+    """The ONNX nodes the site's fused node stands for (compute op, chain, bias constant)."""
+    extra = [] if site.float_bias is None else [site.float_bias.const_node]
+    return _origin([site.compute, *site.chain, *extra])
+
+
 def apply_site(g: Graph, site: Site, groups: Sequence[Any], structure: str = "plain") -> Node:
     """Replace the site's compute op and chain by one fused node in `g` (nodes looked up by name)."""
     compute = g.node(site.compute.name)
@@ -55,10 +68,14 @@ def apply_site(g: Graph, site: Site, groups: Sequence[Any], structure: str = "pl
     extra = []
     if site.float_bias is not None:
         extra.append(g.node(site.float_bias.const_node.name))  # the bias's constant DQ
-    origin: list[str] = []
-    for n in [compute, *chain, *extra]:
-        origin += [o for o in n.origin if o not in origin]
-    fused = Node(compute.name, "fused", list(compute.inputs), [act.output], attrs, tuple(origin))
+    fused = Node(
+        compute.name,
+        "fused",
+        list(compute.inputs),
+        [act.output],
+        attrs,
+        _origin([compute, *chain, *extra]),
+    )
     pos = g.index(act)
     g.nodes[pos] = fused
     g.remove([compute, *chain[:-1], *extra])

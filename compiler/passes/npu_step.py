@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.ir.fuse import post_of
+from compiler.ir.fuse import fused_origin, post_of
 from compiler.ir.graph import Graph, Node, Value
 from npu_backend.lowered import NpuMatMul
 
@@ -49,11 +49,16 @@ class MatMulPlacement:
 
 
 def place_matmul(
-    g: Graph, n: Node, post: Any, structure: str, y_name: str | None = None
+    g: Graph,
+    n: Node,
+    post: Any,
+    structure: str,
+    y_name: str | None = None,
+    origin: tuple[str, ...] | None = None,
 ) -> MatMulPlacement:
     """The NpuMatMul of matmul node `n` with epilogue `post` writing IR value `y_name`
-    (default the node's output). The int32 bias, when the node has one, is the constant
-    `<name>.bias`; the weights `<name>.w`."""
+    (default the node's output) for ONNX nodes `origin` (default the node's). The int32
+    bias, when the node has one, is the constant `<name>.bias`; the weights `<name>.w`."""
     a = n.attrs
     x, y = g.values[n.inputs[0]], g.values[y_name or n.output]
     cf = a.get("layout") == "channels_first"
@@ -72,7 +77,7 @@ def place_matmul(
         w_type=a.get("w_type", "int8"),
         post=post,
         structure=structure,
-        onnx_nodes=tuple(n.origin),
+        onnx_nodes=tuple(n.origin if origin is None else origin),
         compute=compute_kind(n),
     )
     return MatMulPlacement(step, x, nat_in, y, out, cf, tuple(np.asarray(a["w"]).shape))
@@ -83,7 +88,7 @@ def fused_step(g: Graph, site: Any, groups: Any, ctx: Any) -> NpuMatMul:
     n = site.compute
     post = post_of(groups, n.attrs["w"].shape[1])
     structure = ctx.config.structure_of(n.origin)
-    return place_matmul(g, n, post, structure, site.activation.output).step
+    return place_matmul(g, n, post, structure, site.activation.output, fused_origin(site)).step
 
 
 def validation_issues(step: Any, target: Any) -> list:

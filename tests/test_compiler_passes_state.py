@@ -1,0 +1,148 @@
+"""Passes talk through the IR, a frozen config and an explicit state; work is done once."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from models import matmul_activation, two_sites
+
+import compiler.passes.prove as prove
+from compiler.api import compile_model, recompile
+from compiler.ir.context import CompileConfig, Context
+from compiler.passes import npu_step
+from compiler.passes.pipeline import PASSES
+from npu_backend.lowered import NpuMatMul
+from npu_backend.target import load_target
+from prover.inttypes import int_type
+from prover.matmul import accumulator_range
+from prover.policy import Policy
+
+FIXED = load_target("npu_backend/targets/npu_fixed.toml")
+FLOAT = load_target("npu_backend/targets/npu_float.toml")
+PASSES_DIR = Path(prove.__file__).parent
+
+
+def test_config_is_frozen_and_normalised_once():
+    r = compile_model(matmul_activation(), "bounded:1", "npu_backend/targets/npu_fixed.toml")
+    cfg = r.context.config
+    assert isinstance(cfg.policy, Policy) and str(cfg.policy) == "bounded:1"
+    assert cfg.target.name == "npu_fixed" and cfg.reference.name == "onnx"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.jobs = 4  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="configuration"):
+        r.context.policy = Policy(0)
+    with pytest.raises(TypeError):
+        cfg.schedule["mm"] = "tiled"  # type: ignore[index]
+    # the flat names read the same fields; state fields stay assignable
+    assert r.context.policy is cfg.policy and r.context.timeout_s == cfg.check.timeout_s
+    assert r.context.sites is r.context.state.sites
+
+
+def test_context_from_flat_fields_and_unknown_field():
+    ctx = Context(target=FIXED, policy="bitwise", jobs=2, solver="segments")
+    assert ctx.config.jobs == 2 and ctx.config.check.solver == "segments"
+    assert ctx.solver == "segments" and ctx.sites == []
+    with pytest.raises(TypeError, match="unknown field"):
+        Context(target=FIXED, polcy="bitwise")
+    cfg = CompileConfig.build(schedule={"mm": "grouped"})
+    assert cfg.structure_of(("x", "mm")) == "grouped" and cfg.structure_of(("x",)) == "plain"
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_obligations_built_once_per_site(monkeypatch, jobs):
+    built = []
+    real = prove._build
+    monkeypatch.setattr(prove, "_build", lambda g, s, c: built.append(s.id) or real(g, s, c))
+    r = compile_model(two_sites(), "bitwise", FLOAT, jobs=jobs)
+    assert [s.verdict for s in r.sites] == ["proven", "proven"]
+    assert sorted(built) == ["site-0", "site-1"]
+    # decided once per hash: every site obligation is in the state's verdicts
+    for s in r.sites:
+        assert all(h in r.context.state.verdicts for h in s.obligations)
+
+
+def test_small_work_never_starts_workers(monkeypatch):
+    def no_pool(*a, **k):
+        raise AssertionError("worker pool started for a few millisecond obligations")
+
+    monkeypatch.setattr("prover.parallel.check_many", no_pool)
+    one = compile_model(two_sites(), "bitwise", FLOAT, jobs=1)
+    two = compile_model(two_sites(), "bitwise", FLOAT, jobs=2)
+    assert [s.verdict for s in one.sites] == [s.verdict for s in two.sites]
+
+
+def test_large_work_goes_to_workers_with_the_same_verdicts(monkeypatch):
+    sent = []
+    import prover.parallel as par
+
+    real = par.check_many
+    monkeypatch.setattr(prove, "SAMPLE_S", 0.0)
+    monkeypatch.setattr(prove, "WORKER_START_S", 0.0)
+    monkeypatch.setattr(
+        par, "check_many", lambda obs, j, **o: sent.append(len(obs)) or real(obs, j, **o)
+    )
+    m = two_sites(second_scale=0.0123)  # refuted on the fixed-point target: counterexamples
+    two = compile_model(m, "bitwise", FIXED, jobs=2)
+    one = compile_model(m, "bitwise", FIXED, jobs=1)
+    assert sent == [1]  # the first obligation measured in process, the rest in workers
+    for a, b in zip(one.sites, two.sites, strict=True):
+        assert (a.verdict, a.obligation_hash, a.max_diff) == (
+            b.verdict,
+            b.obligation_hash,
+            b.max_diff,
+        )
+        if a.counterexample is not None:
+            assert a.counterexample.assignment == b.counterexample.assignment
+    assert {s.verdict for s in two.sites} == {"refuted"}
+
+
+def test_validated_step_is_the_emitted_step(monkeypatch):
+    seen: list[NpuMatMul] = []
+    real = npu_step.validation_issues
+    monkeypatch.setattr(
+        npu_step, "validation_issues", lambda step, t: seen.append(step) or real(step, t)
+    )
+    r = compile_model(matmul_activation(K=16, N=8), "bitwise", FLOAT)
+    assert r.sites[0].verdict == "proven"
+    (emitted,) = [s for s in r.lowered.steps if isinstance(s, NpuMatMul)]
+    assert seen and all(step == emitted for step in seen)
+
+
+def test_accumulator_range_is_stored_on_the_ir():
+    r = compile_model(matmul_activation(K=16, N=8, a_zp=3, seed=4), "bitwise", FIXED)
+    (mm,) = [n for n in r.original.nodes if n.op == "matmul"]
+    a = mm.attrs
+    want = accumulator_range(
+        a["w"], np.asarray(a["w_zp"]), int_type(a["a_type"]), int(a["a_zp"]), a["bias"]
+    )
+    assert a["acc_range"] == want
+    # a fused node (its bias may fold a QLinearAdd) carries no stale range
+    assert all("acc_range" not in n.attrs for n in r.graph.nodes if n.op == "fused")
+    assert all(line.endswith("unchanged") for line in recompile(r).log)
+
+
+def _imported_modules(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level == 1:
+                out |= {mod} if mod else {a.name for a in node.names}
+            elif mod.startswith("compiler.passes."):
+                out.add(mod.rsplit(".", 1)[1])
+            elif mod == "compiler.passes":
+                out |= {a.name for a in node.names}
+    return out
+
+
+def test_no_pass_imports_another_pass():
+    names = {name for name, _ in PASSES}
+    for name in names:
+        others = _imported_modules(PASSES_DIR / f"{name}.py") & (names - {name})
+        assert not others, f"pass {name} imports pass(es) {sorted(others)}"
+    for helper in ("prove", "npu_step"):
+        assert not _imported_modules(PASSES_DIR / f"{helper}.py") & names
