@@ -1,0 +1,225 @@
+"""One vocabulary: every reason code has its text and action in one place, the rules'
+docstrings are what the reports show, and the legality rules are pure."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from models import matmul_activation
+from report_fixtures import sample_report
+
+from compiler.frontend.reader import to_ir
+from compiler.ir.context import Context
+from compiler.ir.reasons import ACTIONS, OTHER_REASONS, REASON_CODES, Reason, doc_text, explain
+from compiler.ir.reasons import rules as registered_rules
+from compiler.passes import cleanup, legality, propose
+from compiler.report import html as report_html
+from compiler.report import sarif as report_sarif
+from compiler.report.model import Report, SiteReport
+from npu_backend.target import load_target
+from npu_backend.validate import CODES as BACKEND_CODES
+from prover.policy import Policy
+from prover.verdict import ReasonCode, Status
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOAT = load_target("npu_backend/targets/npu_float.toml")
+FIXED = load_target("npu_backend/targets/npu_fixed.toml")
+DESIGN_CODES = {
+    "not_adjacent",
+    "intervening_requantize",
+    "intervening_clip",
+    "multiple_users",
+    "already_fused",
+    "unsupported_function",
+    "unsupported_intermediate_type",
+    "layout_mismatch",
+    "incomplete_parameters",
+    "grouped_codegen_unsupported",
+    "refuted",
+    "unknown",
+    "reference_divergence",
+    "float_accumulation",
+    "unsupported_op",
+}
+
+
+def test_every_reason_code_has_a_text_and_an_action():
+    assert DESIGN_CODES <= {c.value for c in ReasonCode}
+    for code in ReasonCode:
+        e = explain(code)
+        assert len(e.text.split()) >= 6 and e.text.endswith((".", ")")), code
+        assert len(e.action.split()) >= 4, code
+        assert REASON_CODES[code] == e.text and ACTIONS[code] == e.action
+    assert set(REASON_CODES) == set(ACTIONS) == {c.value for c in ReasonCode}
+    with pytest.raises(ValueError):
+        explain("not_a_code")
+    with pytest.raises(KeyError):
+        ACTIONS["not_a_code"]
+
+
+def test_each_code_has_exactly_one_source():
+    rule_codes = [r.code for r in registered_rules()]
+    assert len(rule_codes) == len(set(rule_codes)) == 10
+    assert not set(rule_codes) & set(OTHER_REASONS)
+    assert set(rule_codes) | set(OTHER_REASONS) == set(ReasonCode)
+    # the legacy (code, function) list is the registry, in run order
+    assert [(r.code.value, r.check) for r in registered_rules()] == legality.RULES
+
+
+def test_backend_validation_codes_are_reason_codes():
+    for code in BACKEND_CODES:
+        ReasonCode(code)  # a ValueError if the backend invents one
+
+
+def test_rule_docstring_is_the_reason_text_in_every_report():
+    """SARIF's rule description and the HTML site section show the rule's docstring."""
+    for r in registered_rules():
+        assert explain(r.code).text == doc_text(r.check) == r.text
+        assert "\n" not in r.text and len(r.text.split()) > 8
+    site = SiteReport(
+        "s", "p", ("a",), Status.REJECTED, Reason(ReasonCode.LAYOUT_MISMATCH, "'t' moves")
+    )
+    log = report_sarif.sarif_log(Report("m.onnx", "bitwise", "t", [site]))
+    (rule,) = log["runs"][0]["tool"]["driver"]["rules"]
+    text = doc_text(legality.rule_layout)
+    assert rule["id"] == "layout_mismatch"
+    assert rule["fullDescription"]["text"] == rule["shortDescription"]["text"] == text
+    assert site.reason.text == text and site.reason.action == ACTIONS["layout_mismatch"]
+    page = report_html._site(site, None)
+    assert report_html._e(text) in page and report_html._e(site.reason.action) in page
+
+
+def test_reason_codes_are_checked_where_produced():
+    from compiler.ir.site import Diagnostic, Site
+
+    with pytest.raises(ValueError):
+        Reason("multiple_user", "typo")
+    with pytest.raises(ValueError):
+        Diagnostic("unsupported_ops", ["n"], "typo")
+    d = Diagnostic("unsupported_op", ["n"], "kept")
+    assert d.code is ReasonCode.UNSUPPORTED_OP and d.action == ACTIONS["unsupported_op"]
+    g, _ = to_ir(matmul_activation())
+    s = Site(id="s", pattern="p", compute=g.nodes[0], chain=[g.nodes[-1]])
+    with pytest.raises(ValueError):
+        s.decide("maybe")
+    s.decide("rejected", "layout_mismatch", "m")
+    assert s.verdict is Status.REJECTED and s.reason.code is ReasonCode.LAYOUT_MISMATCH
+
+
+def test_json_report_keeps_its_field_values():
+    j = json.loads(__import__("compiler.report.json_form", fromlist=["x"]).render(sample_report()))
+    assert [s["verdict"] for s in j["sites"]] == ["proven", "refuted", "unknown", "rejected"]
+    assert j["sites"][3]["reason"] == {
+        "code": "multiple_users",
+        "message": "mm_shared output also feeds graph output; kept unfused",
+        "action": ACTIONS["multiple_users"],
+    }
+    assert j["sites"][1]["counterexample"]["before"] == 39
+
+
+# -- purity --------------------------------------------------------------------------------
+
+CASES = {
+    "proven": (lambda: matmul_activation(), FLOAT, None),
+    "not_adjacent": (lambda: matmul_activation(float_roundtrip=True), FLOAT, "not_adjacent"),
+    "multiple_users": (lambda: matmul_activation(extra_user="node"), FLOAT, "multiple_users"),
+    "intervening_requantize": (
+        lambda: matmul_activation(form="integer"),
+        FLOAT,
+        "intervening_requantize",
+    ),
+    "layout_mismatch": (lambda: matmul_activation(transpose=(1, 0)), FLOAT, "layout_mismatch"),
+    "fixed_requantize": (lambda: matmul_activation(form="integer"), FIXED, None),
+    "float_bias": (
+        lambda: str(ROOT / "examples/digits/digits_matmul_qdq_s8s8_pt.onnx"),
+        FLOAT,
+        None,
+    ),
+}
+
+
+def _proposed(model, target):
+    g, m = to_ir(model)
+    ctx = Context(target=target, policy=Policy(0), model=m, original=g.clone())
+    for p in (cleanup, propose):
+        g = p.run(g, ctx)
+    assert ctx.sites
+    return g, ctx
+
+
+def _state(g, site):
+    return (
+        g.fingerprint(),
+        site.verdict,
+        site.reason,
+        id(site.post),
+        id(site.float_bias),
+        repr(site.details),
+        list(site.obligations),
+        site.counterexample,
+        [id(n) for n in site.chain],
+        repr(site.compute.attrs.keys()),
+    )
+
+
+def _results(g, site, ctx, order):
+    out = {}
+    for r in order:
+        got = r.check(g, site, ctx)
+        out[r.name] = got if not isinstance(got, Reason) else (got.code, got.message)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rules_are_pure_twice_and_in_any_order(case):
+    make, target, code = CASES[case]
+    g, ctx = _proposed(make(), target)
+    rules = registered_rules()
+    for site in ctx.sites:
+        site.float_bias = legality.float_bias_of(g, site)  # the pass's step before the rules
+        before = _state(g, site)
+        first = _results(g, site, ctx, rules)
+        again = _results(g, site, ctx, rules)
+        backwards = _results(g, site, ctx, rules[::-1])
+        shuffled = _results(
+            g, site, ctx, [rules[i] for i in np.random.default_rng(1).permutation(len(rules))]
+        )
+        assert first == again == backwards == shuffled
+        assert _state(g, site) == before, "a rule changed the site or the graph"
+        assert site.post is None and not site.details
+    # the pass itself: first failing rule decides, a passing site gets its descriptor
+    site = ctx.sites[0]
+    legality.run(g, ctx)
+    if code is None:
+        assert site.verdict is None and site.post is not None
+    else:
+        assert site.verdict is Status.REJECTED and site.reason.code == code
+        assert site.post is None
+
+
+def test_rule_order_does_not_matter_for_one_failing_rule():
+    """Where exactly one rule fails, every order of the rules rejects with it."""
+    g, ctx = _proposed(matmul_activation(transpose=(1, 0)), FLOAT)
+    (site,) = ctx.sites
+    site.float_bias = legality.float_bias_of(g, site)
+    failing = {n for n, v in _results(g, site, ctx, registered_rules()).items() if v is not None}
+    assert failing == {"rule_layout"}
+    for order in itertools.islice(itertools.permutations(registered_rules()), 0, 200, 37):
+        got = next(r for r in order if r.check(g, site, ctx) is not None)
+        assert got.code is ReasonCode.LAYOUT_MISMATCH
+
+
+def test_incomplete_table_rejects_without_touching_the_site():
+    g, ctx = _proposed(matmul_activation(), FLOAT)
+    lut = next(n for n in g.nodes if n.op == "lut")
+    lut.attrs["table"] = tuple(lut.attrs["table"][:-1])
+    (site,) = ctx.sites
+    got = legality.rule_parameters_complete(g, site, ctx)
+    assert isinstance(got, str) and "table of 255 entries" in got
+    assert not site.details
+    legality.run(g, ctx)
+    assert site.reason.code is ReasonCode.INCOMPLETE_PARAMETERS
