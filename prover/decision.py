@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-HOLDS, VIOLATED, UNKNOWN = "holds", "violated", "unknown"
+
+class Outcome(StrEnum):
+    """What one procedure found. Not a `prover.verdict.Status`: `violated` becomes
+    `refuted` only once the witness replays (`counterexample.replay`), `holds` becomes
+    `proven` only once the procedures asked agree (`prover.api.check`)."""
+
+    HOLDS = "holds"
+    VIOLATED = "violated"
+    UNKNOWN = "unknown"
+
+
+HOLDS, VIOLATED, UNKNOWN = Outcome.HOLDS, Outcome.VIOLATED, Outcome.UNKNOWN
 
 
 @dataclass
@@ -16,7 +28,7 @@ class Decision:
     difference over the domain when the procedure computed it, else None.
     """
 
-    status: str
+    status: Outcome  # a str is accepted and converted
     procedure: str
     version: str = ""
     witness: dict[str, int] | None = None
@@ -25,6 +37,9 @@ class Decision:
     reason: str = ""
     time_ms: float = 0.0
     stats: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.status = Outcome(self.status)
 
     def violation(self) -> dict[str, int]:
         """The witness of a `violated` decision (a ValueError if there is none)."""

@@ -223,3 +223,22 @@ def test_incomplete_table_rejects_without_touching_the_site():
     assert not site.details
     legality.run(g, ctx)
     assert site.reason.code is ReasonCode.INCOMPLETE_PARAMETERS
+
+
+def test_prover_statuses_are_the_shared_enum():
+    """A prover Verdict is proven/refuted/unknown as `Status`, never rejected; a procedure's
+    raw `Decision` (holds/violated) is a different concept with its own enum."""
+    from prover.decision import Decision, Outcome
+    from prover.verdict import Verdict
+
+    v = Verdict("proven", Policy(0), "ab" * 32, "segments", 1.0)
+    assert v.status is Status.PROVEN and v.to_dict()["status"] == "proven"
+    assert Verdict.from_dict(v.to_dict()) == v
+    with pytest.raises(ValueError):
+        Verdict("rejected", Policy(0), "ab" * 32, "segments", 1.0)
+    with pytest.raises(ValueError):
+        Verdict("holds", Policy(0), "ab" * 32, "segments", 1.0)
+    d = Decision("violated", "enumerate", witness={"acc": 1})
+    assert d.status is Outcome.VIOLATED and d.decisive
+    with pytest.raises(ValueError):
+        Decision("refuted", "enumerate")
