@@ -12,15 +12,18 @@ input value; the conformance tests compare the two with the host's FMA flag.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto
 from onnx import helper as oh
 
 from prover.inttypes import int_type
 from prover.lut import build_ort_leaky_relu_table, build_ort_qdq_table, build_ort_sigmoid_table
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 _ONNX_TYPES = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
 _SCALE_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
@@ -32,12 +35,21 @@ QLINEAR_FUNCTIONS = {"QLinearSigmoid": "sigmoid", "QLinearLeakyRelu": "leakyrelu
 QDQ_FUNCTIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
 
 
-def session(model: onnx.ModelProto) -> ort.InferenceSession:
-    """An ONNX Runtime CPU session with graph optimisations off (the reference setting)."""
+def session(model: onnx.ModelProto | bytes) -> ort.InferenceSession:
+    """The compiler's one ONNX Runtime session factory: CPU, graph optimisations off (the
+    reference setting), cached by the serialised model (a session is built once per
+    distinct model per process; onnxruntime is imported on first use)."""
+    return _session(model if isinstance(model, bytes) else model.SerializeToString())
+
+
+@lru_cache(maxsize=256)
+def _session(blob: bytes) -> ort.InferenceSession:
+    import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
 
 
 @lru_cache(maxsize=1024)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -118,11 +117,6 @@ def _measured(nodes, inputs, consts, opsets) -> dict[str, tuple[str, tuple[int, 
     return out
 
 
-@lru_cache(maxsize=256)
-def _session(blob: bytes):
-    return session(onnx.load_from_string(blob))
-
-
 def host_model(
     node: Node, values: Mapping[str, Value], opsets: Mapping[str, int]
 ) -> onnx.ModelProto:
@@ -142,7 +136,7 @@ def run_host(
 ) -> list[np.ndarray]:
     """Run a `host_onnx` node with ONNX Runtime on concrete inputs."""
     m = host_model(node, values, opsets)
-    sess = _session(m.SerializeToString())
+    sess = session(m)
     feeds = {i: np.asarray(env[i]).astype(np.dtype(_np_name(values[i].dtype))) for i in node.inputs}
     return list(sess.run(None, feeds))
 
