@@ -10,12 +10,15 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compiler.cli.common import UsageError, check_model_file, resolve_target, tool_version
 from compiler.ir.site import Diagnostic
 from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
+
+if TYPE_CHECKING:
+    from compiler.api import CompileResult
 
 
 @dataclass(kw_only=True)
@@ -59,7 +62,7 @@ class CheckRun:
     """Everything a run produced: the report and the compiler's own result."""
 
     report: Report
-    result: Any
+    result: CompileResult
     target: Any
     policy: Any
     missing_proofs: list[str]
@@ -111,7 +114,9 @@ def check_solver(name: str) -> str:
         raise UsageError(str(e)) from None
 
 
-def _compile(model: str, policy: Any, target: Any, check_options: dict, progress: Progress):
+def _compile(
+    model: str, policy: Any, target: Any, check_options: dict, progress: Progress
+) -> CompileResult:
     from compiler.api import compile_model
 
     return compile_model(
@@ -147,7 +152,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         sites=[SiteReport.of(s) for s in result.sites],
         tool_version=tool_version(),
         reference=profile.to_dict(),
-        findings=list(getattr(getattr(result, "context", None), "findings", None) or []),
+        findings=list(result.context.findings) if result.context is not None else [],
         host_ops=host_ops(result),
     )
     misses = missing_proofs(result, store)
@@ -156,7 +161,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     return CheckRun(report, result, target, policy, [h for h, _ in misses], store)
 
 
-def host_ops(result: Any) -> list[Diagnostic]:
+def host_ops(result: CompileResult) -> list[Diagnostic]:
     """Every op kept on the host, with its reason code and action (not the sites' reasons).
 
     The frontend's placements (`unsupported_op`) and the lowering's (an op whose NPU form
@@ -164,11 +169,9 @@ def host_ops(result: Any) -> list[Diagnostic]:
     """
     from compiler.passes.host import host_diagnostics
 
-    ctx = getattr(result, "context", None)
-    original = getattr(result, "original", None)
-    diags = (host_diagnostics(original) if original is not None else []) + list(
-        getattr(ctx, "diagnostics", None) or []
-    )
+    diags = host_diagnostics(result.original) if result.original is not None else []
+    if result.context is not None:
+        diags += list(result.context.diagnostics)
     out: list[Diagnostic] = []
     seen = set()
     for d in diags:
@@ -189,12 +192,12 @@ def resolve_reference_option(name: str) -> Any:
         raise UsageError(f"--reference: {e}") from None
 
 
-def _verdicts(result: Any) -> dict[str, Any]:
-    ctx = getattr(result, "context", None)
-    return dict(getattr(ctx, "verdicts", {}) or {})
+def _verdicts(result: CompileResult) -> dict[str, Any]:
+    """Obligation hash -> the prover's Verdict (or the error deciding it raised)."""
+    return {} if result.context is None else dict(result.context.verdicts)
 
 
-def missing_proofs(result: Any, store: Any) -> list[tuple[str, str]]:
+def missing_proofs(result: CompileResult, store: Any) -> list[tuple[str, str]]:
     """In `ro` mode: (hash, why) of every obligation checked without a trusted record."""
     from prover.errors import StoreMiss
 
@@ -209,7 +212,7 @@ def missing_proofs(result: Any, store: Any) -> list[tuple[str, str]]:
     return out
 
 
-def served_records(result: Any) -> list[dict[str, str]]:
+def served_records(result: CompileResult) -> list[dict[str, str]]:
     """For each obligation answered from the store: its record and how it was checked."""
     out = []
     for h, v in _verdicts(result).items():
