@@ -40,8 +40,12 @@ def fused_origin(site: Site) -> tuple[str, ...]:
     return _origin([site.compute, *site.chain, *extra])
 
 
-def apply_site(g: Graph, site: Site, groups: Sequence[Any], structure: str = "plain") -> Node:
-    """Replace the site's compute op and chain by one fused node in `g` (nodes looked up by name)."""
+def apply_site(
+    g: Graph, site: Site, groups: Sequence[Any], structure: str = "plain", prune: bool = True
+) -> Node:
+    """Replace the site's compute op and chain by one fused node in `g` (nodes looked up by
+    name). `prune=False` leaves dropping the dead values to the caller (`g.prune_values()`
+    once after many rewrites, instead of once per site)."""
     compute = g.node(site.compute.name)
     chain = [g.node(n.name) for n in site.chain]
     act = chain[-1]
@@ -78,5 +82,8 @@ def apply_site(g: Graph, site: Site, groups: Sequence[Any], structure: str = "pl
     )
     pos = g.index(act)
     g.nodes[pos] = fused
-    g.remove([compute, *chain[:-1], *extra])
+    gone = {id(n) for n in [compute, *chain[:-1], *extra]}
+    g.nodes = [n for n in g.nodes if id(n) not in gone]
+    if prune:
+        g.prune_values()
     return fused

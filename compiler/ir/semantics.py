@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -75,10 +76,17 @@ def node_term(node: Node, x: Term, column: int = 0) -> Term:
     if node.op == "clip":
         return op("clip", x, lo=int(a["lo"]), hi=int(a["hi"]))
     if node.op == "lut":
-        return op("lut", x, table=tuple(a["table"]), in_type=a["in_type"], index_order="offset")
+        return _lut_term(x, tuple(a["table"]), a["in_type"])
     if node.op in ("identity", "reshape", "transpose"):
         return x
     raise CompilerError(f"node '{node.name}' ({node.op}) is not elementwise")
+
+
+@lru_cache(maxsize=4096)
+def _lut_term(x: Term, table: tuple[int, ...], in_type: str) -> Term:
+    """A table term, built once per distinct (input, table): freezing a 256-entry table
+    is what makes building a site's epilogue cost anything (sites share activations)."""
+    return op("lut", x, table=table, in_type=in_type, index_order="offset")
 
 
 def chain_term(x: Term, chain: list[Node]) -> Term:

@@ -22,7 +22,9 @@ def run(g: Graph, ctx: Context) -> Graph:
         if names & taken:
             s.details.append({"superseded": "an overlapping proven site was applied"})
             continue
-        apply_site(g, s, s.post, ctx.config.structure_of(s.compute.origin))
+        apply_site(g, s, s.post, ctx.config.structure_of(s.compute.origin), prune=False)
         s.applied = True
         taken |= names
+    if taken:
+        g.prune_values()
     return g
