@@ -47,7 +47,7 @@ from .obligation import LiftSpec, Obligation
 from .policy import Policy
 from .proofstore import ProofStore, StoredRecord
 from .solvers import Budget
-from .verdict import Counterexample, Verdict
+from .verdict import Counterexample, Status, Verdict
 
 __all__ = [
     "check",
@@ -178,11 +178,11 @@ def check(
     if first.status == UNKNOWN:
         reasons = "; ".join(f"{m.procedure}: {m.reason}" for m in made)
         return Verdict(
-            UNKNOWN, ob.policy, ob.hash, first.procedure, ms, reason=reasons, details=details
+            Status.UNKNOWN, ob.policy, ob.hash, first.procedure, ms, reason=reasons, details=details
         )
     if first.status == HOLDS:
         v = Verdict(
-            "proven", ob.policy, ob.hash, first.procedure, ms, first.max_diff, details=details
+            Status.PROVEN, ob.policy, ob.hash, first.procedure, ms, first.max_diff, details=details
         )
     elif not fits(replace(ob, ranges={**ob.ranges, **_point(first.violation())}), 1 << 63):
         why = (
@@ -190,7 +190,7 @@ def check(
             "exceed 64 bits and the concrete replay cannot confirm it"
         )
         return Verdict(
-            UNKNOWN, ob.policy, ob.hash, first.procedure, ms, reason=why, details=details
+            Status.UNKNOWN, ob.policy, ob.hash, first.procedure, ms, reason=why, details=details
         )
     else:
         cex = replay(ob, first.violation())
@@ -206,7 +206,7 @@ def check(
                     "rewrite is neither proven nor refuted"
                 )
                 return Verdict(
-                    UNKNOWN,
+                    Status.UNKNOWN,
                     ob.policy,
                     ob.hash,
                     first.procedure,
@@ -226,7 +226,7 @@ def check(
         if cex.undefined:
             reason = f"{_fmt(cex.assignment)}: before={cex.before}, implementation undefined: {cex.undefined}"
         v = Verdict(
-            "refuted",
+            Status.REFUTED,
             ob.policy,
             ob.hash,
             first.procedure,

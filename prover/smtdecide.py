@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .counterexample import rank
-from .decision import HOLDS, UNKNOWN, VIOLATED, Decision
+from .decision import HOLDS, UNKNOWN, VIOLATED, Decision, Outcome
 from .errors import VacuousObligation
 from .lazy import lazy_module
 from .obligation import Obligation
@@ -97,7 +97,7 @@ def decide(
     s = _Session(ob, backend, budget, deadline)
     ver = f"{backend} {version(backend)}"
 
-    def done(status: str, **kw) -> Decision:
+    def done(status: Outcome, **kw) -> Decision:
         ms = (time.perf_counter() - t0) * 1000
         return Decision(status, backend, ver, time_ms=ms, stats={"queries": s.queries}, **kw)
 
