@@ -617,6 +617,200 @@ def _found(ref, lo, hi, scheme, m, shift, zp, space, pts, tried, t0) -> Synthesi
     return Synthesis("found", params, None, len(pts), tried, ms)
 
 
+# --- one table shared by several column groups -------------------------------------------
+
+
+def _logical(table: tuple[int, ...], space: FixedPointSpace) -> np.ndarray:
+    mid = int_type(space.intermediate_type)
+    return reorder_table(np.asarray(table), mid, space.index_order, "offset")
+
+
+def _runs(logical: np.ndarray) -> dict[int, tuple[int, int]]:
+    """Per table value, its index run `(first, last)` (offset order); values whose indices
+    are not one contiguous run are left out (no segment may rely on them)."""
+    out: dict[int, tuple[int, int]] = {}
+    vals, first = np.unique(logical, return_index=True)
+    last = len(logical) - 1 - np.unique(logical[::-1], return_index=True)[1]
+    counts = np.unique(logical, return_counts=True)[1]
+    for v, a, b, n in zip(
+        vals.tolist(), first.tolist(), last.tolist(), counts.tolist(), strict=True
+    ):
+        if b - a + 1 == n:
+            out[int(v)] = (int(a), int(b))
+    return out
+
+
+def fit_table(
+    before: Term, var: str, lo: int, hi: int, table: tuple[int, ...], space: FixedPointSpace
+) -> FixedEpilogue | None:
+    """Parameters of `space` making `table` (physical, `space.index_order`) equal `before` on
+    `[lo, hi]`, or None when none exist for this table.
+
+    Exact: `before` is constant on each segment between change points and the NPU index is
+    non-decreasing, so with value `v` stored at the index run `[s_v, e_v]` the epilogue is
+    right on a segment `[a, b]` iff `I(a) >= s_v` and `I(b) <= e_v`. For a fixed scheme,
+    shift and zero point each such bound is one interval of multipliers (`_level_sets`),
+    so the valid multipliers are the intersection of intervals: one interval. Every scheme,
+    shift and zero point of the space is tried.
+    """
+    ref = reference_of(before, var)
+    mid = int_type(space.intermediate_type)
+    logical = _logical(table, space)
+    if len(logical) != mid.size:
+        raise KernelError(f"table has {len(logical)} entries, {mid.name} needs {mid.size}")
+    runs = _runs(logical)
+    pts = change_points(ref, lo, hi)
+    starts = np.concatenate([[lo], pts]).astype(np.int64)
+    ends = np.concatenate([pts - 1, [hi]]).astype(np.int64)
+    vals = ref.at(starts)
+    xs_l, ks_l, ge_l = [], [], []
+    for a, b, v in zip(starts.tolist(), ends.tolist(), vals.tolist(), strict=True):
+        if int(v) not in runs:
+            return None
+        s_i, e_i = runs[int(v)]
+        if s_i > 0:  # I(a) >= mid.min + s_i  <=>  Q(a) >= mid.min + s_i - zp
+            xs_l.append(a), ks_l.append(mid.min + s_i), ge_l.append(True)
+        if e_i < mid.size - 1:  # I(b) <= mid.min + e_i  <=>  Q(b) < mid.min + e_i + 1 - zp
+            xs_l.append(b), ks_l.append(mid.min + e_i + 1), ge_l.append(False)
+    xs0, ks0, ge0 = np.array(xs_l, np.int64), np.array(ks_l, np.int64), np.array(ge_l, bool)
+    ref_zp = int(ref.node.kwargs["zp"])
+    if space.zero_point == "free":
+        zps = np.arange(mid.min, mid.max + 1, dtype=np.int64)
+    elif mid.contains(ref_zp):
+        zps = np.array([ref_zp], dtype=np.int64)
+    else:
+        return None
+    scale = float(ref.node.kwargs["scale"])
+    nr = len(xs0)
+    for scheme in space.schemes:
+        for shift in _shift_order(space, scheme, scale):
+            if not _shift_fits(scheme, shift, lo, hi):
+                continue
+            ideal = _ideal(scale, shift, space.multiplier_max)[1]
+            if nr == 0:
+                m = _ideal(scale, shift, space.multiplier_max)[0]
+                zs = [min(max(ref_zp, int(zps[0])), int(zps[-1]))]
+                ivals = [(m, m + 1)]
+            else:
+                lo_m, hi_m = _fit_intervals(scheme, shift, xs0, ks0, ge0, zps, space)
+                ok = np.flatnonzero(lo_m < hi_m)
+                if not len(ok):
+                    continue
+                near = np.clip(np.round(ideal), lo_m[ok], hi_m[ok] - 1).astype(np.int64)
+                order = np.argsort(np.abs(near - ideal), kind="stable")
+                zs = [int(zps[ok[i]]) for i in order]
+                ivals = [(int(near[i]), int(near[i]) + 1) for i in order]
+            for zp, (m, _) in zip(zs, ivals, strict=True):
+                if scheme == "fixed_single" and not _single_fits(m, shift, lo, hi):
+                    continue
+                params = FixedEpilogue(
+                    scheme, m, shift, zp, mid.name, tuple(int(v) for v in table), space.index_order
+                )
+                probe = np.unique(np.concatenate([starts, ends]))
+                got = evaluate(params.term(Var("acc")), NUMPY, {"acc": probe})
+                if not np.array_equal(np.asarray(got), ref.at(probe)):
+                    raise AssertionError(f"fit_table proposed {params.to_json()}: differs")
+                return params
+    return None
+
+
+def _fit_intervals(scheme, shift, xs0, ks0, ge0, zps, space):
+    """Per zero point, the multiplier interval `[lo, hi)` meeting every bound row
+    (`Q(x) >= k - zp` where `ge`, else `Q(x) < k - zp`); empty when lo >= hi.
+
+    Rows are applied in chunks, the outermost segments first (they fix the slope), and
+    zero points drop out as soon as their interval is empty, so a hopeless shift costs
+    one chunk."""
+    n = len(xs0)
+    order = np.argsort(-np.abs(xs0.astype(np.float64)), kind="stable")
+    lo_m = np.zeros(len(zps), dtype=np.int64)
+    hi_m = np.full(len(zps), space.multiplier_max + 1, dtype=np.int64)
+    alive = np.arange(len(zps))
+    size = 4
+    start = 0
+    while start < n and len(alive):
+        rows = order[start : start + size]
+        start += size
+        size *= 4
+        nz, nr = len(alive), len(rows)
+        xs = np.tile(xs0[rows], nz)
+        ks = np.tile(ks0[rows], nz) - np.repeat(zps[alive], nr)
+        ge = np.tile(ge0[rows], nz)
+        ge_s, ge_e, lt_s, lt_e = _level_sets(scheme, shift, xs, ks, 0, space.multiplier_max)
+        s = np.where(ge, ge_s, lt_s).reshape(nz, nr).max(axis=1)
+        e = np.where(ge, ge_e, lt_e).reshape(nz, nr).min(axis=1)
+        lo_m[alive] = np.maximum(lo_m[alive], s)
+        hi_m[alive] = np.minimum(hi_m[alive], e)
+        alive = alive[lo_m[alive] < hi_m[alive]]
+    dead = np.setdiff1d(np.arange(len(zps)), alive)
+    hi_m[dead] = lo_m[dead]
+    return lo_m, hi_m
+
+
+@dataclass(frozen=True)
+class SharedSynthesis:
+    """Parameters for several column groups sharing one table (`status` "found"), a proof
+    that none exist (`status` "impossible": some group alone has none; `conflicts` maps
+    its index to the pair), or "not_found" (every group alone has parameters, but no
+    candidate table fits them all: not a proof, see `synthesize_shared`)."""
+
+    status: str
+    params: tuple[FixedEpilogue, ...] | None
+    conflicts: dict[int, Conflict]
+    alone: tuple[Synthesis, ...]
+    candidates_tried: int
+    unfit: tuple[int, int] | None  # (group, candidate) of the last failed fit
+    time_ms: float
+
+
+def synthesize_shared(
+    groups: list[tuple[Term, str, int, int]],
+    space: FixedPointSpace | None = None,
+    tables: tuple[tuple[int, ...], ...] = (),
+) -> SharedSynthesis:
+    """Parameters for every `(before, var, lo, hi)` group with ONE table shared by all.
+
+    Each group is first synthesised alone (free table). A group with no parameters alone
+    has none with a shared table either, which is the proof behind "impossible". Otherwise
+    candidate tables are tried in order: `tables` (physical, e.g. the reference's own
+    table), then each group's own synthesised table; for a candidate, `fit_table` decides
+    exactly whether every group has multiplier, shift and zero point reading it. Choosing
+    the table itself is not searched exhaustively, so "not_found" proves nothing.
+    """
+    t0 = time.perf_counter()
+    space = space or FixedPointSpace()
+    alone = tuple(synthesize(b, v, lo, hi, space) for b, v, lo, hi in groups)
+    conflicts = {i: s.conflict for i, s in enumerate(alone) if s.conflict is not None}
+    if conflicts:
+        ms = (time.perf_counter() - t0) * 1000
+        return SharedSynthesis("impossible", None, conflicts, alone, 0, None, ms)
+    cands: list[tuple[int, ...]] = []
+    for t in list(tables) + [s.params.table for s in alone if s.params is not None]:
+        if t not in cands:
+            cands.append(t)
+    order = list(range(len(groups)))
+    unfit = None
+    for ci, table in enumerate(cands):
+        got: dict[int, FixedEpilogue] = {}
+        for gi in order:
+            b, v, lo, hi = groups[gi]
+            own = alone[gi].params
+            p = own if own is not None and own.table == table else None
+            p = p or fit_table(b, v, lo, hi, table, space)
+            if p is None:
+                unfit = (gi, ci)
+                order.remove(gi)
+                order.insert(0, gi)  # the hardest group first for the next candidate
+                break
+            got[gi] = p
+        else:
+            ms = (time.perf_counter() - t0) * 1000
+            params = tuple(got[i] for i in range(len(groups)))
+            return SharedSynthesis("found", params, {}, alone, ci + 1, None, ms)
+    ms = (time.perf_counter() - t0) * 1000
+    return SharedSynthesis("not_found", None, {}, alone, len(cands), unfit, ms)
+
+
 def propose(
     before: Term, var: str, lo: int, hi: int, space: FixedPointSpace | None = None
 ) -> tuple[FixedEpilogue, Term]:
@@ -651,12 +845,15 @@ def rounded_multiplier(scale: float) -> tuple[int, int]:
 __all__ = [
     "Conflict",
     "FixedEpilogue",
+    "SharedSynthesis",
     "FixedPointSpace",
     "Synthesis",
     "change_points",
+    "fit_table",
     "obligation",
     "propose",
     "reference_of",
     "rounded_multiplier",
     "synthesize",
+    "synthesize_shared",
 ]

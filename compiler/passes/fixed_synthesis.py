@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from npu_backend.postprocess import LutParams, PostProcess, RequantParams
 from npu_backend.target import SYNTHESIS_PARAMS
 from prover.domain import KernelError
-from prover.synthesis import SCHEMES, FixedEpilogue, FixedPointSpace, Synthesis, synthesize
+from prover.inttypes import int_type
+from prover.synthesis import (
+    SCHEMES,
+    FixedEpilogue,
+    FixedPointSpace,
+    Synthesis,
+    synthesize,
+    synthesize_shared,
+)
 
 CHOOSABLE = SYNTHESIS_PARAMS
 
@@ -37,15 +45,42 @@ class Outcome:
 
 
 def space_for(caps, index_order: str, intermediate_type: str) -> FixedPointSpace | None:
-    """The synthesis space a compute path declares, or None when it declares none."""
-    chosen = frozenset(getattr(caps, "synthesis", frozenset()))
+    """The synthesis space a compute path declares, or None when it declares none.
+
+    The NPU index type is `intermediate_type` when the hardware has it; otherwise, when the
+    compiler chooses zero point and table, a supported type of the same width (a uint8
+    reference index becomes an int8 one: same 256 entries, the zero point absorbs the
+    offset); else None."""
+    chosen = frozenset(caps.synthesis)
     if caps.requant_scheme not in SCHEMES or not {"multiplier", "shift", "table"} <= chosen:
+        return None
+    index = index_type(caps, intermediate_type)
+    if index is None:
         return None
     return FixedPointSpace(
         schemes=(caps.requant_scheme,),
         zero_point="free" if "zero_point" in chosen else "fixed",
-        intermediate_type=intermediate_type,
+        intermediate_type=index,
         index_order=index_order,
+    )
+
+
+def index_type(caps, intermediate_type: str) -> str | None:
+    """The index type the NPU can use for a reference intermediate type (None: none)."""
+    if intermediate_type in caps.intermediate_types:
+        return intermediate_type
+    if not {"zero_point", "table"} <= frozenset(caps.synthesis):
+        return None
+    bits = int_type(intermediate_type).bits
+    same = sorted(t for t in caps.intermediate_types if int_type(t).bits == bits)
+    return same[0] if same else None
+
+
+def chooses_index_type(caps, intermediate_type: str) -> bool:
+    """Whether synthesis may replace an intermediate type the hardware lacks (legality)."""
+    return (
+        intermediate_type not in caps.intermediate_types
+        and space_for(caps, "offset", intermediate_type) is not None
     )
 
 
@@ -71,10 +106,8 @@ def synthesise_group(grp, columns: tuple[int, ...], lo: int, hi: int, space: Fix
         return None, e
     if s.params is None:
         return None, s
-    fields = {"columns": tuple(columns), "post": synthesised_post(s.params, grp.post)}
-    if any(f.name == "acc_offset" for f in dataclasses.fields(grp)):
-        fields["acc_offset"] = 0  # the synthesised epilogue reads the accumulator itself
-    return dataclasses.replace(grp, **fields), s
+    post = synthesised_post(s.params, grp.post)
+    return dataclasses.replace(grp, columns=tuple(columns), post=post, **_no_offset(grp)), s
 
 
 def describe(s: Synthesis | Exception) -> str:
@@ -100,23 +133,29 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
     `verdicts`: the gate's `(obligation, verdict, columns, lift column)` list; `check_fn(ob,
     ctx)` decides an obligation (the gate's cached `check`). `site.post` gains the proven
     synthesised groups; `site.details` gets one `requant` entry per epilogue group.
-    Returns the new verdict list.
+    A group whose intermediate type the hardware lacks is synthesised even when its rounded
+    form is proven (that form cannot run). When the groups end up with different tables,
+    one table shared by all is searched (the postprocessor holds one per MatMul).
+    Targets that declare no synthesis space are left alone. Returns the new verdict list.
     """
     caps = ctx.target.compute(_compute_kind(site.compute))
+    if caps is None or not caps.synthesis:
+        return verdicts
     order = ctx.target.lut_builder.index_order
     out, outcomes = [], []
     for ob, v, cols, lift_col in verdicts:
-        refuted = not isinstance(v, Exception) and v.status == "refuted"
         if ob.kind != "epilogue" or not cols:
             out.append((ob, v, cols, lift_col))
             continue
-        if not refuted:
-            if not isinstance(v, Exception) and v.status == "proven":
+        grp = next(g for g in site.post if cols[0] in g.columns)
+        it = grp.post.requant.out_type
+        status = None if isinstance(v, Exception) else v.status
+        if status != "refuted" and it in caps.intermediate_types:
+            if status == "proven":
                 outcomes.append(Outcome(cols, "rounded", "rounded parameters proven"))
             out.append((ob, v, cols, lift_col))
             continue
-        grp = next(g for g in site.post if cols[0] in g.columns)
-        space = None if caps is None else space_for(caps, order, grp.post.requant.out_type)
+        space = space_for(caps, order, it)
         if space is None:
             outcomes.append(Outcome(cols, "refuted", "the target declares no synthesis space"))
             out.append((ob, v, cols, lift_col))
@@ -127,8 +166,7 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
             outcomes.append(Outcome(cols, "impossible", describe(s)))
             out.append((ob, v, cols, lift_col))
             continue
-        ob2 = dataclasses.replace(ob, after=new.after(_acc()), note=f"{ob.note} synthesised")
-        v2 = check_fn(ob2, ctx)
+        ob2, v2 = _prove(ob, new, check_fn, ctx)
         if isinstance(v2, Exception) or v2.status != "proven":
             why = v2 if isinstance(v2, Exception) else v2.status
             outcomes.append(Outcome(cols, "refuted", f"{describe(s)}; not proven: {why}"))
@@ -137,9 +175,95 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
         _split(site, grp, new)
         outcomes.append(Outcome(cols, "synthesised", describe(s) + "; proven"))
         out.append((ob2, v2, cols, lift_col))
+    if all(o.kind in ("rounded", "synthesised") for o in outcomes):
+        out, outcomes = _share_table(site, out, outcomes, caps, order, ctx, check_fn)
     if any(o.kind != "rounded" for o in outcomes):
         site.details.append({"requant": [o.to_dict() for o in outcomes]})
+    _reject_unlowerable(site, out, caps)
     return out
+
+
+def _reject_unlowerable(site, verdicts: list, caps) -> None:
+    """A proven group whose intermediate type the hardware lacks (synthesis found nothing)
+    cannot run: the site is rejected with the reason (the gate keeps a decided verdict)."""
+    for ob, v, cols, _ in verdicts:
+        if ob.kind != "epilogue" or not cols or isinstance(v, Exception) or v.status != "proven":
+            continue
+        grp = next(g for g in site.post if cols[0] in g.columns)
+        it = grp.post.requant.out_type
+        if it not in caps.intermediate_types:
+            site.decide(
+                "rejected",
+                "unsupported_intermediate_type",
+                f"columns {cols[0]}..{cols[-1]}: intermediate type {it} is not supported "
+                f"(supported: {', '.join(sorted(caps.intermediate_types))}) and no synthesised "
+                "parameters with a supported index type were proven" + refuted_note(site, cols),
+            )
+            return
+
+
+def _prove(ob, new, check_fn, ctx):
+    ob2 = dataclasses.replace(ob, after=new.after(_acc()), note=f"{ob.note} synthesised")
+    return ob2, check_fn(ob2, ctx)
+
+
+def _share_table(site, verdicts, outcomes, caps, order, ctx, check_fn):
+    """One table for every epilogue group of the site (`prover.synthesis.synthesize_shared`):
+    each group's shared-table parameters are proven like any lowering. When no shared table
+    is found the groups keep their own (lowering then keeps the site on the host) and the
+    outcome says so; that is not an impossibility proof."""
+    epi = [(i, x) for i, x in enumerate(verdicts) if x[0].kind == "epilogue" and x[2]]
+    groups = [next(g for g in site.post if cols[0] in g.columns) for _, (_, _, cols, _) in epi]
+    tables = {g.post.lut.table if g.post.lut is not None else None for g in groups}
+    if len(tables) <= 1 or None in tables or len(outcomes) != len(epi):
+        return verdicts, outcomes
+    space = space_for(caps, order, groups[0].post.requant.out_type)
+    if space is None or any(
+        space_for(caps, order, g.post.requant.out_type) != space for g in groups
+    ):
+        return verdicts, outcomes
+    specs = [(g.before, "acc", *x[0].ranges["acc"]) for g, (_, x) in zip(groups, epi, strict=True)]
+    rounded = tuple(
+        g.post.lut.table for g, o in zip(groups, outcomes, strict=True) if o.kind == "rounded"
+    )
+    try:
+        sh = synthesize_shared(specs, space, tables=tuple(dict.fromkeys(rounded)))
+    except KernelError as e:
+        sh = None
+        note = f"no shared table: {e}"
+    if sh is not None and sh.status != "found":
+        note = (f"the {len(groups)} groups need different tables and none of {sh.candidates_tried} "
+                "candidate tables fits them all (the table search is not exhaustive: not a "
+                "proof that none exists)")  # fmt: skip
+    if sh is None or sh.params is None:
+        site.details.append({"shared_table": note})
+        return verdicts, outcomes
+    new_verdicts, new_outcomes, new_groups = list(verdicts), [], []
+    for (i, (ob, _, cols, lift)), g, p, o in zip(epi, groups, sh.params, outcomes, strict=True):
+        if o.kind == "rounded" and g.post.lut.table == p.table:
+            new_outcomes.append(o)
+            new_groups.append(None)
+            continue
+        new = dataclasses.replace(g, post=synthesised_post(p, g.post), **_no_offset(g))
+        ob2, v2 = _prove(ob, new, check_fn, ctx)
+        if isinstance(v2, Exception) or v2.status != "proven":
+            site.details.append({"shared_table": f"shared-table parameters not proven: {v2}"})
+            return verdicts, outcomes
+        new_verdicts[i] = (ob2, v2, cols, lift)
+        msg = (f"synthesised multiplier={p.multiplier} shift={p.shift} zp={p.zp}, table shared "
+               f"by the site's {len(groups)} groups; proven")  # fmt: skip
+        new_outcomes.append(Outcome(cols, "synthesised", msg))
+        new_groups.append(new)
+    for g, new in zip(groups, new_groups, strict=True):
+        if new is not None:
+            site.post[site.post.index(g)] = new
+    return new_verdicts, new_outcomes
+
+
+def _no_offset(grp) -> dict[str, int]:
+    if any(f.name == "acc_offset" for f in dataclasses.fields(grp)):
+        return {"acc_offset": 0}  # the synthesised epilogue reads the accumulator itself
+    return {}
 
 
 def summary(site) -> str:
@@ -149,7 +273,9 @@ def summary(site) -> str:
             kinds = [o["kind"] for o in d["requant"]]
             parts = [f"{kinds.count(k)} {k}" for k in ("rounded", "synthesised", "impossible",
                                                         "refuted") if kinds.count(k)]  # fmt: skip
-            return f"requantization of {len(kinds)} column groups: " + ", ".join(parts)
+            shared = [x["shared_table"] for x in site.details if "shared_table" in x]
+            more = f"; {shared[0]}" if shared else ""
+            return f"requantization of {len(kinds)} column groups: " + ", ".join(parts) + more
     return ""
 
 

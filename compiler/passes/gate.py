@@ -68,6 +68,8 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
             if ob.hash not in site.obligations:
                 site.obligations.append(ob.hash)
                 site.time_ms += float(v.time_ms)
+        if site.verdict is not None:  # rejected: an intermediate type nothing replaced
+            return
     errors = [(ob, v) for ob, v, _, _ in verdicts if isinstance(v, Exception)]
     refuted = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "refuted"]
     unknown = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "unknown"]

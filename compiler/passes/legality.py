@@ -22,6 +22,7 @@ from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
 from compiler.ir.reasons import Reason, Rule, RuleResult, rule, rules
 from compiler.ir.site import Site
+from compiler.passes.fixed_synthesis import chooses_index_type
 from prover.inttypes import int_type
 from prover.verdict import ReasonCode, Status
 
@@ -255,7 +256,8 @@ def rule_intermediate_type(g: Graph, site: Site, ctx) -> str | None:
     caps = ctx.target.compute(_kind(site))
     act = site.activation
     it = act.attrs["in_type"]
-    if it not in caps.intermediate_types:
+    # With synthesis the NPU index type is the compiler's choice (fixed_synthesis.index_type)
+    if it not in caps.intermediate_types and not _index_type_chosen(site, ctx):
         return (
             f"intermediate type {it} before {_names([act])} is not supported by {_kind(site)} "
             f"postprocessing (supported: {', '.join(sorted(caps.intermediate_types))})"
@@ -335,7 +337,19 @@ def descriptor(g: Graph, site: Site, ctx):
         groups = build_columns(site, ctx.target, _kind(site))
     except Exception as e:  # noqa: BLE001 - any failure to build the descriptor is incomplete
         return f"cannot build the postprocessing descriptor: {e}"
-    return groups, validation_issues(fused_step(g, site, groups, ctx), ctx.target)
+    issues = validation_issues(fused_step(g, site, groups, ctx), ctx.target)
+    if _index_type_chosen(site, ctx):  # the gate synthesises a supported index type
+        issues = [i for i in issues if i.code != ReasonCode.UNSUPPORTED_INTERMEDIATE_TYPE]
+    return groups, issues
+
+
+def _index_type_chosen(site: Site, ctx) -> bool:
+    caps = ctx.target.compute(_kind(site))
+    return (
+        ctx.config.synthesis
+        and caps is not None
+        and chooses_index_type(caps, site.activation.attrs["in_type"])
+    )
 
 
 RULES: list[tuple[str, Callable[..., RuleResult]]] = [(r.code.value, r.check) for r in rules()]
