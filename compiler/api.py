@@ -24,7 +24,7 @@ import onnx
 
 from compiler.frontend.reader import to_ir
 from compiler.ir.context import CheckOptions, CompileConfig, Context, PipelineState
-from compiler.ir.graph import Graph
+from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.site import ACTIONS, Diagnostic, Site
 from compiler.passes.pipeline import run_pipeline
 
@@ -123,7 +123,21 @@ def compile_model(
         progress=progress,
     )
     g, m = to_ir(model, reference=config.reference)
-    return _run(g, Context(config, PipelineState(model=m, original=g.clone())))
+    return _run(g, Context(config, PipelineState(model=m, original=_snapshot(g))))
+
+
+def _snapshot(g: Graph) -> Graph:
+    """A copy of the IR the passes cannot change: new node objects, edge lists and
+    attribute dicts (passes rebind those), sharing the attribute values (weights,
+    tables: never modified in place), unlike a deep copy of every weight."""
+    nodes = [
+        Node(n.name, n.op, list(n.inputs), list(n.outputs), dict(n.attrs), n.origin)
+        for n in g.nodes
+    ]
+    values = {k: Value(v.name, v.dtype, v.shape) for k, v in g.values.items()}
+    return Graph(
+        values, nodes, list(g.inputs), list(g.outputs), dict(g.opsets), tuple(g.dynamic_batch)
+    )
 
 
 def recompile(result: CompileResult) -> CompileResult:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -53,7 +54,13 @@ class ColumnGroup:
         """The fused form over the original accumulator `acc`."""
         if self.acc_offset:
             acc = op("add_const", acc, c=int(self.acc_offset))
-        return self.post.epilogue_term(acc)
+        return epilogue_term(self.post, acc)
+
+
+@lru_cache(maxsize=4096)
+def epilogue_term(post: PostProcess, acc: Term) -> Term:
+    """`post.epilogue_term(acc)`, built once per distinct postprocessing (sites share them)."""
+    return post.epilogue_term(acc)
 
 
 @dataclass(frozen=True, kw_only=True)
