@@ -51,6 +51,18 @@ no parameters exist, `Conflict.pair = (c-1, c)` is the first change point such t
 parameter set of the space keeps all change points inside the intermediate type and
 separates the change points up to and including it: the smallest prefix of that order
 that is already impossible.
+
+One table for several column groups (`synthesize_shared`: a MatMul's postprocessor holds
+one table, with per-column multiplier, shift and zero point). For a GIVEN table whose
+values each fill one run of indices, `fit_table` is exact: the reference is constant on
+each segment between change points and the index is non-decreasing, so the epilogue is
+right on a segment `[a, b]` with value `v` stored at `[s_v, e_v]` iff `I(a) >= s_v` and
+`I(b) <= e_v`; for a fixed scheme, shift and zero point each bound is an interval of
+multipliers (3.), so the valid ones are one interval, and every scheme, shift and zero
+point is tried. A shared table is impossible whenever one group has no parameters alone
+(its pair is the proof: a shared table is one particular free table). The table itself is
+NOT searched exhaustively (candidates: the reference's own table, each group's
+synthesised one), so "not_found" is reported as such and never as a proof.
 """
 
 from __future__ import annotations
@@ -655,24 +667,26 @@ def fit_table(
     """
     ref = reference_of(before, var)
     mid = int_type(space.intermediate_type)
+    if len(table) != mid.size:
+        raise KernelError(f"table has {len(table)} entries, {mid.name} needs {mid.size}")
     logical = _logical(table, space)
-    if len(logical) != mid.size:
-        raise KernelError(f"table has {len(logical)} entries, {mid.name} needs {mid.size}")
     runs = _runs(logical)
     pts = change_points(ref, lo, hi)
     starts = np.concatenate([[lo], pts]).astype(np.int64)
     ends = np.concatenate([pts - 1, [hi]]).astype(np.int64)
     vals = ref.at(starts)
-    xs_l, ks_l, ge_l = [], [], []
+    rows: list[tuple[int, int, bool]] = []  # (x, k, Q(x) >= k - zp wanted, else < k - zp)
     for a, b, v in zip(starts.tolist(), ends.tolist(), vals.tolist(), strict=True):
         if int(v) not in runs:
             return None
         s_i, e_i = runs[int(v)]
         if s_i > 0:  # I(a) >= mid.min + s_i  <=>  Q(a) >= mid.min + s_i - zp
-            xs_l.append(a), ks_l.append(mid.min + s_i), ge_l.append(True)
+            rows.append((a, mid.min + s_i, True))
         if e_i < mid.size - 1:  # I(b) <= mid.min + e_i  <=>  Q(b) < mid.min + e_i + 1 - zp
-            xs_l.append(b), ks_l.append(mid.min + e_i + 1), ge_l.append(False)
-    xs0, ks0, ge0 = np.array(xs_l, np.int64), np.array(ks_l, np.int64), np.array(ge_l, bool)
+            rows.append((b, mid.min + e_i + 1, False))
+    xs0 = np.array([r[0] for r in rows], np.int64)
+    ks0 = np.array([r[1] for r in rows], np.int64)
+    ge0 = np.array([r[2] for r in rows], bool)
     ref_zp = int(ref.node.kwargs["zp"])
     if space.zero_point == "free":
         zps = np.arange(mid.min, mid.max + 1, dtype=np.int64)

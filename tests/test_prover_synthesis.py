@@ -325,3 +325,107 @@ def test_proof_record_stores_the_synthesised_parameters(tmp_path):
     )
     assert rec["obligation_hash"] == ob.hash and rec["verdict"]["status"] == "proven"
     assert list(params.table) in list(_lists(rec["obligation"]["after"]))
+
+
+# --- one table shared by several column groups -------------------------------------------
+
+
+def _brute_table(before, lo, hi, space, logical):
+    """Does some (scheme, shift, M, zp) make the fixed `logical` table (offset order) right?"""
+    accs = np.arange(lo, hi + 1)
+    ref = _eval(before, accs)
+    mid = int_type(space.intermediate_type)
+    ms = np.arange(0, space.multiplier_max + 1)
+    for scheme in space.schemes:
+        for shift in space.shifts(scheme):
+            if scheme == "fixed_double" and (max(hi, -lo) << max(shift, 0)) > INT32_MAX:
+                continue
+            q = _q_all(scheme, shift, ms, accs)
+            for zp in range(mid.min, mid.max + 1):
+                idx = np.clip(q + zp, mid.min, mid.max) - mid.min
+                if np.any(np.all(np.asarray(logical)[idx] == ref[None, :], axis=1)):
+                    return True
+    return False
+
+
+def _fit_case(seed):
+    """A monotone reference (every value one run of indices) and a candidate table: a
+    synthesised one, the same with one run boundary moved, or a random monotone one."""
+    rng = np.random.default_rng(100 + seed)
+    scale = float(np.float32(rng.uniform(0.01, 0.12)))
+    table = np.sort(rng.integers(-3, 4, size=16))
+    before = _before(scale, int(rng.integers(-4, 4)), "int4", table)
+    lo, hi = -int(rng.integers(20, 260)), int(rng.integers(20, 260))
+    space = S.FixedPointSpace(
+        schemes=[("fixed_double",), ("fixed_single",)][seed % 2],
+        shift_min=16,
+        shift_max=23,
+        multiplier_max=int(rng.integers(40, 200)),
+        intermediate_type="int4",
+        index_order="offset",
+    )
+    own = S.synthesize(before, "acc", lo, hi, space)
+    kind = seed % 3
+    if kind == 2 or own.params is None:
+        logical = np.sort(rng.integers(-3, 4, size=16))
+    else:
+        logical = np.array(own.params.table)
+        if kind == 1:  # move one run boundary by one index
+            steps = np.flatnonzero(np.diff(logical)) + 1
+            if len(steps):
+                i = int(rng.choice(steps))
+                logical[i] = logical[i - 1] if rng.random() < 0.5 else logical[min(i + 1, 15)]
+    return before, lo, hi, space, tuple(int(v) for v in logical)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fit_table_exact_against_brute_force(seed):
+    """For a given table whose values each fill one run of indices, fit_table finds
+    parameters iff some exist (brute force over the whole small space)."""
+    before, lo, hi, space, logical = _fit_case(seed)
+    got = S.fit_table(before, "acc", lo, hi, logical, space)
+    assert (got is not None) == _brute_table(before, lo, hi, space, logical)
+    if got is not None:
+        accs = np.arange(lo, hi + 1)
+        assert got.table == logical
+        assert np.array_equal(_eval(got.term(ACC), accs), _eval(before, accs))
+
+
+def test_fit_table_finds_both_outcomes():
+    """The exactness sample above is not vacuous."""
+    seen = {
+        S.fit_table(b, "acc", lo, hi, t, sp) is None
+        for b, lo, hi, sp, t in map(_fit_case, range(30))
+    }
+    assert seen == {True, False}
+
+
+def test_shared_table_for_two_sigmoid_columns_is_proven():
+    """Two per-channel columns (different scales), one Sigmoid table: synthesised
+    parameters read one shared table and each group's obligation is proven."""
+    sig = build_ort_sigmoid_table(0.05, 0, "int8", 1 / 256, -128, "int8", fused=True)
+    groups = [(_before(scale, 0, "int8", sig), "acc", -3000, 3000) for scale in (0.0101, 0.0123)]
+    space = S.FixedPointSpace(index_order="offset")
+    got = S.synthesize_shared(groups, space, tables=(tuple(int(v) for v in sig),))
+    assert got.status == "found", got
+    assert len({p.table for p in got.params}) == 1
+    for (before, var, lo, hi), p in zip(groups, got.params, strict=True):
+        assert check(S.obligation(before, var, lo, hi, p)).status == "proven"
+
+
+def test_shared_table_impossible_when_a_group_alone_is():
+    """A group with no parameters alone has none with a shared table: the pair is its own."""
+    sig = build_ort_sigmoid_table(0.05, 0, "int8", 1 / 256, -128, "int8", fused=True)
+    ok = (_before(0.0101, 0, "int8", sig), "acc", -3000, 3000)
+    space = S.FixedPointSpace(multiplier_max=3, shift_min=0, shift_max=0, index_order="offset")
+    alone = S.synthesize(*ok, space)
+    assert alone.status == "impossible"
+    got = S.synthesize_shared([ok, ok], space)
+    assert got.status == "impossible" and got.params is None
+    assert got.conflicts[0].pair == alone.conflict.pair
+
+
+def test_fit_table_rejects_a_table_of_the_wrong_size():
+    sig = build_ort_sigmoid_table(0.05, 0, "int8", 1 / 256, -128, "int8", fused=True)
+    with pytest.raises(KernelError, match="entries"):
+        S.fit_table(_before(0.01, 0, "int8", sig), "acc", -10, 10, (0, 1, 2), S.FixedPointSpace())
