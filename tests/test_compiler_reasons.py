@@ -189,7 +189,9 @@ def test_rules_are_pure_twice_and_in_any_order(case):
             g, site, ctx, [rules[i] for i in np.random.default_rng(1).permutation(len(rules))]
         )
         assert first == again == backwards == shuffled
-        assert _state(g, site) == before, "a rule changed the site or the graph"
+        j1, j2 = legality.judge(g, site, ctx), legality.judge(g, site, ctx)
+        assert (j1.reason, j1.issues, j1.post is None) == (j2.reason, j2.issues, j2.post is None)
+        assert _state(g, site) == before, "a rule or judge changed the site or the graph"
         assert site.post is None and not site.details
     # the pass itself: first failing rule decides, a passing site gets its descriptor
     site = ctx.sites[0]

@@ -7,17 +7,19 @@ message naming the nodes, or a `Reason` with the backend validation's own code. 
 first failing rule rejects the site; a rejected site leaves the graph exactly as it
 was. Rules run in registration order (`RULES`).
 
-The pass itself (`run`) does what the rules must not: before them it reads ORT's
-float bias group of each site (`site.float_bias`, which the rules and the
-descriptor read), after them it rejects, or stores the postprocessing descriptor
-(`site.post`) of a site that passed.
+`judge` runs the rules, then builds the site's postprocessing descriptor once and asks
+the backend's step validation (pure too). The pass (`run`) does what they must not:
+before them it reads ORT's float bias group of each site (`site.float_bias`, which the
+rules and the descriptor read), after them it rejects the site or stores its descriptor
+(`site.post`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from compiler.errors import InternalError
 from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
 from compiler.ir.reasons import Reason, Rule, RuleResult, rule, rules
@@ -293,8 +295,8 @@ def rule_schedule(g: Graph, site: Site, ctx) -> str | None:
 )
 def rule_parameters_complete(g: Graph, site: Site, ctx) -> RuleResult:
     """The table, its quantization parameters, the requantization header or the encodings
-    are missing or invalid (the backend's own step validation is asked last; its issue
-    code is reported as is)."""
+    are missing or invalid (the backend's own step validation is asked last, on the
+    descriptor built once (`judge`); its issue code is reported as is)."""
     if site.compute.op == "host_onnx":
         return None
     for n in site.chain:
@@ -317,12 +319,6 @@ def rule_parameters_complete(g: Graph, site: Site, ctx) -> RuleResult:
                 return f"{_names([n])} lacks {', '.join(missing)}"
             if len(n.attrs["table"]) != int_type(n.attrs["in_type"]).size:
                 return f"{_names([n])} has a table of {len(n.attrs['table'])} entries"
-    built = descriptor(g, site, ctx)
-    if isinstance(built, str):
-        return built
-    issues = built[1]
-    if issues:
-        return Reason(ReasonCode(issues[0].code), issues[0].message)
     return None
 
 
@@ -372,10 +368,37 @@ def first_failure(g: Graph, site: Site, ctx) -> tuple[Rule, Reason] | None:
     return None
 
 
-def check_site(g: Graph, site: Site, ctx) -> tuple[str, str] | None:
-    """(code, message) of the first failing rule, or None (pure)."""
+@dataclass(frozen=True)
+class Judgement:
+    """What legality says of one site: the reason it is rejected, or its descriptor."""
+
+    reason: Reason | None
+    post: Any = None  # the postprocessing descriptor (per column group) of a legal site
+    issues: tuple[Any, ...] = ()  # the backend validation's issues (the first is the reason)
+
+
+def judge(g: Graph, site: Site, ctx) -> Judgement:
+    """The rules in order, then the descriptor, built once, and the backend's validation of
+    the fused step built from it (pure: the site is not changed)."""
+    if site.compute.op == "host_onnx":
+        return Judgement(None)
     bad = first_failure(g, site, ctx)
-    return None if bad is None else (bad[1].code.value, bad[1].message)
+    if bad is not None:
+        return Judgement(bad[1])
+    built = descriptor(g, site, ctx)
+    if isinstance(built, str):
+        return Judgement(Reason(ReasonCode.INCOMPLETE_PARAMETERS, built))
+    groups, issues = built
+    if issues:
+        first = issues[0]
+        return Judgement(Reason(ReasonCode(first.code), first.message), issues=tuple(issues))
+    return Judgement(None, groups)
+
+
+def check_site(g: Graph, site: Site, ctx) -> tuple[str, str] | None:
+    """(code, message) of why the site is not legal, or None (pure)."""
+    reason = judge(g, site, ctx).reason
+    return None if reason is None else (reason.code.value, reason.message)
 
 
 def float_bias_of(g: Graph, site: Site):
@@ -392,21 +415,15 @@ def float_bias_of(g: Graph, site: Site):
 
 
 def run(g: Graph, ctx) -> Graph:
-    """Read each site's float bias group, run the rules, then reject the site or store its
+    """Read each site's float bias group, judge it, then reject the site or store its
     postprocessing descriptor (`site.post`) for the gate."""
     for site in ctx.sites:
         site.float_bias = float_bias_of(g, site)
-        bad = first_failure(g, site, ctx)
-        if bad is not None:
-            r, reason = bad
-            if r.code is ReasonCode.INCOMPLETE_PARAMETERS:
-                built = descriptor(g, site, ctx)
-                if not isinstance(built, str) and built[1]:
-                    site.details.append({"backend_issues": [str(i) for i in built[1]]})
-            site.decide(Status.REJECTED, reason.code, reason.message)
-        elif site.compute.op != "host_onnx":
-            built = descriptor(g, site, ctx)
-            if isinstance(built, str) or built[1]:
-                raise InternalError(f"{site.id}: descriptor differs from the one the rules passed")
-            site.post = built[0]
+        j = judge(g, site, ctx)
+        if j.issues:
+            site.details.append({"backend_issues": [str(i) for i in j.issues]})
+        if j.reason is not None:
+            site.decide(Status.REJECTED, j.reason.code, j.reason.message)
+        elif j.post is not None:
+            site.post = j.post
     return g
