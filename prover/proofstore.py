@@ -22,7 +22,9 @@ import hmac
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +76,17 @@ class StoredRecord:
     """A record read from the store: its verdict, where it is, and its signature state.
 
     `signature` is "valid", "invalid" (signed by another key, or edited), "absent"
-    (unsigned), or "no key" (signed, but this store has no key to verify it).
+    (unsigned), or "no key" (signed, but this store has no key to verify it); it is
+    verified when first asked (a record served by re-deciding it never needs the HMAC).
     """
 
     verdict: Verdict
     path: Path
-    signature: str
+    _signature: Callable[[], str] = field(repr=False, compare=False)
+
+    @cached_property
+    def signature(self) -> str:
+        return self._signature()
 
 
 class ProofStore:
@@ -137,17 +144,19 @@ class ProofStore:
         body = {k: v for k, v in rec.items() if k != "digest"}
         if rec.get("digest") != _sha(canonical(body)):
             raise StoreCorrupt(f"proof record {p} was modified: digest mismatch")
-        if _sha(canonical(rec["obligation"])) != rec["obligation_hash"]:
-            raise StoreCorrupt(f"proof record {p}: obligation does not match its hash")
-        if rec["obligation_hash"] != ob.hash or p.stem != ob.hash:
+        # The obligation's own hash (computed once, `Obligation.hash`) names the record; its
+        # text must be that obligation's (compared parsed: no second serialisation + hash).
+        if rec.get("obligation_hash") != ob.hash or p.stem != ob.hash:
             raise StoreCorrupt(f"proof record {p} is filed under the wrong hash")
+        if rec.get("obligation") != json.loads(ob.canonical):
+            raise StoreCorrupt(f"proof record {p}: obligation does not match its hash")
         try:
             v = Verdict.from_dict(rec["verdict"])
         except (KeyError, TypeError, ValueError) as e:
             raise StoreCorrupt(f"proof record {p}: malformed verdict ({e})") from None
         if v.status == "unknown" or str(v.policy) != str(ob.policy) or v.obligation_hash != ob.hash:
             raise StoreCorrupt(f"proof record {p}: verdict inconsistent with its obligation")
-        return StoredRecord(v, p, self._signature_state(rec))
+        return StoredRecord(v, p, lambda: self._signature_state(rec))
 
     def _signature_state(self, rec: dict[str, Any]) -> str:
         sig = rec.get("signature")
