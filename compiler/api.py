@@ -84,6 +84,7 @@ def compile_model(
     compose_tables: bool = False,
     synthesis: bool = False,
     schedule: Mapping[str, str] | None = None,
+    schedule_strategy: str | None = None,
     check_options: Mapping[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
     reference: Any = None,
@@ -99,6 +100,8 @@ def compile_model(
     - `synthesis`: where rounding a fixed-point scale is refuted, synthesise the parameters
       in the target's declared space (`prover.synthesis`; each proposal is proven);
     - `schedule`: ONNX compute node name -> scheduling structure ("plain", "grouped", "tiled");
+    - `schedule_strategy`: "early" (default) | "alternatives" | "late", when a fused site's
+      structure is decided (`compiler.passes.structure`); also in `check_options`;
     - `progress(done, total)`: called as sites are decided;
     - `reference`: the reference profile (a `prover.reference.ReferenceProfile` or its name,
       "ort-host" probes this machine's ONNX Runtime; default "onnx"); also in `check_options`.
@@ -111,6 +114,7 @@ def compile_model(
         target=target,
         reference=opts.pop("reference", None) or reference,
         schedule=schedule,
+        schedule_strategy=opts.pop("schedule_strategy", None) or schedule_strategy,
         check=CheckOptions(
             timeout_s=float(opts.pop("timeout_s", timeout_s)),
             solver=str(opts.pop("solver", solver)),

@@ -19,6 +19,7 @@ once per column group, weights once per M tile unless stationary), then fewest t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,6 +138,16 @@ def tiling_allowed(step: NpuMatMul, target: Target) -> bool:
     return not step.fused or "tiled" in caps.fused_structures
 
 
+def resident_fits(step: NpuMatMul, sizes: Mapping[str, int], target: Target) -> bool:
+    """Whether `step`'s whole input and output fit sram and its weights and bias wmem at
+    once (codegen's memory check; otherwise the MatMul is tiled). `sizes`: bytes per tensor."""
+    for mem, names in (("sram", (step.a, step.out)), ("wmem", (step.w, step.bias))):
+        used = dict.fromkeys(x for x in names if x is not None)
+        if sum(aligned(sizes[x]) for x in used if sizes.get(x)) > target.memory_size(mem):
+            return False
+    return True
+
+
 def smallest_tile_fits(step: NpuMatMul, target: Target) -> bool:
     """Whether a tile of at most one MAC block per dimension fits (true for any shape then)."""
     s = target.schedule
@@ -197,6 +208,7 @@ __all__ = [
     "ScheduleError",
     "aligned",
     "choose_schedule",
+    "resident_fits",
     "smallest_tile_fits",
     "staging",
     "staging_sizes",

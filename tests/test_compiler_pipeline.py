@@ -41,7 +41,16 @@ def test_pass_order_is_fixed_and_documented():
     import compiler.passes.pipeline as p
 
     names = [n for n, _ in PASSES]
-    assert names == ["cleanup", "propose", "legality", "gate", "rewrite", "lower"]
+    assert names == [
+        "cleanup",
+        "propose",
+        "legality",
+        "gate",
+        "schedule_strategy",
+        "rewrite",
+        "lower",
+        "tile_columns",
+    ]
     doc = p.__doc__
     assert [doc.index(f"{i}. {n}") for i, n in enumerate(names, 1)] == sorted(
         doc.index(f"{i}. {n}") for i, n in enumerate(names, 1)

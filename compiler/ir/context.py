@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .graph import Graph
 from .site import Diagnostic, Site
+from .strategy import DEFAULT_STRATEGY, ScheduleStrategy, parse_strategy
 
 if TYPE_CHECKING:
     import onnx
@@ -56,6 +57,8 @@ class CompileConfig:
     synthesis: bool = False
     # ONNX compute node name -> scheduling structure ("plain" | "grouped" | "tiled")
     schedule: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # when a fused site's structure is decided (compiler.passes.structure)
+    schedule_strategy: ScheduleStrategy = DEFAULT_STRATEGY
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)
 
     @classmethod
@@ -66,6 +69,7 @@ class CompileConfig:
         target: Any = None,
         reference: Any = None,
         schedule: Mapping[str, str] | None = None,
+        schedule_strategy: str | ScheduleStrategy | None = None,
         check: CheckOptions | None = None,
         **rest: Any,
     ) -> CompileConfig:
@@ -90,6 +94,7 @@ class CompileConfig:
             reference=reference,
             check=check or CheckOptions(),
             schedule=MappingProxyType(dict(schedule or {})),
+            schedule_strategy=parse_strategy(schedule_strategy),
             **rest,
         )
 

@@ -274,19 +274,16 @@ def rule_intermediate_type(g: Graph, site: Site, ctx) -> str | None:
 
 @rule(
     ReasonCode.GROUPED_CODEGEN_UNSUPPORTED,
-    action="change grouping: schedule this compute op as a structure the target can fuse ('plain')",
+    action="disable this fusion, keep the original graph, or change grouping (schedule the "
+    "compute op in a structure the target can fuse)",
 )
 def rule_schedule(g: Graph, site: Site, ctx) -> str | None:
-    """The chosen scheduling structure (grouping/tiling) of the compute op cannot generate
-    the fused op on this target."""
-    caps = ctx.target.compute(_kind(site))
-    s = ctx.structure_of(site.compute.origin)
-    if s not in caps.fused_structures:
-        return (
-            f"{_names([site.compute])} is scheduled as '{s}'; fused postprocessing on "
-            f"'{ctx.target.name}' is generated only for {sorted(caps.fused_structures)}"
-        )
-    return None
+    """This fused computation cannot yet be generated in this scheduling structure: the
+    structure (grouping/tiling) the compute op is scheduled in is not one the target fuses
+    in (when it is decided: `--schedule-strategy`, compiler.passes.structure)."""
+    from .structure import legality_problem
+
+    return legality_problem(g, site, ctx)
 
 
 @rule(

@@ -6,9 +6,14 @@
 3. legality  - structural rules (one per function, reason codes from DESIGN.md);
 4. gate      - the prover decides every structurally legal site (epilogue and
                index-map obligations); refuted counterexamples are replayed;
-5. rewrite   - proven sites become one fused node each; nothing else changes;
-6. lower     - NPU steps for ops whose lowering obligation is proven, host steps
-               (exactly ONNX Runtime's semantics) otherwise -> LoweredModel.
+5. schedule_strategy - under `alternatives` only: a proven site whose fused form's
+               scheduling structure the target cannot generate keeps the unfused
+               alternative (`grouped_codegen_unsupported`, its proof kept);
+6. rewrite   - proven sites become one fused node each; nothing else changes;
+7. lower     - NPU steps for ops whose lowering obligation is proven, host steps
+               (exactly ONNX Runtime's semantics) otherwise -> LoweredModel;
+8. tile_columns - every tiled or grouped fused step: each column tile's parameters and
+               table are the proven ones of exactly its columns (a check per site).
 
 Running the pipeline again on its own output graph changes nothing.
 """
@@ -17,15 +22,26 @@ from __future__ import annotations
 
 from compiler.ir.context import Context
 from compiler.ir.graph import Graph
-from compiler.passes import cleanup, gate, legality, lower, propose, rewrite
+from compiler.passes import (
+    cleanup,
+    gate,
+    legality,
+    lower,
+    propose,
+    rewrite,
+    schedule_strategy,
+    tile_columns,
+)
 
 PASSES = [
     ("cleanup", cleanup.run),
     ("propose", propose.run),
     ("legality", legality.run),
     ("gate", gate.run),
+    ("schedule_strategy", schedule_strategy.run),
     ("rewrite", rewrite.run),
     ("lower", lower.run),
+    ("tile_columns", tile_columns.run),
 ]
 
 

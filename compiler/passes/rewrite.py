@@ -12,6 +12,8 @@ from compiler.ir.context import Context
 from compiler.ir.fuse import apply_site
 from compiler.ir.graph import Graph
 
+from .structure import structure_of_site
+
 
 def run(g: Graph, ctx: Context) -> Graph:
     proven = [s for s in ctx.state.sites if s.verdict == "proven"]
@@ -22,7 +24,7 @@ def run(g: Graph, ctx: Context) -> Graph:
         if names & taken:
             s.details.append({"superseded": "an overlapping proven site was applied"})
             continue
-        apply_site(g, s, s.post, ctx.config.structure_of(s.compute.origin), prune=False)
+        apply_site(g, s, s.post, structure_of_site(g, s, ctx), prune=False)
         s.applied = True
         taken |= names
     if taken:

@@ -1,0 +1,161 @@
+"""Tile columns: a tiled or grouped fused step computes each column with its proven epilogue.
+
+The gate proves one epilogue per group of output columns (per-channel scales, tables).
+Once the backend splits a fused MatMul into column tiles, every tile must carry the
+parameters, table and weight zero points of exactly the columns it computes: a
+per-channel scale of another tile is the classic bug, and no epilogue obligation sees it.
+This pass schedules every applied site's fused step the way codegen will
+(`npu_backend.schedule.choose_schedule`), slices its epilogue the way codegen does
+(`columns_of`) and checks each tile, column by column, against the epilogue the gate
+proved for that column (`site.post`). A tiled or grouped site gets a `tile_columns`
+entry in `site.details` (status "held", the structure and the column ranges); a
+violation is a tool bug (`InternalError`), never a fused program. Codegen checks the
+emitted instructions against the step as well (`npu_backend.codegen.check_column_tiles`);
+`emitted_tiles` reads a generated program's tiles for the same check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import InternalError
+from compiler.ir.graph import Graph
+from compiler.ir.site import Site
+from npu_backend.codegen import infer_specs, nbytes
+from npu_backend.isa import MatMul
+from npu_backend.lowered import LoweredModel, NpuMatMul
+from npu_backend.postprocess import PostProcess, columns_of
+from npu_backend.program import Program
+from npu_backend.schedule import MatMulSchedule, ScheduleError, choose_schedule, resident_fits
+from npu_backend.target import Target
+
+CHECK = "tile_columns"
+STRUCTURES = ("tiled", "grouped")  # structures whose fused epilogue is checked per tile
+
+
+@dataclass(frozen=True)
+class ColumnTile:
+    """One instruction's share of a MatMul: output columns [n0, n1), their epilogue and
+    weight zero points."""
+
+    cols: tuple[int, int]
+    post: Any  # PostProcess | tuple[PostProcess, ...] | None
+    w_zp: int | tuple[int, ...]
+
+
+def schedule_of(step: NpuMatMul, lowered: LoweredModel, target: Target) -> MatMulSchedule:
+    """The schedule codegen gives `step` in `lowered` (raises `ScheduleError` if none fits)."""
+    specs = infer_specs(lowered)
+    sizes = {k: nbytes(v) for k, v in specs.items() if v is not None}
+    a, w = specs[step.a], specs[step.w]
+    assert a is not None and w is not None
+    resident = resident_fits(step, sizes, target)
+    return choose_schedule(step, a.shape, w.shape[1], resident, target)
+
+
+def _w_zp(w_zp: Any, n0: int, n1: int) -> int | tuple[int, ...]:
+    return int(w_zp) if np.ndim(w_zp) == 0 else tuple(int(z) for z in w_zp[n0:n1])
+
+
+def planned_tiles(step: NpuMatMul, sch: MatMulSchedule) -> list[ColumnTile]:
+    """The column tiles codegen emits for `step` under `sch` (its own slicing)."""
+    return [
+        ColumnTile(
+            (n0, n1),
+            None if step.post is None else columns_of(step.post, n0, n1),
+            _w_zp(step.w_zp, n0, n1),
+        )
+        for n0, n1 in sch.column_groups()
+    ]
+
+
+def emitted_tiles(program: Program, step_name: str, n_cols: int) -> list[ColumnTile]:
+    """The column tiles of step `step_name` as emitted in `program` (its MatMul instructions,
+    an untiled one covering all `n_cols` columns)."""
+    return [
+        ColumnTile(ins.cols or (0, n_cols), ins.post, ins.w_zp)
+        for ins in program.instructions
+        if isinstance(ins, MatMul) and ins.name == step_name
+    ]
+
+
+def proven_columns(site: Site, n_cols: int) -> list[PostProcess | None]:
+    """The epilogue the gate proved for each output column of `site`."""
+    per: list[PostProcess | None] = [None] * n_cols
+    for grp in site.post or ():
+        for j in grp.columns:
+            per[j] = grp.post
+    return per
+
+
+def violation(site: Site, n_cols: int, tiles: Sequence[ColumnTile]) -> str | None:
+    """How `tiles` fail to partition the `n_cols` columns, each carrying the proven epilogue
+    (parameters and table) and the weight zero points of exactly its columns; None if not."""
+    proven = proven_columns(site, n_cols)
+    w_zp = site.compute.attrs["w_zp"]
+    pos = 0
+    for t in tiles:
+        n0, n1 = t.cols
+        if n0 != pos or not n0 < n1 <= n_cols:
+            return f"column tile [{n0}, {n1}) does not continue the partition at column {pos}"
+        pos = n1
+        if isinstance(t.post, tuple) and len(t.post) != n1 - n0:
+            return f"column tile [{n0}, {n1}) carries {len(t.post)} column epilogues"
+        for j in range(n0, n1):
+            got = t.post[j - n0] if isinstance(t.post, tuple) else t.post
+            if got != proven[j]:
+                return (
+                    f"column tile [{n0}, {n1}) computes column {j} with an epilogue that is not "
+                    "the one proven for it (parameters or table of other columns)"
+                )
+            got_zp = t.w_zp if np.ndim(t.w_zp) == 0 else t.w_zp[j - n0]
+            if int(got_zp) != (int(w_zp) if np.ndim(w_zp) == 0 else int(w_zp[j])):
+                return f"column tile [{n0}, {n1}) uses another column's weight zero point at {j}"
+    if pos != n_cols:
+        return f"column tiles cover {pos} of {n_cols} columns"
+    return None
+
+
+def check_site(site: Site, step: NpuMatMul, sch: MatMulSchedule) -> dict[str, Any] | None:
+    """The site's `tile_columns` entry (None when its step is neither tiled nor grouped)."""
+    structure = sch.structure if sch.tiled else step.structure
+    if structure not in STRUCTURES:
+        return None
+    tiles = planned_tiles(step, sch)
+    why = violation(site, sch.n, tiles)
+    entry: dict[str, Any] = {
+        "check": CHECK,
+        "status": "held" if why is None else "violated",
+        "structure": structure,
+        "tiles": [list(t.cols) for t in tiles],
+    }
+    if why is not None:
+        entry["message"] = why
+    return entry
+
+
+def run(g: Graph, ctx) -> Graph:
+    """Check every applied site's tiled or grouped fused step (see the module doc)."""
+    lowered = ctx.state.lowered
+    if lowered is None:
+        return g
+    steps = {st.name: st for st in lowered.steps if isinstance(st, NpuMatMul) and st.fused}
+    for site in ctx.state.sites:
+        step = steps.get(site.compute.name)
+        if not site.applied or step is None:
+            continue  # not fused, or the fused op was placed on the host
+        try:
+            sch = schedule_of(step, lowered, ctx.config.target)
+        except ScheduleError:
+            continue  # codegen refuses the step itself, with this error
+        entry = check_site(site, step, sch)
+        if entry is None:
+            continue
+        site.details.append(entry)
+        if entry["status"] != "held":
+            raise InternalError(f"{site.id}: {CHECK}: {entry['message']}")
+    return g
