@@ -36,6 +36,7 @@ class CheckOptions:
     jobs: int = 1
     progress: bool = True
     reference: str = "onnx"  # a prover.reference profile name, or "ort-host"
+    schedule_strategy: str = "early"  # --schedule-strategy (compiler.passes.structure)
     synthesis: bool = False  # --synthesize (compiler.passes.fixed_synthesis)
 
     @classmethod
@@ -53,6 +54,7 @@ class CheckOptions:
             jobs=getattr(args, "jobs", 1),
             progress=not args.no_progress,
             reference=getattr(args, "reference", None) or "onnx",
+            schedule_strategy=getattr(args, "schedule_strategy", None) or "early",
             synthesis=bool(getattr(args, "synthesize", False)),
         )
 
@@ -139,6 +141,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         "solver": solver,
         "jobs": opts.jobs,
         "reference": profile,
+        "schedule_strategy": opts.schedule_strategy,
         "synthesis": opts.synthesis,
     }
     if store is not None:

@@ -181,6 +181,21 @@ def add_synthesis_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_schedule_strategy_option(p: argparse.ArgumentParser) -> None:
+    """`--schedule-strategy`: when a fused site's scheduling structure is decided."""
+    from compiler.ir.strategy import DEFAULT_STRATEGY, ScheduleStrategy
+
+    p.add_argument(
+        "--schedule-strategy",
+        choices=[s.value for s in ScheduleStrategy],
+        default=DEFAULT_STRATEGY.value,
+        help=f"when fusion learns the scheduling structure (default {DEFAULT_STRATEGY.value}): "
+        "early = query the target before proving; alternatives = prove, then keep the unfused "
+        "form where the fused one's structure cannot be generated; late = schedule the "
+        "unfused graph first, then fuse knowing it (compiler.passes.structure)",
+    )
+
+
 def positive_float(text: str) -> float:
     """argparse type: a float > 0."""
     try:

@@ -25,6 +25,7 @@ from compiler.cli.common import (
     UsageError,
     add_proof_store_options,
     add_reference_option,
+    add_schedule_strategy_option,
     add_synthesis_option,
     argv_or_default,
     non_negative_int,
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--target", metavar="FILE", help="target TOML (or a shipped target name)")
     add_reference_option(c)
     add_synthesis_option(c)
+    add_schedule_strategy_option(c)
     c.add_argument(
         "--report",
         metavar="FILE",

@@ -19,6 +19,7 @@ from compiler.cli.common import (
     UsageError,
     add_proof_store_options,
     add_reference_option,
+    add_schedule_strategy_option,
     add_synthesis_option,
     argv_or_default,
     non_negative_int,
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_reference_option(c)
     add_synthesis_option(c)
+    add_schedule_strategy_option(c)
     c.add_argument(
         "--format",
         choices=FORMATS,

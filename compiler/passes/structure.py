@@ -108,8 +108,7 @@ def unsupported(g: Graph, site: Site, ctx, structure: str) -> str | None:
     )
     return (
         f"{names} is scheduled as '{structure}' ({why}): {UNSUPPORTED} (fused postprocessing "
-        f"on '{ctx.config.target.name}' is generated only for {sorted(caps.fused_structures)}); "
-        f"options: {OPTIONS}"
+        f"on '{ctx.config.target.name}' is generated only for {sorted(caps.fused_structures)})"
     )
 
 
