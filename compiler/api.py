@@ -82,7 +82,7 @@ def compile_model(
     cross_check: bool = False,
     jobs: int = 1,
     compose_tables: bool = False,
-    synthesis: bool = False,
+    synthesis: bool = True,
     schedule: Mapping[str, str] | None = None,
     schedule_strategy: str | None = None,
     check_options: Mapping[str, Any] | None = None,
@@ -97,8 +97,9 @@ def compile_model(
     - `check_options`: the same options as a dict (`timeout_s`, `solver`, `store`,
       `cross_check`, `jobs`), as the command-line tools pass them; it overrides the keywords;
     - `compose_tables`: allow Act2(Act1(MatMul)) to fuse as one composed, proven table;
-    - `synthesis`: where rounding a fixed-point scale is refuted, synthesise the parameters
-      in the target's declared space (`prover.synthesis`; each proposal is proven);
+    - `synthesis` (default on; acts only on targets whose TOML declares a `synthesis` space):
+      where rounding a fixed-point scale is refuted, synthesise the parameters in that
+      space (`prover.synthesis`; each proposal is proven); False keeps rounding only;
     - `schedule`: ONNX compute node name -> scheduling structure ("plain", "grouped", "tiled");
     - `schedule_strategy`: "early" (default) | "alternatives" | "late", when a fused site's
       structure is decided (`compiler.passes.structure`); also in `check_options`;

@@ -33,7 +33,7 @@ def check_cex(r, site, model):
 
 def test_refuted_counterexample_replays_on_whole_model():
     m = matmul_activation(K=64, N=16)
-    r = compile_model(m, "bitwise", FIXED)
+    r = compile_model(m, "bitwise", FIXED, synthesis=False)
     (s,) = r.sites
     assert s.verdict == "refuted" and s.reason.code == "refuted"
     cx = check_cex(r, s, m)
@@ -50,7 +50,7 @@ def test_refuted_counterexample_replays_on_whole_model():
 
 def test_refutation_lifted_through_quantize_linear_to_float_inputs():
     m = matmul_activation(K=32, N=8, float_input=True)
-    r = compile_model(m, "bitwise", FIXED)
+    r = compile_model(m, "bitwise", FIXED, synthesis=False)
     (s,) = r.sites
     assert s.verdict == "refuted"
     cx = check_cex(r, s, m)
@@ -74,7 +74,7 @@ def test_refutation_in_project_domain_model_uses_ir_reference(tmp_path):
 
 def test_bounded_policy_proves_what_bitwise_refutes():
     m = matmul_activation(K=64, N=16, y_scale=0.01)
-    bit = compile_model(m, "bitwise", FIXED).sites[0]
+    bit = compile_model(m, "bitwise", FIXED, synthesis=False).sites[0]
     b1 = compile_model(m, "bounded:1", FIXED).sites[0]
     assert (
         bit.verdict == "refuted" and abs(bit.counterexample.before - bit.counterexample.after) == 1
@@ -89,7 +89,7 @@ def test_float_target_proves_bitwise():
 
 def test_one_verdict_per_site():
     m = two_sites(second_scale=0.01)
-    r = compile_model(m, "bounded:1", FIXED)
+    r = compile_model(m, "bounded:1", FIXED, synthesis=False)
     assert [s.id for s in r.sites] == ["site-0", "site-1"]
     assert [s.nodes for s in r.sites] == [["mm1", "act1"], ["mm2", "act2"]]
     assert [s.verdict for s in r.sites] == ["refuted", "proven"]
@@ -125,14 +125,14 @@ def test_unreproduced_refutation_is_an_internal_error(monkeypatch):
 
     monkeypatch.setattr(gate, "apply_site", lambda g, site, groups, structure="plain": None)
     with pytest.raises(InternalError, match="does not reproduce"):
-        compile_model(matmul_activation(K=64, N=16), "bitwise", FIXED)
+        compile_model(matmul_activation(K=64, N=16), "bitwise", FIXED, synthesis=False)
 
 
 def test_site_report_fields():
     from compiler.report.json_form import site_json
     from compiler.report.model import SiteReport
 
-    r = compile_model(matmul_activation(K=64, N=16), "bitwise", FIXED)
+    r = compile_model(matmul_activation(K=64, N=16), "bitwise", FIXED, synthesis=False)
     d = site_json(SiteReport.of(r.sites[0]))
     for k in ("id", "pattern", "nodes", "verdict", "reason", "time_ms", "counterexample"):
         assert k in d

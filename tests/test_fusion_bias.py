@@ -106,7 +106,11 @@ def test_folding_the_bias_on_a_fixed_point_target_is_refuted():
     The interior sites are held to bitwise even under bounded:N, and refuted with an input
     that replays on the whole model."""
     r = compile_model(
-        DIGITS / "digits_matmul_qop_s8s8_pt.onnx", "bounded:8", FIXED_T, reference="onnx"
+        DIGITS / "digits_matmul_qop_s8s8_pt.onnx",
+        "bounded:8",
+        FIXED_T,
+        reference="onnx",
+        synthesis=False,
     )
     assert [s.verdict for s in r.sites] == ["refuted", "refuted"]
     for s in r.sites:
@@ -272,9 +276,9 @@ def test_folded_bias_proven_under_bounded_where_it_is_terminal(tmp_path, digits)
     """At a graph output, bounded:N applies: the folded bias is proven with the reached
     difference (5 steps), refuted below it, and the program stays within it on real data."""
     model = _first_layer(tmp_path)
-    r = compile_model(model, "bounded:4", FIXED_T)
+    r = compile_model(model, "bounded:4", FIXED_T, synthesis=False)
     assert [s.verdict for s in r.sites] == ["refuted"]
-    r = compile_model(model, "bounded:8", FIXED_T)
+    r = compile_model(model, "bounded:8", FIXED_T, synthesis=False)
     (s,) = r.sites
     assert s.verdict == "proven" and s.applied and s.max_diff == 5
     prog = generate(r.lowered, FIXED_T)

@@ -64,7 +64,8 @@ def test_compile_twice_same_sites_and_counterexamples(model, target):
     r2, obs2 = C.compile_recording(m, target)
     assert sorted(obs1) == sorted(obs2)
     assert [_site_key(s) for s in r1.sites] == [_site_key(s) for s in r2.sites]
-    assert any(s.verdict == "refuted" for s in r1.sites) or target == "npu_float"
+    synthesised = any("requant" in d for s in r1.sites for d in s.details)  # default on
+    assert any(s.verdict == "refuted" for s in r1.sites) or target == "npu_float" or synthesised
 
 
 @pytest.mark.parametrize("model,target", CASES)
@@ -112,8 +113,9 @@ def _prover_json(tmp: Path, *extra: str) -> dict:
 
 @pytest.mark.parametrize("target", ["npu_float", "npu_fixed"])
 def test_two_cli_runs_give_identical_reports(tmp_path, target):
-    a = _prover_json(tmp_path, "--target", target)
-    b = _prover_json(tmp_path, "--target", target)
+    # rounding only: the showcase's npu_fixed sites are refuted (synthesis would prove them)
+    a = _prover_json(tmp_path, "--target", target, "--no-synthesize")
+    b = _prover_json(tmp_path, "--target", target, "--no-synthesize")
     assert _strip_times(a) == _strip_times(b)
     refuted = [s for s in a["sites"] if s["verdict"] == "refuted"]
     assert refuted and all(s["counterexample"] and s["obligation"] for s in refuted)

@@ -37,7 +37,7 @@ class CheckOptions:
     progress: bool = True
     reference: str = "onnx"  # a prover.reference profile name, or "ort-host"
     schedule_strategy: str = "early"  # --schedule-strategy (compiler.passes.structure)
-    synthesis: bool = False  # --synthesize (compiler.passes.fixed_synthesis)
+    synthesis: bool = True  # --no-synthesize turns it off (compiler.passes.fixed_synthesis)
 
     @classmethod
     def from_args(cls, args: Any) -> CheckOptions:
@@ -55,7 +55,7 @@ class CheckOptions:
             progress=not args.no_progress,
             reference=getattr(args, "reference", None) or "onnx",
             schedule_strategy=getattr(args, "schedule_strategy", None) or "early",
-            synthesis=bool(getattr(args, "synthesize", False)),
+            synthesis=bool(getattr(args, "synthesize", True)),
         )
 
 

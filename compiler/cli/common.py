@@ -171,13 +171,15 @@ def add_reference_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_synthesis_option(p: argparse.ArgumentParser) -> None:
-    """`--synthesize`: synthesise fixed-point parameters where rounding the scale is refuted."""
+    """`--synthesize` (default) / `--no-synthesize`: fixed-point parameter synthesis."""
     p.add_argument(
         "--synthesize",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="where the rounded fixed-point requantization of a column group is refuted, "
         "search the target's declared parameter space ([compute.*] synthesis) and prove "
-        "the proposal (prover.synthesis)",
+        "the proposal (prover.synthesis); on by default, a no-op on targets that declare "
+        "no space; --no-synthesize keeps the rounded parameters only",
     )
 
 

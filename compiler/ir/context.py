@@ -53,8 +53,9 @@ class CompileConfig:
     jobs: int = 1  # worker processes deciding obligations (see compiler.passes.prove)
     compose_tables: bool = False
     # Where rounding a scale is refuted, synthesise fixed-point parameters in the target's
-    # declared space (`[compute.*] synthesis`, compiler.passes.fixed_synthesis).
-    synthesis: bool = False
+    # declared space (`[compute.*] synthesis`, compiler.passes.fixed_synthesis). On by
+    # default; targets that declare no space are unaffected.
+    synthesis: bool = True
     # ONNX compute node name -> scheduling structure ("plain" | "grouped" | "tiled")
     schedule: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # when a fused site's structure is decided (compiler.passes.structure)

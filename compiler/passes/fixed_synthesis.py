@@ -117,7 +117,7 @@ def describe(s: Synthesis | Exception) -> str:
     if s.params is not None:
         p = s.params
         return (f"synthesised multiplier={p.multiplier} shift={p.shift} zp={p.zp} "
-                f"({s.change_points} reference steps, {s.time_ms:.0f} ms)")  # fmt: skip
+                f"({s.change_points} reference steps)")  # fmt: skip
     why = s.conflict.message() if s.conflict is not None else "none found"
     return f"no {'/'.join(CHOOSABLE)} on this target works: {why}"
 
