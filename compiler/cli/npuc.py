@@ -170,6 +170,7 @@ def _ledger_json(entries: Any) -> list[dict[str, Any]]:
 
 def _compile(args: argparse.Namespace) -> int:
     from compiler.cli.check_run import CheckOptions, print_store_summary, run_pipeline
+    from compiler.passes.tile_columns import check_program
     from npu_backend.codegen import generate
     from npu_backend.ledger import ledger
 
@@ -189,6 +190,7 @@ def _compile(args: argparse.Namespace) -> int:
     if run.report.proof_misses:
         return ExitCode.PROOF_MISSING
     program = generate(run.result.lowered, run.target)
+    check_program(run.result.sites, run.result.lowered, program)
     out.parent.mkdir(parents=True, exist_ok=True)
     program.save(out)
     entries = _ledger_json(ledger(run.result.lowered, run.target))

@@ -159,3 +159,18 @@ def run(g: Graph, ctx) -> Graph:
         if entry["status"] != "held":
             raise InternalError(f"{site.id}: {CHECK}: {entry['message']}")
     return g
+
+
+def check_program(sites: Sequence[Site], lowered: LoweredModel, program: Program) -> None:
+    """The same check on a generated program: every applied site's emitted MatMul
+    instructions carry the proven epilogue and weight zero points of exactly their columns
+    (raises `InternalError` naming the site and the tile)."""
+    steps = {st.name: st for st in lowered.steps if isinstance(st, NpuMatMul) and st.fused}
+    for site in sites:
+        step = steps.get(site.compute.name)
+        if not site.applied or step is None:
+            continue
+        n = int(np.shape(lowered.constants[step.w])[1])
+        why = violation(site, n, emitted_tiles(program, step.name, n))
+        if why is not None:
+            raise InternalError(f"{site.id}: {CHECK} in the generated program: {why}")

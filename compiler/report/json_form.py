@@ -66,6 +66,8 @@ def site_json(s: SiteReport) -> dict[str, Any]:
         out["max_diff"] = int(s.max_diff)
     if s.ledger is not None:
         out["ledger"] = s.ledger
+    if s.checks:
+        out["checks"] = [dict(c) for c in s.checks]
     return out
 
 

@@ -58,6 +58,8 @@ class SiteReport:
     solver: str | None = None
     max_diff: int | None = None
     ledger: dict[str, Any] | None = None
+    # per-site checks beside the obligations, e.g. tile_columns (compiler.passes.tile_columns)
+    checks: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         self.verdict = Status(self.verdict)
@@ -85,6 +87,7 @@ class SiteReport:
             solver=site.solver,
             max_diff=None if site.max_diff is None else int(site.max_diff),
             ledger=site.ledger,
+            checks=tuple(d for d in site.details if "check" in d),
         )
 
 
