@@ -152,8 +152,14 @@ def check(
     store: ProofStore | str | os.PathLike | None = None,
     cross_check: bool = False,
     rlimit: int | None = None,
+    lift: bool = True,
 ) -> Verdict:
-    """Decide `obligation` under its policy; see the module docstring."""
+    """Decide `obligation` under its policy; see the module docstring.
+
+    `lift=False`: a refutation's witness is replayed but not yet lifted to an input row
+    (`needs_lift`); such a verdict is not stored until `lift_refutation` lifts it, which
+    a caller does only for the counterexample it reports.
+    """
     t0 = time.perf_counter()
     ob = obligation
     ps = _resolve_store(store)
@@ -193,8 +199,8 @@ def check(
             Status.UNKNOWN, ob.policy, ob.hash, first.procedure, ms, reason=why, details=details
         )
     else:
-        cex = replay(ob, first.violation())
-        if ob.lift is not None and cex.lifted_input is None:
+        cex = replay(ob, first.violation(), lift=lift)
+        if lift and ob.lift is not None and cex.lifted_input is None:
             found = _liftable_witness(
                 ob, solver, budget, cex.assignment[ob.lift.var], t0 + budget.timeout_s
             )
@@ -218,13 +224,8 @@ def check(
             details["minimal"] = False
         for other in made[1:]:
             if other.status == VIOLATED:  # a cross-checking witness must reproduce as well
-                replay(ob, other.violation())
+                replay(ob, other.violation(), lift=lift)
         details["minimal"] = first.minimal
-        reason = (
-            f"{_fmt(cex.assignment)}: before={cex.before} after={cex.after} (|diff|={cex.diff})"
-        )
-        if cex.undefined:
-            reason = f"{_fmt(cex.assignment)}: before={cex.before}, implementation undefined: {cex.undefined}"
         v = Verdict(
             Status.REFUTED,
             ob.policy,
@@ -233,12 +234,84 @@ def check(
             (time.perf_counter() - t0) * 1000,
             first.max_diff,
             cex,
-            reason,
+            _refuted_reason(cex),
             details=details,
         )
+        if needs_lift(ob, v):
+            return v  # stored once lifted (lift_refutation)
     if ps is not None:
         ps.put(ob, v)
     return v
+
+
+def _refuted_reason(cex: Counterexample) -> str:
+    if cex.undefined:
+        return f"{_fmt(cex.assignment)}: before={cex.before}, implementation undefined: {cex.undefined}"
+    return f"{_fmt(cex.assignment)}: before={cex.before} after={cex.after} (|diff|={cex.diff})"
+
+
+def needs_lift(ob: Obligation, v: Verdict) -> bool:
+    """Whether `v` is a refutation of `ob` decided with `lift=False` whose witness is not
+    yet lifted to an input row."""
+    return (
+        v.status == Status.REFUTED
+        and ob.lift is not None
+        and v.counterexample is not None
+        and v.counterexample.lifted_input is None
+        and not v.counterexample.lift_note
+    )
+
+
+def lift_refutation(
+    ob: Obligation,
+    v: Verdict,
+    timeout_s: float = 10.0,
+    solver: str = "auto",
+    store: ProofStore | str | os.PathLike | None = None,
+    rlimit: int | None = None,
+) -> Verdict:
+    """The verdict `check(ob)` gives, from `v = check(ob, lift=False)`: its witness lifted
+    to an input row (another violating value of the lifted variable when that one is
+    unreachable, else `unknown`), stored like any decided verdict. `v` itself when it
+    needs no lifting."""
+    if not needs_lift(ob, v):
+        return v
+    assert ob.lift is not None and v.counterexample is not None
+    t0 = time.perf_counter()
+    budget = Budget(timeout_s, rlimit if rlimit is not None else Budget().rlimit)
+    details = dict(v.details)
+    cex = replay(ob, v.counterexample.assignment)
+    if cex.lifted_input is None:
+        found = _liftable_witness(
+            ob, solver, budget, cex.assignment[ob.lift.var], t0 + budget.timeout_s
+        )
+        if found is None:
+            why = (
+                f"every counterexample tried ({ob.lift.var}={cex.assignment[ob.lift.var]} "
+                f"first) is unreachable from any {ob.lift.x_type} input row: the "
+                f"{ob.lift.var} interval over-approximates the reachable values, so the "
+                "rewrite is neither proven nor refuted"
+            )
+            ms = v.time_ms + (time.perf_counter() - t0) * 1000
+            return Verdict(
+                Status.UNKNOWN, ob.policy, ob.hash, v.solver, ms, reason=why, details=details
+            )
+        cex = found
+    out = Verdict(
+        Status.REFUTED,
+        ob.policy,
+        ob.hash,
+        v.solver,
+        v.time_ms + (time.perf_counter() - t0) * 1000,
+        v.max_diff,
+        cex,
+        _refuted_reason(cex),
+        details=details,
+    )
+    ps = _resolve_store(store)
+    if ps is not None:
+        ps.put(ob, out)
+    return out
 
 
 def _serve(ob: Obligation, ps: ProofStore, rlimit: int | None, t0: float) -> Verdict | None:
@@ -256,7 +329,9 @@ def _serve(ob: Obligation, ps: ProofStore, rlimit: int | None, t0: float) -> Ver
     cached = rec.verdict
     how: str | None
     if cached.counterexample is not None:
-        replay(ob, cached.counterexample.assignment)  # a stored refutation still reproduces
+        # a stored refutation still reproduces, on its stored input row (checked, not searched)
+        c = cached.counterexample
+        replay(ob, c.assignment, row=c.lifted_input)
         how = "replayed"
     else:
         how = _recheck_proven(ob, rec, ps, rlimit)

@@ -70,15 +70,23 @@ def _unwrap(v: tuple[int, ...]):
     return v[0] if len(v) == 1 else v
 
 
-def replay(ob: Obligation, assignment: Mapping[str, int]) -> Counterexample:
+def replay(
+    ob: Obligation,
+    assignment: Mapping[str, int],
+    *,
+    lift: bool = True,
+    row: tuple[int, ...] | None = None,
+) -> Counterexample:
     """Replay a witness concretely; raise `ReplayMismatch` unless it violates the obligation.
 
     A witness violates it where the reference is defined and the implementation is
     undefined (a failing implementation-side precondition, named in `undefined`) or
     differs beyond the policy. With a LiftSpec, the witness is also lifted to a whole
-    input row, the row is run through the kernel's matmul (`matmul.matmul_acc`,
-    vectorised; tests check it equals `matmul.dot`), and both sides are replayed on
-    the value it produces.
+    input row (or `row`, one lifted before, is checked instead of searching again), the
+    row is run through the kernel's matmul (`matmul.matmul_acc`, vectorised; tests check
+    it equals `matmul.dot`), and both sides are replayed on the value it produces.
+    `lift=False` replays the witness only (the row is found later, for the one
+    counterexample a site reports: `prover.api.lift_refutation`).
     """
     assignment = {n: int(assignment[n]) for n in ob.variables}
     for n, (lo, hi) in ob.ranges.items():
@@ -95,13 +103,16 @@ def replay(ob: Obligation, assignment: Mapping[str, int]) -> Counterexample:
         raise ReplayMismatch(
             f"witness {assignment} does not reproduce: before={b} after={a} under {ob.policy}"
         )
-    row, note = None, ""
-    if ob.lift is not None:
+    note = ""
+    if ob.lift is not None and lift:
         target = assignment[ob.lift.var]
-        try:
-            row = lift_row(ob.lift, target)
-        except LiftError as e:
-            note = str(e)
+        if row is None:
+            try:
+                row = lift_row(ob.lift, target)
+            except LiftError as e:
+                note = str(e)
+        else:
+            row = tuple(int(x) for x in row)
         if row is not None:
             got = row_value(ob.lift, row)
             env2 = dict(assignment)
@@ -113,5 +124,7 @@ def replay(ob: Obligation, assignment: Mapping[str, int]) -> Counterexample:
                     f"lifted input row gives {ob.lift.var}={got} (wanted {target}), "
                     f"before={b2} after={a2}"
                 )
+    else:
+        row = None
     after = None if undefined else _unwrap(a)
     return Counterexample(assignment, _unwrap(b), after, diff, row, note, undefined)

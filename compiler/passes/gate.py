@@ -70,6 +70,11 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
                 site.time_ms += float(v.time_ms)
         if site.verdict is not None:  # rejected: an intermediate type nothing replaced
             return
+    before = {ob.hash: v for ob, v, _, _ in verdicts}
+    verdicts = prove.lift_reported(verdicts, ctx)
+    for ob, v, _, _ in verdicts:  # the lifting time of the reported refutation
+        if v is not before[ob.hash] and not isinstance(v, Exception):
+            site.time_ms += float(v.time_ms) - float(before[ob.hash].time_ms)
     errors = [(ob, v) for ob, v, _, _ in verdicts if isinstance(v, Exception)]
     refuted = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "refuted"]
     unknown = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "unknown"]

@@ -7,6 +7,8 @@
   `prover.api.check`, once per hash per run (`state.verdicts`).
 - `decide_all`: many obligations at once; worker processes only when the work measured
   on the first ones says they pay for themselves (`prover.parallel`).
+- `lift_reported`: refutations are decided without lifting their witness to an input
+  row; only the one a site reports is lifted (and stored), in obligation order.
 
 A helper, not a pass: gate, lower and fixed_synthesis call it; it imports no pass.
 """
@@ -110,6 +112,7 @@ def _options(ctx: Context) -> dict[str, Any]:
         "solver": o.solver,
         "store": o.store,
         "cross_check": o.cross_check,
+        "lift": False,  # only the counterexample a site reports is lifted (`lift_reported`)
     }
 
 
@@ -167,3 +170,26 @@ def decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
 
     for ob, v in zip(rest, check_many(rest, jobs, **_options(ctx)), strict=True):
         ctx.state.verdicts[ob.hash] = _loud(v)
+
+
+def lift_reported(verdicts: list[tuple[Any, Any, Any, Any]], ctx: Context) -> list:
+    """`verdicts` ((obligation, verdict, columns, lift column), in order) with the first
+    refutation lifted to an input row, as `prover.api.check` would have returned it; one
+    whose witness no row reaches becomes `unknown` and the next is lifted. The rest keep
+    their unlifted witnesses (never reported)."""
+    from prover.api import lift_refutation, needs_lift
+
+    out = list(verdicts)
+    for i, (ob, v, cols, lift_col) in enumerate(out):
+        if isinstance(v, Exception) or v.status != "refuted":
+            continue
+        if needs_lift(ob, v):
+            o = _options(ctx)
+            v = lift_refutation(
+                ob, v, timeout_s=o["timeout_s"], solver=o["solver"], store=o["store"]
+            )
+            ctx.state.verdicts[ob.hash] = v
+            out[i] = (ob, v, cols, lift_col)
+        if v.status == "refuted":
+            break
+    return out

@@ -1,0 +1,86 @@
+"""Only the counterexample a site reports is lifted to an input row (issue 15 item 5)."""
+
+from __future__ import annotations
+
+import pytest
+from models import matmul_activation
+
+import prover.counterexample as counterexample
+from compiler.api import compile_model
+from npu_backend.target import load_target
+from prover.api import check, lift_refutation, needs_lift
+from prover.obligation import LiftSpec, Obligation
+from prover.proofstore import ProofStore
+from prover.terms import Var, op
+
+FIXED = load_target("npu_backend/targets/npu_fixed.toml")
+ACC = Var("acc")
+SPEC = LiftSpec("acc", (3, -5, 7, 11), x_type="int8", bias=9)
+# differs from acc wherever acc is odd: refuted, witness reachable
+ROUNDED = op("mul_const", op("floordiv_const", ACC, c=2), c=2)
+
+
+def _ob(lift: LiftSpec = SPEC) -> Obligation:
+    return Obligation("epilogue", ACC, ROUNDED, {"acc": (-500, 500)}, "bitwise", lift)
+
+
+def test_unlifted_refutation_then_lifted_equals_the_eager_verdict(tmp_path):
+    eager = check(_ob())
+    lazy = check(_ob(), lift=False, store=ProofStore(tmp_path, "rw"))
+    assert lazy.status == "refuted" and needs_lift(_ob(), lazy)
+    assert lazy.counterexample.lifted_input is None
+    assert not list(tmp_path.rglob("*.json"))  # not stored before it is lifted
+    done = lift_refutation(_ob(), lazy, store=ProofStore(tmp_path, "rw"))
+    assert not needs_lift(_ob(), done)
+    for k in ("status", "max_diff", "reason"):
+        assert getattr(done, k) == getattr(eager, k)
+    assert done.counterexample == eager.counterexample
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+    # nothing to lift: the verdict itself
+    assert lift_refutation(_ob(), done) is done
+    assert not needs_lift(_ob(None), check(_ob(None), lift=False))
+
+
+def test_unreachable_witness_still_becomes_unknown_when_lifted():
+    spec = LiftSpec("acc", (2, 4), x_type="int8")  # even accumulators only
+    lazy = check(_ob(spec), lift=False)
+    assert lazy.status == "refuted"  # not yet known to be unreachable
+    done = lift_refutation(_ob(spec), lazy)
+    assert done.status == "unknown" and "unreachable" in done.reason
+
+
+def test_served_refutation_replays_its_stored_row_without_searching(tmp_path, monkeypatch):
+    check(_ob(), store=ProofStore(tmp_path, "rw"))
+    monkeypatch.setattr(counterexample, "lift_row", _no_lift)
+    v = check(_ob(), store=ProofStore(tmp_path, "ro"))
+    assert v.cached and v.status == "refuted" and v.counterexample.lifted_input is not None
+
+
+def test_a_stored_row_that_does_not_reproduce_is_a_replay_mismatch():
+    from prover.errors import ReplayMismatch
+
+    v = check(_ob())
+    bad = tuple(x + 1 for x in v.counterexample.lifted_input)
+    with pytest.raises(ReplayMismatch, match="lifted input row"):
+        counterexample.replay(_ob(), v.counterexample.assignment, row=bad)
+
+
+def _no_lift(*a, **k):
+    raise AssertionError("a row was searched for")
+
+
+def test_a_refuted_per_channel_site_lifts_one_witness(monkeypatch):
+    calls = []
+    real = counterexample.lift_row
+    monkeypatch.setattr(counterexample, "lift_row", lambda s, v: calls.append(v) or real(s, v))
+    m = matmul_activation(K=32, N=24, M=1, per_channel=True)
+    r = compile_model(m, "bitwise", FIXED, synthesis=False)
+    (s,) = r.sites
+    refuted = [
+        h for h in s.obligations if getattr(r.context.state.verdicts[h], "status", "") == "refuted"
+    ]
+    assert s.verdict == "refuted" and len(refuted) > 1  # several groups refuted ...
+    assert len(calls) == 1  # ... one lifted: the reported one
+    reported = r.context.state.verdicts[s.obligation_hash]
+    assert reported.counterexample.lifted_input is not None
+    assert s.counterexample.assignment == reported.counterexample.assignment
