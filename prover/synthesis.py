@@ -781,15 +781,17 @@ def synthesize_shared(
     groups: list[tuple[Term, str, int, int]],
     space: FixedPointSpace | None = None,
     tables: tuple[tuple[int, ...], ...] = (),
+    max_candidates: int = 8,
 ) -> SharedSynthesis:
     """Parameters for every `(before, var, lo, hi)` group with ONE table shared by all.
 
     Each group is first synthesised alone (free table). A group with no parameters alone
     has none with a shared table either, which is the proof behind "impossible". Otherwise
     candidate tables are tried in order: `tables` (physical, e.g. the reference's own
-    table), then each group's own synthesised table; for a candidate, `fit_table` decides
-    exactly whether every group has multiplier, shift and zero point reading it. Choosing
-    the table itself is not searched exhaustively, so "not_found" proves nothing.
+    table), then the groups' own synthesised tables, widest accumulator range first (it
+    holds the most reference values), at most `max_candidates` in all; for a candidate,
+    `fit_table` decides exactly whether every group has multiplier, shift and zero point
+    reading it. The table itself is not searched exhaustively: "not_found" proves nothing.
     """
     t0 = time.perf_counter()
     space = space or FixedPointSpace()
@@ -799,8 +801,10 @@ def synthesize_shared(
         ms = (time.perf_counter() - t0) * 1000
         return SharedSynthesis("impossible", None, conflicts, alone, 0, None, ms)
     cands: list[tuple[int, ...]] = []
-    for t in list(tables) + [s.params.table for s in alone if s.params is not None]:
-        if t not in cands:
+    wide = sorted(range(len(groups)), key=lambda i: groups[i][2] - groups[i][3])
+    synthesised = [p.table for i in wide if (p := alone[i].params) is not None]
+    for t in list(tables) + synthesised:
+        if t not in cands and len(cands) < max_candidates:
             cands.append(t)
     order = list(range(len(groups)))
     unfit = None
