@@ -47,10 +47,15 @@ class ColumnTile:
     w_zp: int | tuple[int, ...]
 
 
-def schedule_of(step: NpuMatMul, lowered: LoweredModel, target: Target) -> MatMulSchedule:
-    """The schedule codegen gives `step` in `lowered` (raises `ScheduleError` if none fits)."""
-    specs = infer_specs(lowered)
-    sizes = {k: nbytes(v) for k, v in specs.items() if v is not None}
+def schedule_of(
+    step: NpuMatMul, lowered: LoweredModel, target: Target, specs: Any = None, sizes: Any = None
+) -> MatMulSchedule:
+    """The schedule codegen gives `step` in `lowered` (raises `ScheduleError` if none fits).
+    `specs`, `sizes`: `infer_specs(lowered)` and its byte sizes, when the caller has them
+    (computed once per model, not once per step)."""
+    specs = infer_specs(lowered) if specs is None else specs
+    if sizes is None:
+        sizes = {k: nbytes(v) for k, v in specs.items() if v is not None}
     a, w = specs[step.a], specs[step.w]
     assert a is not None and w is not None
     resident = resident_fits(step, sizes, target)
@@ -144,12 +149,16 @@ def run(g: Graph, ctx) -> Graph:
     if lowered is None:
         return g
     steps = {st.name: st for st in lowered.steps if isinstance(st, NpuMatMul) and st.fused}
+    specs = sizes = None  # the model's tensor specs and sizes, once (not once per site)
     for site in ctx.state.sites:
         step = steps.get(site.compute.name)
         if not site.applied or step is None:
             continue  # not fused, or the fused op was placed on the host
+        if specs is None:
+            specs = infer_specs(lowered)
+            sizes = {k: nbytes(v) for k, v in specs.items() if v is not None}
         try:
-            sch = schedule_of(step, lowered, ctx.config.target)
+            sch = schedule_of(step, lowered, ctx.config.target, specs, sizes)
         except ScheduleError:
             continue  # codegen refuses the step itself, with this error
         entry = check_site(site, step, sch)
