@@ -61,7 +61,8 @@ atexit.register(shutdown)
 def check_many(
     obligations: Sequence[Obligation], jobs: int = 1, **options: Any
 ) -> list[Verdict | ProverError]:
-    """`check(ob, **options)` for each obligation, in `jobs` processes; results in order.
+    """`check(ob, **options)` for each obligation, in `jobs` processes (this one and
+    `jobs - 1` workers); results in order.
 
     A `ProverError` is returned in place of its verdict (never swallowed: the
     caller sees it); any other exception propagates.
@@ -71,5 +72,10 @@ def check_many(
     items = [(ob, dict(options)) for ob in obligations]
     if jobs == 1 or len(items) < 2:
         return [_decide(it) for it in items]
-    chunk = max(1, len(items) // (4 * jobs))  # few round trips, still balanced
-    return list(pool(jobs).map(_decide, items, chunksize=chunk))
+    # The calling process is one of the `jobs`: it decides the first share itself while
+    # `jobs - 1` workers (one fewer to start) decide the rest.
+    own = len(items) // jobs
+    chunk = max(1, (len(items) - own) // (4 * (jobs - 1)))  # few round trips, balanced
+    theirs = pool(jobs - 1).map(_decide, items[own:], chunksize=chunk)
+    mine = [_decide(it) for it in items[:own]]
+    return mine + list(theirs)

@@ -76,28 +76,42 @@ def test_small_work_never_starts_workers(monkeypatch):
 
 
 def test_large_work_goes_to_workers_with_the_same_verdicts(monkeypatch):
-    sent = []
+    sent, decided_by = [], set()
     import prover.parallel as par
 
-    real = par.check_many
+    real_many, real_check = par.check_many, par.check
     monkeypatch.setattr(prove, "SAMPLE_S", 0.0)
     monkeypatch.setattr(prove, "WORKER_START_S", 0.0)
     monkeypatch.setattr(
-        par, "check_many", lambda obs, j, **o: sent.append(len(obs)) or real(obs, j, **o)
+        par, "check_many", lambda obs, j, **o: sent.append(len(obs)) or real_many(obs, j, **o)
     )
-    m = two_sites(second_scale=0.0123)  # refuted on the fixed-point target: counterexamples
+    monkeypatch.setattr(
+        par, "check", lambda ob, **o: decided_by.add(ob.hash) or real_check(ob, **o)
+    )
+    # per-channel scales: one obligation per column; refuted on the fixed-point target
+    m = matmul_activation(K=16, N=6, M=1, per_channel=True)
     two = compile_model(m, "bitwise", FIXED, jobs=2, synthesis=False)
     one = compile_model(m, "bitwise", FIXED, jobs=1, synthesis=False)
-    assert sent == [1]  # the first obligation measured in process, the rest in workers
+    n = len(two.sites[0].obligations)
+    assert n >= 4 and sent == [n - 1]  # the first measured in process, the rest shared
+    # this process took its share; a spawned worker (whose calls are not seen here) the rest
+    assert 0 < len(decided_by) < n - 1 and par._pool is not None
     for a, b in zip(one.sites, two.sites, strict=True):
-        assert (a.verdict, a.obligation_hash, a.max_diff) == (
+        assert (a.verdict, a.obligation_hash, a.max_diff, a.obligations) == (
             b.verdict,
             b.obligation_hash,
             b.max_diff,
+            b.obligations,
         )
-        if a.counterexample is not None:
-            assert a.counterexample.assignment == b.counterexample.assignment
+        assert a.counterexample.assignment == b.counterexample.assignment
     assert {s.verdict for s in two.sites} == {"refuted"}
+    for h in one.sites[0].obligations:  # every verdict, whoever decided it
+        va, vb = one.context.state.verdicts[h], two.context.state.verdicts[h]
+        assert (va.status, va.max_diff, va.counterexample) == (
+            vb.status,
+            vb.max_diff,
+            vb.counterexample,
+        )
 
 
 def test_validated_step_is_the_emitted_step(monkeypatch):
@@ -146,3 +160,16 @@ def test_no_pass_imports_another_pass():
         assert not others, f"pass {name} imports pass(es) {sorted(others)}"
     for helper in ("prove", "npu_step"):
         assert not _imported_modules(PASSES_DIR / f"{helper}.py") & names
+
+
+def test_table_terms_built_once_equal_the_kernel_form():
+    from compiler.ir.graph import Node
+    from compiler.ir.semantics import node_term
+    from prover.terms import Var, op, term_hash
+
+    table = tuple(np.arange(-128, 128, dtype=np.int64)[::-1])  # numpy ints, as read
+    n = Node("act", "lut", ["x"], ["y"], {"table": table, "in_type": "int8"})
+    for x in (Var("acc"), op("requant_float", Var("acc"), scale=0.5, zp=3, out="int8")):
+        got, want = node_term(n, x), op("lut", x, table=table, in_type="int8", index_order="offset")
+        assert got == want and term_hash(got) == term_hash(want)
+        assert all(type(v) is int for v in got.kwargs["table"])

@@ -19,7 +19,7 @@ from prover.qlinear_binary import (
     qlinear_binary_table,
 )
 from prover.reference import Accumulation
-from prover.terms import Term, Var, evaluate, op
+from prover.terms import Op, Term, Var, evaluate, op
 
 from .graph import Graph, Node
 
@@ -82,11 +82,18 @@ def node_term(node: Node, x: Term, column: int = 0) -> Term:
     raise CompilerError(f"node '{node.name}' ({node.op}) is not elementwise")
 
 
-@lru_cache(maxsize=4096)
 def _lut_term(x: Term, table: tuple[int, ...], in_type: str) -> Term:
-    """A table term, built once per distinct (input, table): freezing a 256-entry table
-    is what makes building a site's epilogue cost anything (sites share activations)."""
-    return op("lut", x, table=table, in_type=in_type, index_order="offset")
+    """`op("lut", x, table=table, in_type=in_type, index_order="offset")`, with the table
+    frozen once per distinct table: freezing 256 entries per column and per site was most
+    of what building epilogues cost (sites and columns share activation tables)."""
+    params = (("in_type", in_type), ("index_order", "offset"), ("table", _frozen_table(table)))
+    return Op("lut", (x,), params)
+
+
+@lru_cache(maxsize=1024)
+def _frozen_table(table: tuple[int, ...]) -> tuple[int, ...]:
+    """The table as `prover.terms.op` freezes it (its own freezing, done once)."""
+    return op("lut", Var("x"), table=table, in_type="int8", index_order="offset").kwargs["table"]
 
 
 def chain_term(x: Term, chain: list[Node]) -> Term:
