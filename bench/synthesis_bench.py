@@ -22,7 +22,10 @@ profile `onnx`):
   (what the double-rounding hardware loses), also proven by `check`.
 
 Reported: fraction of column groups and of sites equal bitwise each way, the groups for
-which synthesis proves no parameters exist, and synthesis time per column group.
+which synthesis proves no parameters exist, synthesis time per column group, and the sites
+that fuse: every group synthesised AND one table shared by all of them (the postprocessor
+holds one table per MatMul; `prover.synthesis.synthesize_shared`, each shared-table
+proposal proven by `check` too).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from prover.obligation import Obligation
 from prover.qgemm import QGemmParams, output_scales
 from prover.qlinear_binary import BinaryOp, QLinearBinaryParams, qlinear_binary_table, span_mode
 from prover.requant import onnx_requant_scale, quantize_multiplier
-from prover.synthesis import FixedPointSpace, obligation, synthesize
+from prover.synthesis import FixedPointSpace, obligation, synthesize, synthesize_shared
 from prover.terms import Op, Term, Var, op, term_hash
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -211,7 +214,21 @@ def run_group(g: Group) -> Row:
     return Row(g, rounded, synth, single, ms, note)
 
 
-def _summary(label: str, rows: list[Row]) -> str:
+def shared_fused(rows: list[Row]) -> bool:
+    """Whether a site's groups, all synthesised, also share one table (proven by check)."""
+    if not all(r.synth == "proven" for r in rows):
+        return False
+    specs = [(r.group.before, "acc", r.group.lo, r.group.hi) for r in rows]
+    sh = synthesize_shared(specs, SPACE)
+    if sh.params is None:
+        return False
+    for (b, _, lo, hi), p in zip(specs, sh.params, strict=True):
+        if check(obligation(b, "acc", lo, hi, p)).status != "proven":
+            sys.exit(f"BUG: shared-table parameters {p.to_json()} not proven")
+    return len({p.table for p in sh.params}) == 1
+
+
+def _summary(label: str, rows: list[Row], fused: int | None = None) -> str:
     n = len(rows)
     r_ok = sum(r.rounded == "proven" for r in rows)
     s_ok = sum(r.synth == "proven" for r in rows)
@@ -225,9 +242,11 @@ def _summary(label: str, rows: list[Row]) -> str:
     s1 = sum(all(x.single == "proven" for x in v) for v in sites.values())
     t = [r.synth_ms for r in rows]
     ratio = f"{s_ok / r_ok:.1f}x" if r_ok else ("inf" if s_ok else "-")
+    if fused is None:
+        fused = sum(shared_fused(v) for v in sites.values())
     return (
         f"{label:<30} {n:>6} {r_ok / n:>8.1%} {s_ok / n:>8.1%} {ratio:>7} {imp:>5} "
-        f"{s1_ok / n:>7.1%}  {len(sites):>3}: {sr:>2} {ss:>2} {s1:>2}  "
+        f"{s1_ok / n:>7.1%}  {len(sites):>3}: {sr:>2} {ss:>2} {fused:>2} {s1:>2}  "
         f"{statistics.median(t):6.0f} {max(t):6.0f}"
     )
 
@@ -248,12 +267,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     head = (
         f"{'suite':<30} {'groups':>6} {'rounded':>8} {'synth':>8} {'ratio':>7} {'none':>5} "
-        f"{'single':>7}  sites: r  s s1  {'ms med':>6} {'max':>6}"
+        f"{'single':>7}  sites: r  s 1t s1  {'ms med':>6} {'max':>6}"
     )
     print(head)
     print("-" * len(head))
     everything: list[Row] = []
     digits: list[Row] = []
+    fused = {"digits": 0, "all": 0}
     for label, groups in suites:
         rows = [run_group(g) for g in groups]
         if args.verbose:
@@ -261,14 +281,20 @@ def main(argv: list[str] | None = None) -> int:
                 g = r.group
                 print(f"  {g.site} cols {g.columns[0]}..{g.columns[-1]} [{g.lo}, {g.hi}] "
                       f"rounded {r.rounded}, synthesis {r.synth} ({r.note})")  # fmt: skip
-        print(_summary(label, rows), flush=True)
+        by_site: dict[str, list[Row]] = {}
+        for r in rows:
+            by_site.setdefault(r.group.site, []).append(r)
+        n_fused = sum(shared_fused(v) for v in by_site.values())
+        print(_summary(label, rows, n_fused), flush=True)
         everything += rows
+        fused["all"] += n_fused
         if not label.startswith("random"):
             digits += rows
+            fused["digits"] += n_fused
     print("-" * len(head))
     if digits:
-        print(_summary("all digits models", digits))
-    print(_summary("all", everything))
+        print(_summary("all digits models", digits, fused["digits"]))
+    print(_summary("all", everything, fused["all"]))
     return 0
 
 
