@@ -16,6 +16,11 @@ import numpy as np
 from .domain import KernelError
 
 
+def _clip(x, lo, hi) -> np.ndarray:
+    """np.clip for int64 arrays and int bounds, without its per-call dtype-limit lookups."""
+    return np.minimum(np.maximum(x, np.int64(lo)), np.int64(hi))
+
+
 def monotone_thresholds(
     f: Callable[[np.ndarray], np.ndarray], vmin: int, vmax: int, lo: int, hi: int
 ) -> np.ndarray:
@@ -72,8 +77,8 @@ def first_at_least(
     a = np.full(n, lo, dtype=np.int64)  # invariant: the answer lies in [a, b]
     b = np.full(n, hi + 1, dtype=np.int64)
     if guess is not None and n:
-        g = np.clip(np.asarray(guess, dtype=np.int64), lo, hi + 1)
-        pts = np.clip(np.concatenate([g - 1, g]), lo, hi)
+        g = _clip(np.asarray(guess, dtype=np.int64), lo, hi + 1)
+        pts = _clip(np.concatenate([g - 1, g]), lo, hi)
         fv = np.asarray(f(pts), dtype=np.int64)
         below = (g == lo) | (fv[:n] < levels)  # f(g-1) < q
         above = (g == hi + 1) | (fv[n:] >= levels)  # f(g) >= q
