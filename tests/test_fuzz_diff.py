@@ -7,6 +7,7 @@ show the comparison can fail.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -157,6 +158,7 @@ def test_refutation_replays_and_a_forged_one_does_not():
     assert feeds and not [f for f in found if f.failure]
     for _, f in feeds:
         assert not [g for g in c.compare(f, "counterexample") if g.failure]
-    refuted[0].counterexample.before += 1
+    cx = refuted[0].counterexample  # forge: the prover's record says another `before`
+    cx.local = dataclasses.replace(cx.local, before=cx.local.before + 1)
     found, _ = c.refutations()
     assert [f.category for f in found] == ["refutation_not_reproduced"]
