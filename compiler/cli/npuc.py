@@ -172,7 +172,7 @@ def _compile(args: argparse.Namespace) -> int:
     from compiler.cli.check_run import CheckOptions, print_store_summary, run_pipeline
     from compiler.passes.tile_columns import check_program
     from npu_backend.codegen import generate
-    from npu_backend.ledger import ledger
+    from npu_backend.ledger import model_ledger
 
     opts = CheckOptions.from_args(args)
     out = Path(args.output)
@@ -193,8 +193,9 @@ def _compile(args: argparse.Namespace) -> int:
     check_program(run.result.sites, run.result.lowered, program)
     out.parent.mkdir(parents=True, exist_ok=True)
     program.save(out)
-    entries = _ledger_json(ledger(run.result.lowered, run.target))
-    run.report.ledger = {"fusions": entries}
+    measured = model_ledger(run.result.lowered, run.target)
+    entries = _ledger_json(measured.fusions)
+    run.report.ledger = {"fusions": entries, "total": measured.total_json()}
     for site in run.report.sites:
         mine = [e for e in entries if set(e.get("onnx_nodes", ())) & set(site.nodes)]
         if site.verdict.value == "proven" and mine:
@@ -224,6 +225,13 @@ def _compile(args: argparse.Namespace) -> int:
         f"({s.refuted} refuted, {s.unknown} unknown, {s.rejected} rejected; "
         f"policy {run.report.policy}, target {run.report.target})"
     )
+    for e in entries:
+        if e.get("costs_more"):
+            print(
+                f"{PROG}: fusion {e['site']} ({', '.join(e['onnx_nodes'])}) costs more than it "
+                f"saves on target {run.report.target}: {-e['saved']} {e['cost_basis']} more "
+                "than unfused (see the report's ledger)"
+            )
     return ExitCode.OK
 
 

@@ -125,7 +125,8 @@ def _site(s: SiteReport, sv: SiteView | None) -> str:
         for ev in sv.epilogues:
             parts.append(_epilogue(ev))
         if sv.ledger is not None:
-            parts.append("<h3>Ledger (measured on the simulator)</h3>")
+            flag = " &mdash; costs more than it saves" if sv.ledger.get("costs_more") else ""
+            parts.append(f"<h3>Ledger (measured on the simulator){flag}</h3>")
             parts.append(
                 f'<div class="plot">{P.ledger_svg(sv.ledger, f"{s.id}: fused vs unfused")}</div>'
             )
@@ -229,10 +230,19 @@ def _ledger(views: Views) -> str:
     total: dict[str, Any] = {}
     for e in views.ledger:
         for k, _ in P.LEDGER_FIELDS:
-            if k in e:
+            if e.get(k) is not None:
                 total[k] = total.get(k, 0) + int(e[k])
+    costly = [e for e in views.ledger if e.get("costs_more")]
+    if costly:
+        items = "".join(
+            f"<li><b>{_e(e['site'])}</b> ({_e(', '.join(e.get('onnx_nodes', ())))}): "
+            f"{-int(e['saved']):,} {_e(e['cost_basis'])} more than unfused</li>"
+            for e in costly
+        )
+        out.append(f"<p>Fusions that cost more than they save on this target:</p><ul>{items}</ul>")
     out.append(
-        f"<p>{len(views.ledger)} applied fusion(s); model total (cycles are not modelled):</p>"
+        f"<p>{len(views.ledger)} applied fusion(s), {len(costly)} costing more than they save; "
+        "model total (simulator counters; cycles from the target's schedule):</p>"
     )
     out.append(f'<div class="plot">{P.ledger_svg(total, "model total")}</div>')
     out.append("</section>")

@@ -70,6 +70,48 @@ def _counterexample(s: SiteReport) -> list[str]:
     return out + [""]
 
 
+def _num(v: object) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _ledger(ledger: dict | None) -> list[str]:
+    """The measured ledger (npuc compile): per fusion, unfused -> fused on the simulator."""
+    fusions = (ledger or {}).get("fusions", [])
+    if not fusions:
+        return []
+    out = [
+        "### Ledger: unfused -> fused on the simulator",
+        "",
+        "| site | nodes | cycles | bytes moved | E x b | table / param loads | |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for e in fusions:
+        g = e.get
+        unit = g("cost_basis", "bytes")
+        verdict = (
+            f"**costs more** ({-g('saved', 0):,} {unit})"
+            if g("costs_more")
+            else f"saves {g('saved', 0):,} {unit}"
+        )
+        out.append(
+            f"| {_cell(g('site'))} | {_cell(', '.join(g('onnx_nodes', ())))} | "
+            f"{_num(g('cycles_before'))} -> {_num(g('cycles_after'))} | "
+            f"{_num(g('bytes_moved_before'))} -> {_num(g('bytes_moved_after'))} | "
+            f"{_num(g('expected_bytes'))} | {g('table_loads_before', 0)}/"
+            f"{g('param_loads_before', 0)} -> {g('table_loads_after', 0)}/"
+            f"{g('param_loads_after', 0)} | {verdict} |"
+        )
+    total = (ledger or {}).get("total")
+    if total:
+        costly = ", ".join(total.get("costing_more", ())) or "none"
+        out += [
+            "",
+            f"Model total: the fusions save {total.get('saved', 0):,} "
+            f"{total.get('cost_basis', 'bytes')}; costing more than they save: {costly}.",
+        ]
+    return out + [""]
+
+
 def render(r: Report) -> str:
     """The report as GitHub-flavoured markdown (trailing newline)."""
     s = r.summary
@@ -91,6 +133,7 @@ def render(r: Report) -> str:
         lines += ["### Counterexamples", ""]
         for x in refuted:
             lines += _counterexample(x)
+    lines += _ledger(r.ledger)
     for f in r.findings:
         lines += [f"> **{_cell(f.get('code', 'finding'))}**: {_cell(f.get('message', ''))}", ""]
     if r.host_ops:

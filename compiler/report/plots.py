@@ -243,14 +243,18 @@ LEDGER_FIELDS = (
     ("param_loads_added", "parameter loads added"),
     ("instructions_before", "instructions unfused"),
     ("instructions_after", "instructions fused"),
+    ("cycles_before", "cycles unfused"),
+    ("cycles_after", "cycles fused"),
+    ("peak_sram_before", "peak sram bytes unfused"),
+    ("peak_sram_after", "peak sram bytes fused"),
 )
 
 
 def ledger_svg(entry: dict[str, Any], title: str) -> str:
     """One horizontal bar per ledger quantity (bytes, loads, instructions)."""
     plt = require_matplotlib()
-    labels = [lab for k, lab in LEDGER_FIELDS if k in entry]
-    values = [int(entry[k]) for k, _ in LEDGER_FIELDS if k in entry]
+    labels = [lab for k, lab in LEDGER_FIELDS if entry.get(k) is not None]
+    values = [int(entry[k]) for k, _ in LEDGER_FIELDS if entry.get(k) is not None]
     fig, ax = plt.subplots(figsize=(4.6, 0.28 * len(values) + 0.6))
     colours = ["#2e9e4f" if "not" in lab else "#3465a4" for lab in labels]
     bars = ax.barh(labels, values, color=colours)
