@@ -13,11 +13,15 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from prover.verdict import Status
+
+if TYPE_CHECKING:
+    from compiler.cli.check_run import CheckRun
+    from npu_backend.lowered import LoweredModel
 
 MAX_PIECES = 20000  # above this (after merging equal neighbours) an epilogue is not drawn
 MAX_GROUPS = 4  # epilogue groups drawn per site (per-channel models have one per column set
@@ -104,13 +108,12 @@ class Views:
     versions: dict[str, str]
 
 
-def collect(run: Any) -> Views:
+def collect(run: CheckRun) -> Views:
     """The views of a `compiler.cli.check_run.CheckRun`."""
     result, report = run.result, run.report
-    ctx = getattr(result, "context", None)
     verdicts = {s.id: s.verdict.value for s in report.sites}
-    nodes, edges = _graph(getattr(ctx, "model", None))
-    host = _host_nodes(getattr(result, "lowered", None))
+    nodes, edges = _graph(None if result.context is None else result.context.model)
+    host = _host_nodes(result.lowered)
     by_node: dict[str, str] = {}
     for s in report.sites:
         for n in s.nodes:
@@ -159,11 +162,14 @@ def _graph(model: Any) -> tuple[list[GraphNode], list[tuple[str, str]]]:
     return nodes, edges
 
 
-def _host_nodes(lowered: Any) -> set[str]:
+def _host_nodes(lowered: LoweredModel | None) -> set[str]:
+    """ONNX node names of the steps the lowered model runs on the host."""
+    from npu_backend.lowered import HostKernel, HostOnnx
+
     out: set[str] = set()
-    for st in getattr(lowered, "steps", ()) or ():
-        if type(st).__name__.startswith("Host"):
-            out.update(getattr(st, "onnx_nodes", ()) or (getattr(st, "name", ""),))
+    for st in lowered.steps if lowered is not None else ():
+        if isinstance(st, HostKernel | HostOnnx):
+            out.update(st.onnx_nodes or (st.name,))
     return out
 
 
