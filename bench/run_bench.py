@@ -251,8 +251,7 @@ def plain_numpy(ob: Obligation, cap: float, chunk: int = 1 << 14) -> str:
 def measure(ob: Obligation, eq: bool, args) -> dict[str, Timing]:
     """Every contender on `ob`, under the same protocol; stops on a wrong answer."""
     cap, reps = args.cap, args.reps
-    segments._shared_steps.cache_clear()
-    segments._single_input_cached.cache_clear()
+    segments.clear_shared_steps()
     res = {"ours": timed(run_ours(ob), reps)}
     res["enc"] = timed(lambda: (to_smtlib(ob), "")[1], reps)
     text = to_smtlib(ob)

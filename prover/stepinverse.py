@@ -91,10 +91,15 @@ def _round_ok(a32: np.ndarray, s32: np.float32, v: np.ndarray) -> np.ndarray:
 
 def _inv_requant_float(y: np.ndarray, p: dict) -> np.ndarray:
     """Smallest int x with rint(float32(x) * s) >= v, mirroring the float32 arithmetic."""
-    s32 = np.float32(p["scale"])
-    v = (np.asarray(y, dtype=np.int64) - int(p["zp"])).astype(np.float64)
+    return inv_float_scale(np.asarray(y, dtype=np.int64) - int(p["zp"]), np.float32(p["scale"]))
+
+
+def inv_float_scale(v: np.ndarray, s32: Any) -> np.ndarray:
+    """Smallest int x with rint(float32(x) * s32) >= v (`s32` float32, scalar or per level)."""
+    s32 = np.asarray(s32, dtype=np.float32)
+    v = np.asarray(v, dtype=np.int64).astype(np.float64)
     with np.errstate(all="ignore"):
-        a = ((v - 0.5) / float(s32)).astype(np.float32)
+        a = ((v - 0.5) / s32.astype(np.float64)).astype(np.float32)
     # The smallest float32 a with rint(a * s) >= v: move from the estimate by ulps.
     for _ in range(8):
         ok = _round_ok(a, s32, v)

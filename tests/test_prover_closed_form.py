@@ -71,7 +71,7 @@ def _random_range(rng: np.random.Generator) -> tuple[int, int]:
 
 
 def _same_decision(ob: Obligation) -> None:
-    segments._shared_steps.cache_clear()
+    segments.clear_shared_steps()
     try:
         want = segments.decide(ob, closed_form=False)
     except Exception as e:  # the closed form must fail the same way
@@ -155,7 +155,7 @@ def test_wrong_guesses_are_corrected_exactly():
 
 def test_shared_steps_equal_the_steps_of_each_range():
     c = op("requant_double", Var("acc"), multiplier=1690499072, shift=-9, zp=3, out="int8")
-    segments._shared_steps.cache_clear()
+    segments.clear_shared_steps()
     rng = np.random.default_rng(7)
     for _ in range(30):
         lo = int(rng.integers(-(10**6), 10**6))
@@ -187,3 +187,65 @@ def test_benchmark_obligations_decide_identically():
     assert len(obs) == 15
     for ob in obs:
         _same_decision(ob)
+
+
+def _per_channel(rng: np.random.Generator, n: int, out: str = "int8") -> list[Obligation]:
+    t = int_type(out)
+    table = _table("int8", 5)
+    lut = {"table": table, "in_type": "int8", "index_order": "offset"}
+    obs = []
+    for i in range(n):
+        scale = float(np.float32(10.0 ** rng.uniform(-9, 3)))
+        if i % 7 == 0:
+            scale = 2.0 ** int(rng.integers(-20, 2))  # exact ties
+        zp = int(rng.integers(t.min, t.max + 1))
+        rq = op("requant_float", Var("acc"), scale=scale, zp=zp, out=out)
+        before = op("lut", op("saturate", rq, type="int8"), **lut)
+        after = op("lut", op("clip", rq, lo=-100, hi=100), **lut)
+        lo = int(rng.integers(INT32_MIN, 0))
+        hi = int(rng.integers(0, INT32_MAX))
+        obs.append(Obligation("epilogue", before, after, {"acc": (lo, hi)}, "bounded:1"))
+    return obs
+
+
+def test_prefetched_steps_equal_the_steps_computed_alone():
+    rng = np.random.default_rng(16)
+    obs = _per_channel(rng, 300) + _per_channel(rng, 20, out="uint8")
+    segments.clear_shared_steps()
+    want = [segments.decide(o) for o in obs]
+    alone = {
+        k: segments._shared_steps(*k)
+        for o in obs
+        for side in (o.before, o.after)
+        for k in [(c, "acc") for c in segments.cuts(side) if isinstance(c, T.Op)]
+    }
+    segments.clear_shared_steps()
+    assert segments.prefetch(obs) == len(alone)
+    for k, (va, vb, steps) in segments._PREFETCHED.items():
+        a = alone[k]
+        assert a is not None and (va, vb) == a[:2] and np.array_equal(steps, a[2])
+    got = [segments.decide(o) for o in obs]
+    assert [(d.status, d.max_diff, d.witness) for d in got] == [
+        (d.status, d.max_diff, d.witness) for d in want
+    ]
+    assert any(d.status == "violated" for d in got) and any(d.status == "holds" for d in got)
+
+
+def test_prefetch_leaves_out_what_it_cannot_share():
+    """int16 outputs (too many levels), invalid scales and zero points: decided alone, as before."""
+    segments.clear_shared_steps()
+    rng = np.random.default_rng(1)
+    wide = _per_channel(rng, 3, out="int16")
+    acc = Var("acc")
+    bad = Obligation(
+        "lowering",
+        op("requant_float", acc, scale=0.5, zp=0, out="int8"),
+        op("requant_float", acc, scale=-0.5, zp=0, out="int8"),
+        {"acc": (-10, 10)},
+        "bitwise",
+    )
+    assert segments.prefetch([*wide, bad]) == 1  # only the valid int8 chain of `bad`
+    with pytest.raises(KernelError):
+        segments.decide(bad)
+    for o in wide:
+        assert segments.decide(o).status in ("holds", "violated")
