@@ -10,6 +10,7 @@ mean for it (this pass only proposes).
 
 from __future__ import annotations
 
+from compiler.ir.context import Context
 from compiler.ir.graph import Graph, Node
 from compiler.ir.site import Site
 
@@ -53,8 +54,8 @@ def pattern_of(compute: Node, chain: list[Node]) -> str:
     return "+".join(parts)
 
 
-def run(g: Graph, ctx) -> Graph:
-    """Record candidate sites in `ctx.sites` (ids in topological order of the activation)."""
+def run(g: Graph, ctx: Context) -> Graph:
+    """Record candidate sites in the state (ids in topological order of the activation)."""
     sites: list[Site] = []
     for n in g.nodes:
         if n.op != "lut":
@@ -82,5 +83,5 @@ def run(g: Graph, ctx) -> Graph:
                 break
             chain.insert(0, p)
             cur = varying[0]
-    ctx.sites = sites
+    ctx.state.sites = sites
     return g
