@@ -179,6 +179,8 @@ def test_per_channel_reports_impossible_groups_with_the_pair():
         assert s.verdict == "refuted"
         assert "no multiplier, shift and zero point separates acc=" in s.reason.message
         assert not s.applied
+        # not fused: the descriptor (what a replay runs) stays the rounded one, one table
+        assert len({g.post.lut.table for g in s.post}) == 1
 
 
 def test_cli_synthesize_flag(tmp_path):

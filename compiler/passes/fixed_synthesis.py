@@ -142,6 +142,7 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
     if caps is None or not caps.synthesis:
         return verdicts
     order = ctx.target.lut_builder.index_order
+    rounded_post = list(site.post)
     out, outcomes = [], []
     for ob, v, cols, lift_col in verdicts:
         if ob.kind != "epilogue" or not cols:
@@ -177,6 +178,8 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
         out.append((ob2, v2, cols, lift_col))
     if all(o.kind in ("rounded", "synthesised") for o in outcomes):
         out, outcomes = _share_table(site, out, outcomes, caps, order, ctx, check_fn)
+    else:  # the site is not fused: its descriptor (and any replay) stays the rounded one
+        site.post[:] = rounded_post
     if any(o.kind != "rounded" for o in outcomes):
         site.details.append({"requant": [o.to_dict() for o in outcomes]})
     _reject_unlowerable(site, out, caps)
