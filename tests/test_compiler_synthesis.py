@@ -14,6 +14,7 @@ keeps it on the host.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from pathlib import Path
 
@@ -23,6 +24,8 @@ import pytest
 
 from compiler.api import compile_model
 from compiler.passes.fixed_synthesis import summary
+from compiler.report.json_form import site_json
+from compiler.report.model import SiteReport
 from npu_backend.codegen import generate
 from npu_backend.lowered import NpuMatMul
 from npu_backend.postprocess import posts_of
@@ -73,6 +76,9 @@ def test_per_tensor_sites_fuse_with_synthesised_parameters(per_tensor):
         kinds = {o["kind"] for o in _requant(s)}
         assert kinds == {"synthesised"}, kinds
         assert "synthesised" in summary(s)
+        (c,) = [c for c in site_json(SiteReport.of(s))["checks"]
+                if c["check"] == "requant_synthesis"]  # fmt: skip
+        assert c["status"] == "held"
         # the fused posts carry the synthesised fixed-point parameters and no clip
     fused = [st for st in r.lowered.steps if isinstance(st, NpuMatMul) and st.fused]
     assert len(fused) == 2
@@ -181,6 +187,13 @@ def test_per_channel_reports_impossible_groups_with_the_pair():
         assert not s.applied
         # not fused: the descriptor (what a replay runs) stays the rounded one, one table
         assert len({g.post.lut.table for g in s.post}) == 1
+        # the JSON report lists every group's outcome, each impossible one with its pair
+        (c,) = [c for c in site_json(SiteReport.of(s))["checks"]
+                if c["check"] == "requant_synthesis"]  # fmt: skip
+        assert c["status"] == "violated" and len(c["groups"]) == len(kinds)
+        imp = [g for g in c["groups"] if g["kind"] == "impossible"]
+        assert len(imp) == kinds.count("impossible")
+        assert all(re.search(r"acc=-?\d+ and acc=-?\d+", g["message"]) for g in imp)
 
 
 def test_cli_synthesize_flag(tmp_path):

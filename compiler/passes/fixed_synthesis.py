@@ -182,8 +182,22 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
         site.post[:] = rounded_post
     if any(o.kind != "rounded" for o in outcomes):
         site.details.append({"requant": [o.to_dict() for o in outcomes]})
+        site.details.append(_report_check(site, outcomes))
     _reject_unlowerable(site, out, caps)
     return out
+
+
+def _report_check(site, outcomes: list[Outcome]) -> dict[str, object]:
+    """The per-group outcomes as a report check (JSON `checks`): held when every group's
+    parameters are proven and one table serves them all."""
+    shared = any("shared_table" in d for d in site.details)
+    ok = all(o.kind in ("rounded", "synthesised") for o in outcomes) and not shared
+    return {
+        "check": "requant_synthesis",
+        "status": "held" if ok else "violated",
+        "message": summary(site),
+        "groups": [o.to_dict() for o in outcomes],
+    }
 
 
 def _reject_unlowerable(site, verdicts: list, caps) -> None:
