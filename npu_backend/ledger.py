@@ -21,7 +21,7 @@ A fusion "costs more than it saves" on a target when its cycles saved are negati
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
@@ -29,13 +29,14 @@ import numpy as np
 from prover.inttypes import int_type
 from prover.terms import PreconditionViolation, Var, op
 
-from .codegen import generate, infer_specs
+from .codegen import CodegenError, generate, infer_specs, memory_issues, nbytes
 from .isa import Activation, Clip, DmaOut, HostCall, MatMul, Requant
 from .lowered import HostKernel, LoweredModel, NpuLut, NpuMatMul, Step, TensorSpec, unfuse
 from .postprocess import posts_of
 from .program import Program
 from .simulator import Counters, Machine, UndefinedResult, _check_inputs
 from .target import Target
+from .validate import ValidationError
 
 
 class LedgerError(RuntimeError):
@@ -125,7 +126,10 @@ class ModelLedger:
 
     fusions: list[FusionEntry]
     fused: Flat  # every counter of the fused program
-    unfused: Flat  # every counter of the fully unfused program
+    unfused: Flat  # every counter of the unfused program
+    # fused sites whose unfused form the target cannot hold (kept fused in the baseline):
+    # site -> (onnx nodes, why)
+    not_measured: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
 
     @property
     def cost_basis(self) -> str:
@@ -149,6 +153,10 @@ class ModelLedger:
             "bytes_moved_after": bytes_moved(self.fused),
             "counters_before": dict(self.unfused),
             "counters_after": dict(self.fused),
+            "not_measured": [
+                {"site": s, "onnx_nodes": list(nodes), "reason": why}
+                for s, (nodes, why) in self.not_measured.items()
+            ],
         }
 
 
@@ -214,13 +222,16 @@ class _Split:
         return act
 
 
-def unfuse_all(lowered: LoweredModel) -> tuple[LoweredModel, list[_Split]]:
-    """The fully unfused model (every fused MatMul split by `unfuse_with_add`) and its sites."""
+def unfuse_all(
+    lowered: LoweredModel, keep: Collection[str] = ()
+) -> tuple[LoweredModel, list[_Split]]:
+    """The unfused model (every fused MatMul not named in `keep` split by `unfuse_with_add`)
+    and its split sites."""
     steps: list[Step] = []
     extra: dict[str, np.ndarray] = {}
     splits = []
     for st in lowered.steps:
-        if isinstance(st, NpuMatMul) and st.fused:
+        if isinstance(st, NpuMatMul) and st.fused and st.name not in keep:
             split, consts = unfuse_with_add(st)
             splits.append(_Split(st, tuple(split)))
             steps.extend(split)
@@ -440,18 +451,48 @@ def _entry(split: _Split, specs: Mapping[str, TensorSpec | None], u: Flat, f: Fl
     )
 
 
+def _unfused_program(
+    lowered: LoweredModel, target: Target
+) -> tuple[LoweredModel, list[_Split], Program, dict[str, tuple[tuple[str, ...], str]]]:
+    """The unfused model and its program. A site whose unfused form needs buffers the target
+    does not have (a standalone activation cannot be tiled) stays fused, with the reason."""
+    unfused, splits = unfuse_all(lowered)
+    try:
+        return unfused, splits, generate(unfused, target), {}
+    except (CodegenError, ValidationError) as e:
+        first = str(e)
+    specs = infer_specs(unfused)
+    sizes = {k: nbytes(v) for k, v in specs.items() if v is not None}
+    kept = {}
+    for sp in splits:
+        issues = [i for st in sp.steps for i in memory_issues(st, sizes, target)]
+        if issues:
+            why = f"its unfused form cannot be generated on this target: {issues[0].message}"
+            kept[sp.site.name] = (tuple(sp.site.onnx_nodes), why)
+    if kept:
+        unfused, splits = unfuse_all(lowered, kept)
+        try:
+            return unfused, splits, generate(unfused, target), kept
+        except (CodegenError, ValidationError) as e:
+            first = str(e)
+    raise LedgerError(f"the unfused program cannot be generated: {first}")
+
+
 def model_ledger(
     lowered: LoweredModel,
     target: Target,
     inputs: dict[str, np.ndarray] | None = None,
 ) -> ModelLedger:
-    """Measure every fused MatMul of `lowered`: two simulator runs, whatever their number."""
+    """Measure every fused MatMul of `lowered`: two simulator runs, whatever their number.
+
+    A site whose unfused form the target cannot hold stays fused in the baseline and is
+    listed in `not_measured` with the reason instead of getting an entry."""
     inputs = inputs if inputs is not None else random_inputs(lowered.inputs)
-    unfused, splits = unfuse_all(lowered)
     fused_run = profile(generate(lowered, target), inputs, [s.name for s in lowered.steps], target)
+    unfused, splits, program, kept = _unfused_program(lowered, target)
     if not splits:
-        return ModelLedger([], fused_run.total, fused_run.total)
-    un_run = profile(generate(unfused, target), inputs, [s.name for s in unfused.steps], target)
+        return ModelLedger([], fused_run.total, fused_run.total, kept)
+    un_run = profile(program, inputs, [s.name for s in unfused.steps], target)
     for sp in splits:
         out = sp.site.out
         if not _same(fused_run.sram.get(out), un_run.sram.get(out)):
@@ -469,7 +510,7 @@ def model_ledger(
         )
         for sp in splits
     ]
-    return ModelLedger(entries, fused_run.total, un_run.total)
+    return ModelLedger(entries, fused_run.total, un_run.total, kept)
 
 
 def ledger(

@@ -209,3 +209,26 @@ def test_without_cycles_the_flag_falls_back_to_bytes():
     costly = dataclasses.replace(e, cycles_before=None, cycles_after=None, bytes_moved_after=10**9)
     assert costly.cost_basis == "bytes" and costly.costs_more
     assert dataclasses.replace(costly, bytes_moved_after=0).costs_more is False
+
+
+def test_a_site_whose_unfused_form_does_not_fit_stays_fused_in_the_baseline():
+    """A fused MatMul tiled through a small sram has no unfused form there (a standalone
+    activation is not tiled): it is reported as not measured, the other site is measured."""
+    caps = [
+        dataclasses.replace(c, fused_structures=c.fused_structures | {"tiled"})
+        for c in FLOAT.computes
+    ]
+    mems = tuple((m, 4096 if m == "sram" else n) for m, n in FLOAT.memories)
+    target = dataclasses.replace(FLOAT, computes=tuple(caps), memories=mems)
+    small = matmul_model(fused_post(target), m=64)
+    wide = np.random.default_rng(5).integers(-128, 128, (16, 64)).astype(np.int8)
+    big = dataclasses.replace(small.steps[0], name="big", w="w64", out="z", bias=None)
+    model = LoweredModel(
+        small.inputs, ["y", "z"], {**small.constants, "w64": wide}, [small.steps[0], big]
+    )
+    ml = model_ledger(model, target)
+    assert [e.site for e in ml.fusions] == ["mm"]
+    (nodes, why) = ml.not_measured["big"]
+    assert nodes == ("MatMul_0", "Sigmoid_0") and "cannot be generated" in why
+    assert ml.total_json()["not_measured"][0]["site"] == "big"
+    assert ml.fused["matmul_tiles"] > 1  # the big site really is tiled

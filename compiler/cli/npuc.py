@@ -195,9 +195,11 @@ def _compile(args: argparse.Namespace) -> int:
     program.save(out)
     measured = model_ledger(run.result.lowered, run.target)
     entries = _ledger_json(measured.fusions)
-    run.report.ledger = {"fusions": entries, "total": measured.total_json()}
-    for site in run.report.sites:
-        mine = [e for e in entries if set(e.get("onnx_nodes", ())) & set(site.nodes)]
+    total = measured.total_json()
+    run.report.ledger = {"fusions": entries, "total": total}
+    for site in run.report.sites:  # a fused site without an unfused form: its reason
+        found = entries + total["not_measured"]
+        mine = [e for e in found if set(e.get("onnx_nodes", ())) & set(site.nodes)]
         if site.verdict.value == "proven" and mine:
             site.ledger = mine[0]
     s = run.report.summary
