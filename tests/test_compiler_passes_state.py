@@ -173,3 +173,25 @@ def test_table_terms_built_once_equal_the_kernel_form():
         got, want = node_term(n, x), op("lut", x, table=table, in_type="int8", index_order="offset")
         assert got == want and term_hash(got) == term_hash(want)
         assert all(type(v) is int for v in got.kwargs["table"])
+
+
+def _modules_after_check(model: str, *args: str) -> set[str]:
+    import subprocess
+    import sys
+
+    heavy = ("onnxruntime", "z3", "cvc5", "bitwuzla", "matplotlib", "compiler.report.html")
+    code = (
+        "import sys\nfrom compiler.cli.prover import main\n"
+        f"rc = main(['check', {model!r}, '--proofs-mode', 'off', '--no-progress', *{args!r}])\n"
+        f"print(rc, sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    rc, loaded = p.stdout.strip().splitlines()[-1].split(" ", 1)
+    return int(rc), set(eval(loaded))  # a list literal printed by the probe
+
+
+def test_a_proven_check_loads_no_onnxruntime_and_no_solver_but_a_replay_does():
+    rc, loaded = _modules_after_check("examples/matmul_sigmoid.onnx")
+    assert rc == 0 and loaded == set()
+    rc, loaded = _modules_after_check("examples/showcase.onnx")  # a refutation is replayed
+    assert rc == 1 and "onnxruntime" in loaded
