@@ -249,9 +249,13 @@ def _share_table(site, verdicts, outcomes, caps, order, ctx, check_fn):
         sh = None
         note = f"no shared table: {e}"
     if sh is not None and sh.status != "found":
+        last = ""
+        if sh.unfit is not None:
+            cols = groups[sh.unfit[0]].columns
+            last = f"; the last one tried does not fit columns {cols[0]}..{cols[-1]}"
         note = (f"the {len(groups)} groups need different tables and none of {sh.candidates_tried} "
-                "candidate tables fits them all (the table search is not exhaustive: not a "
-                "proof that none exists)")  # fmt: skip
+                f"candidate tables fits them all{last} (the table search is not exhaustive: not "
+                "a proof that none exists)")  # fmt: skip
     if sh is None or sh.params is None:
         site.details.append({"shared_table": note})
         return verdicts, outcomes
