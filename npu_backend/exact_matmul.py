@@ -5,7 +5,10 @@ of such integers whose exact value is also below 2^53 is computed exactly (IEEE 
 rounds only when the exact result is not representable). If every |product| is at
 most max|a - a_zp| * max|w - w_zp| and K such terms are summed, every partial sum a
 BLAS kernel forms, in any order or blocking, is at most K times that bound; so when
-`K * max|a - a_zp| * max|w - w_zp| < 2^53` the float64 matmul equals the int64 one.
+`K * max|a - a_zp| * max|w - w_zp| < 2^53` the float64 matmul equals the int64 one,
+provided the subtraction itself is exact: a, the zero points and their differences are
+converted to float64 first, so each of them must also be below 2^53 in magnitude
+(int64 operands near a large zero point can have a small difference yet round).
 Otherwise the int64 matmul (the kernel's `prover.matmul.matmul_acc`) runs.
 """
 
@@ -25,14 +28,18 @@ def float64_is_exact(a_max: int, w_max: int, k: int) -> bool:
     return int(k) * int(a_max) * int(w_max) < EXACT_LIMIT
 
 
-def _max_abs_diff(x: np.ndarray, zp: Any) -> int:
-    """An upper bound of max|x - zp| from the extremes of x and of zp (no int64 copy)."""
-    if not x.size:
-        return 0
+def _bounds(x: np.ndarray, zp: Any) -> tuple[int, int]:
+    """(max|x - zp|, max(|x|, |zp|)) from the extremes of x and of zp (no int64 copy).
+
+    The second bound matters as much as the first: x and zp are converted to float64
+    before the subtraction, so each must be exact there even when x - zp is small.
+    """
     z = np.asarray(zp, dtype=np.int64)
-    lo, hi = int(x.min()), int(x.max())
     zlo, zhi = int(z.min()), int(z.max())
-    return max(abs(hi - zlo), abs(lo - zhi))
+    if not x.size:
+        return 0, max(abs(zlo), abs(zhi))
+    lo, hi = int(x.min()), int(x.max())
+    return max(abs(hi - zlo), abs(lo - zhi)), max(abs(lo), abs(hi), abs(zlo), abs(zhi))
 
 
 def exact_matmul(
@@ -42,9 +49,13 @@ def exact_matmul(
     a, w = np.asarray(a), np.asarray(w)
     if np.ndim(a_zp) or w.ndim < 2 or a.dtype.kind not in "iu" or w.dtype.kind not in "iu":
         return matmul_acc(a, w, a_zp, w_zp, bias)  # per-row zero points: the kernel's own form
-    a_max, w_max = _max_abs_diff(a, a_zp), _max_abs_diff(w, w_zp)
-    # the operands themselves must be exact in float64 too (each below 2^53)
-    if not float64_is_exact(a_max, w_max, w.shape[-2]) or max(a_max, w_max) >= EXACT_LIMIT // 2:
+    (a_max, a_mag), (w_max, w_mag) = _bounds(a, a_zp), _bounds(w, w_zp)
+    # every operand, zero point and difference is exact in float64 (below 2^53), and
+    # so is every product and partial sum (float64_is_exact)
+    if (
+        not float64_is_exact(a_max, w_max, w.shape[-2])
+        or max(a_mag, w_mag, a_max, w_max) >= EXACT_LIMIT
+    ):
         return matmul_acc(a, w, a_zp, w_zp, bias)
     af = a.astype(np.float64) - float(a_zp)
     wf = w.astype(np.float64) - np.asarray(w_zp, dtype=np.float64)

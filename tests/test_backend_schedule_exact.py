@@ -90,3 +90,33 @@ def test_grouped_epilogues_equal_column_by_column_evaluation():
     acc[0, :] = 2**31 - 1
     acc[1, :] = -(2**31)
     np.testing.assert_array_equal(apply_columns(post, acc), _one_by_one(post, acc))
+
+
+def test_large_operands_near_their_zero_point_take_the_int64_path():
+    """|a - a_zp| <= 1 but a and a_zp are beyond 2^53: float64 would round both to 2^60."""
+    a = np.array([[2**60 + 1, 2**60 + 3]], dtype=np.int64)
+    w = np.array([[1], [-1]], dtype=np.int64)
+    assert int(exact_matmul(a, w, 2**60 + 2)[0, 0]) == -2
+    assert int(exact_matmul(w.T, a.T, 0, 2**60 + 2)[0, 0]) == -2  # the same on the w side
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_mixed_types_and_zero_points_equal_the_kernel(seed):
+    """uint8/int8/int16 operands, scalar or per-column weight zero points, batch dims."""
+    rng = np.random.default_rng(100 + seed)
+    types = (np.uint8, np.int8, np.int16)
+    at, wt = types[seed % 3], types[(seed // 3) % 3]
+    lo_a, hi_a = np.iinfo(at).min, np.iinfo(at).max
+    lo_w, hi_w = np.iinfo(wt).min, np.iinfo(wt).max
+    m, k, n = (int(v) for v in rng.integers(1, 90, 3))
+    batch = (2,) if seed % 2 else ()
+    a = rng.integers(lo_a, hi_a + 1, batch + (m, k)).astype(at)
+    w = rng.integers(lo_w, hi_w + 1, (k, n)).astype(wt)
+    a[..., 0, :] = hi_a  # the extremes are present
+    w[:, 0] = lo_w
+    a_zp = int(rng.integers(lo_a, hi_a + 1))
+    w_zp = rng.integers(lo_w, hi_w + 1, n) if seed % 4 < 2 else int(rng.integers(lo_w, hi_w + 1))
+    bias = rng.integers(-(2**31), 2**31, n)
+    np.testing.assert_array_equal(
+        exact_matmul(a, w, a_zp, w_zp, bias), matmul_acc(a, w, a_zp, w_zp, bias)
+    )
