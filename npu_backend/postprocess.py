@@ -31,9 +31,10 @@ from prover.inttypes import int_type
 from prover.lut import LutSpec
 from prover.qlinear_binary import qladd_kernel
 from prover.requant import check_multiplier, requant_float_concrete
-from prover.terms import Term, Var, evaluate, op
+from prover.terms import PreconditionViolation, Term, Var, evaluate, op
 
 REQUANT_SCHEMES = ("float32", "fixed_double", "fixed_single")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -368,6 +369,13 @@ def _apply_float_group(
     """Float32 requantization with per-column scale/zp, then the group's shared stages."""
     for p in members:
         p.requant.check()
+    if acc.size and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
+        # the same precondition the term form checks (requant_float is defined on int32)
+        bad = int(acc.max()) if acc.max() > INT32_MAX else int(acc.min())
+        raise PreconditionViolation(
+            f"requant_float: precondition 'acc is int32' fails at input {bad} (out of range); "
+            "the result is undefined"
+        )
     idx = np.asarray(member_of_col)
     scales = np.asarray([np.float32(p.requant.scale) for p in members], dtype=np.float32)[idx]
     zps = np.asarray([int(p.requant.zp) for p in members], dtype=np.int64)[idx]
