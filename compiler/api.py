@@ -102,7 +102,7 @@ def compile_model(
       space (`prover.synthesis`; each proposal is proven); False keeps rounding only;
     - `schedule`: ONNX compute node name -> scheduling structure ("plain", "grouped", "tiled");
     - `schedule_strategy`: "early" (default) | "alternatives" | "late", when a fused site's
-      structure is decided (`compiler.passes.structure`); also in `check_options`;
+      structure is decided (`compiler.ir.structure`); also in `check_options`;
     - `progress(done, total)`: called as sites are decided;
     - `reference`: the reference profile (a `prover.reference.ReferenceProfile` or its name,
       "ort-host" probes this machine's ONNX Runtime; default "onnx"); also in `check_options`.
@@ -168,8 +168,8 @@ def _run(g: Graph, ctx: Context) -> CompileResult:
 
 
 def host_diagnostics(graph):
-    """The frontend's host placements (`compiler.passes.host.host_diagnostics`)."""
-    from compiler.passes.host import host_diagnostics as diags
+    """The frontend's host placements (`compiler.ort.host.host_diagnostics`)."""
+    from compiler.ort.host import host_diagnostics as diags
 
     return diags(graph)
 

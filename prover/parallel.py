@@ -7,7 +7,7 @@ the verdicts (and counterexamples) do not depend on `jobs`.
 
 Starting a worker costs a fresh interpreter and the prover's imports, so the pool is
 started once per process and size and reused by every later call (shut down at exit);
-whether a batch is worth sending to it is the caller's choice (`compiler.passes.prove`).
+whether a batch is worth sending to it is the caller's choice (`compiler.proving.prove`).
 """
 
 from __future__ import annotations

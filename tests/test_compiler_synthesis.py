@@ -23,7 +23,7 @@ import onnxruntime as ort
 import pytest
 
 from compiler.api import compile_model
-from compiler.passes.fixed_synthesis import summary
+from compiler.proving.fixed_synthesis import summary
 from compiler.report.json_form import site_json
 from compiler.report.model import SiteReport
 from npu_backend.codegen import generate

@@ -36,8 +36,8 @@ class CheckOptions:
     jobs: int = 1
     progress: bool = True
     reference: str = "onnx"  # a prover.reference profile name, or "ort-host"
-    schedule_strategy: str = "early"  # --schedule-strategy (compiler.passes.structure)
-    synthesis: bool = True  # --no-synthesize turns it off (compiler.passes.fixed_synthesis)
+    schedule_strategy: str = "early"  # --schedule-strategy (compiler.ir.structure)
+    synthesis: bool = True  # --no-synthesize turns it off (compiler.proving.fixed_synthesis)
 
     @classmethod
     def from_args(cls, args: Any) -> CheckOptions:
@@ -170,7 +170,7 @@ def host_ops(result: CompileResult) -> list[Diagnostic]:
     The frontend's placements (`unsupported_op`) and the lowering's (an op whose NPU form
     was not proven or does not fit the target); site diagnostics are reported per site.
     """
-    from compiler.passes.host import host_diagnostics
+    from compiler.ort.host import host_diagnostics
 
     diags = host_diagnostics(result.original) if result.original is not None else []
     if result.context is not None:

@@ -194,7 +194,7 @@ def add_schedule_strategy_option(p: argparse.ArgumentParser) -> None:
         help=f"when fusion learns the scheduling structure (default {DEFAULT_STRATEGY.value}): "
         "early = query the target before proving; alternatives = prove, then keep the unfused "
         "form where the fused one's structure cannot be generated; late = schedule the "
-        "unfused graph first, then fuse knowing it (compiler.passes.structure)",
+        "unfused graph first, then fuse knowing it (compiler.ir.structure)",
     )
 
 

@@ -496,7 +496,7 @@ class _Builder:
 
     def ort_runs(self, n: onnx.NodeProto) -> bool:
         """Whether ONNX Runtime accepts node `n` on its inputs' types and shapes."""
-        from compiler.passes.host import submodel
+        from compiler.ort.host import submodel
 
         ins = {i: self.values[i] for i in n.input if i and i in self.values}
         if any(i and i not in self.values and i not in self.consts for i in n.input):
@@ -1234,7 +1234,7 @@ class _Builder:
         self.nodes.append(node)
 
     def host_out_type(self, n, name, ext, consts, members) -> tuple[str, tuple[int, ...]]:
-        from compiler.passes.host import infer_host_outputs
+        from compiler.ort.host import infer_host_outputs
 
         try:
             info = infer_host_outputs(

@@ -50,15 +50,15 @@ class CompileConfig:
     policy: Policy
     reference: ReferenceProfile
     check: CheckOptions = CheckOptions()
-    jobs: int = 1  # worker processes deciding obligations (see compiler.passes.prove)
+    jobs: int = 1  # worker processes deciding obligations (see compiler.proving.prove)
     compose_tables: bool = False
     # Where rounding a scale is refuted, synthesise fixed-point parameters in the target's
-    # declared space (`[compute.*] synthesis`, compiler.passes.fixed_synthesis). On by
+    # declared space (`[compute.*] synthesis`, compiler.proving.fixed_synthesis). On by
     # default; targets that declare no space are unaffected.
     synthesis: bool = True
     # ONNX compute node name -> scheduling structure ("plain" | "grouped" | "tiled")
     schedule: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    # when a fused site's structure is decided (compiler.passes.structure)
+    # when a fused site's structure is decided (compiler.ir.structure)
     schedule_strategy: ScheduleStrategy = DEFAULT_STRATEGY
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)
 
@@ -118,7 +118,7 @@ class PipelineState:
     findings: list[dict[str, Any]] = field(default_factory=list)  # reference_divergence, ...
     verdicts: dict[str, Any] = field(default_factory=dict)  # obligation hash -> Verdict | error
     # site id -> (key, [(obligation, columns, lift column)] per epilogue group + index map),
-    # built once by compiler.passes.prove.site_obligations
+    # built once by compiler.proving.prove.site_obligations
     obligations: dict[str, tuple[Any, list[tuple[Obligation, tuple[int, ...], int]]]] = field(
         default_factory=dict
     )

@@ -168,7 +168,7 @@ def eval_node(
     """
     a = node.attrs
     if node.op == "host_onnx":
-        from compiler.passes.host import run_host
+        from compiler.ort.host import run_host
 
         return run_host(node, graph.values, graph.opsets, env)
     x = np.asarray(env[node.inputs[0]])

@@ -8,8 +8,7 @@ preserving ops removed.
 from __future__ import annotations
 
 from compiler.ir.graph import Graph, Node
-
-from .host import rename_host_value
+from compiler.ort.host import rename_host_value
 
 
 def _is_noop(g: Graph, n: Node) -> bool:

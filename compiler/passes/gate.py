@@ -16,9 +16,8 @@ from compiler.ir.fuse import apply_site
 from compiler.ir.graph import Graph
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.site import Site
-
-from . import cex, divergence, fixed_synthesis, prove
-from .prove import SiteObligation
+from compiler.proving import cex, divergence, fixed_synthesis, prove
+from compiler.proving.prove import SiteObligation
 
 # the site's obligations (built once per site; `compiler.report.views` redraws from them)
 obligations = prove.site_obligations

@@ -24,7 +24,7 @@ from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
 from compiler.ir.reasons import Reason, Rule, RuleResult, rule, rules
 from compiler.ir.site import Site
-from compiler.passes.fixed_synthesis import chooses_index_type
+from compiler.proving.fixed_synthesis import chooses_index_type
 from prover.inttypes import int_type
 from prover.verdict import ReasonCode, Status
 
@@ -280,8 +280,8 @@ def rule_intermediate_type(g: Graph, site: Site, ctx) -> str | None:
 def rule_schedule(g: Graph, site: Site, ctx) -> str | None:
     """This fused computation cannot yet be generated in this scheduling structure: the
     structure (grouping/tiling) the compute op is scheduled in is not one the target fuses
-    in (when it is decided: `--schedule-strategy`, compiler.passes.structure)."""
-    from .structure import legality_problem
+    in (when it is decided: `--schedule-strategy`, compiler.ir.structure)."""
+    from compiler.ir.structure import legality_problem
 
     return legality_problem(g, site, ctx)
 
@@ -323,8 +323,7 @@ def descriptor(g: Graph, site: Site, ctx):
     """The site's postprocessing descriptor (per column group) and the backend's validation
     issues of the fused step built from it; or why it cannot be built (a message)."""
     from compiler.ir.epilogue import build_columns
-
-    from .npu_step import fused_step, validation_issues
+    from compiler.ir.npu_step import fused_step, validation_issues
 
     try:
         groups = build_columns(site, ctx.target, _kind(site))

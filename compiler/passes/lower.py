@@ -21,6 +21,7 @@ from onnx import helper as oh
 from onnx import numpy_helper
 
 from compiler.errors import CompilerError
+from compiler.ir import npu_step
 from compiler.ir.accumulator import acc_range
 from compiler.ir.context import Context
 from compiler.ir.epilogue import SCHEME_OF
@@ -28,6 +29,10 @@ from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import node_term, requant_groups, requant_term
 from compiler.ir.site import ACTIONS, Diagnostic
+from compiler.ort.host import host_model, submodel
+from compiler.proving import prove
+from compiler.proving.divergence import lowering_block
+from compiler.proving.prove import components
 from npu_backend.codegen import memory_issues, storage_dtype
 from npu_backend.lowered import (
     HostKernel,
@@ -46,11 +51,6 @@ from prover.inttypes import int_type
 from prover.lut import build_lut
 from prover.obligation import Obligation
 from prover.terms import Var, op
-
-from . import npu_step, prove
-from .divergence import lowering_block
-from .host import host_model, submodel
-from .prove import components
 
 _kind = npu_step.compute_kind
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from compiler.ir.context import Context
 from compiler.ir.fuse import apply_site
 from compiler.ir.graph import Graph
-
-from .structure import structure_of_site
+from compiler.ir.structure import structure_of_site
 
 
 def run(g: Graph, ctx: Context) -> Graph:

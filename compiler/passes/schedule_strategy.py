@@ -1,6 +1,6 @@
 """The `alternatives` schedule strategy's pick: fused or the unfused alternative, per site.
 
-Under `alternatives` (`--schedule-strategy`, `compiler.passes.structure` describes all three)
+Under `alternatives` (`--schedule-strategy`, `compiler.ir.structure` describes all three)
 legality does not ask about the scheduling structure; every structurally legal site is
 proven first. This pass, between the gate and the rewrite, schedules each proven site's
 fused form (the user's map, else the backend scheduler's choice) and keeps it fused only
@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from compiler.ir.graph import Graph
 from compiler.ir.strategy import ScheduleStrategy
+from compiler.ir.structure import structure_of_site, unsupported
 from prover.verdict import ReasonCode, Status
-
-from .structure import structure_of_site, unsupported
 
 
 def run(g: Graph, ctx) -> Graph:

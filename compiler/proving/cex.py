@@ -19,13 +19,12 @@ from compiler.frontend.reader import PROJECT_DOMAIN
 from compiler.ir.graph import Graph
 from compiler.ir.semantics import from_natural, run_graph, to_natural
 from compiler.ir.site import Site, WholeModelCounterexample
+from compiler.ort.host import run_host
 from prover.errors import LiftError
 from prover.lift import lift_row, row_value
 from prover.obligation import LiftSpec
 from prover.terms import PreconditionViolation
 from prover.verdict import Counterexample, ReasonCode
-
-from .host import run_host
 
 
 def lift_spec(node, j: int) -> LiftSpec:

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.ir import npu_step
 from compiler.ir.graph import Graph, Node
 from compiler.ir.site import Site
 from compiler.ir.strategy import DEFAULT_STRATEGY, ScheduleStrategy, parse_strategy
 from npu_backend.codegen import storage_dtype
 from npu_backend.schedule import resident_fits
-
-from . import npu_step
 
 __all__ = [
     "DEFAULT_STRATEGY",

@@ -87,7 +87,7 @@ def fused_step(g: Graph, site: Any, groups: Any, ctx: Any) -> NpuMatMul:
     """The fused NpuMatMul `site` lowers to once rewritten (validated before proving)."""
     n = site.compute
     post = post_of(groups, n.attrs["w"].shape[1])
-    from .structure import validated_structure  # it builds steps with place_matmul
+    from compiler.ir.structure import validated_structure  # it builds steps with place_matmul
 
     structure = validated_structure(g, site, ctx)
     return place_matmul(g, n, post, structure, site.activation.output, fused_origin(site)).step

@@ -52,7 +52,7 @@ def components(cols, lo, hi) -> list[tuple[tuple[int, ...], int, int]]:
 
 def lift_spec(node, j: int) -> LiftSpec:
     """How the accumulator of column `j` of matmul `node` is produced by an input row."""
-    from compiler.passes.cex import lift_spec as spec
+    from compiler.proving.cex import lift_spec as spec
 
     return spec(node, j)
 

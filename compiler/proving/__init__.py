@@ -1,0 +1,1 @@
+"""What the passes share to prove a site: obligations and the prover call (`prove`), counterexample replay (`cex`), requantizer synthesis (`fixed_synthesis`) and the u8s8 divergence witnesses (`divergence`)."""
