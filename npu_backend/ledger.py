@@ -22,19 +22,19 @@ A fusion "costs more than it saves" on a target when its cycles saved are negati
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from prover.inttypes import int_type
-from prover.terms import PreconditionViolation, Var, op
+from prover.terms import Var, op
 
 from .codegen import CodegenError, generate, infer_specs, memory_issues, nbytes
 from .isa import Activation, Clip, DmaOut, HostCall, MatMul, Requant
 from .lowered import HostKernel, LoweredModel, NpuLut, NpuMatMul, Step, TensorSpec, unfuse
 from .postprocess import posts_of
 from .program import Program
-from .simulator import Counters, Machine, UndefinedResult, _check_inputs
+from .simulator import Counters, InstructionCost, execute
 from .target import Target
 from .validate import ValidationError
 
@@ -340,10 +340,6 @@ class Profile:
     by_step: dict[str, Flat]
 
 
-def _peak_fields(c: Counters) -> list[str]:
-    return [f.name for f in fields(c) if _PEAK in f.name and isinstance(getattr(c, f.name), dict)]
-
-
 def profile(
     program: Program,
     inputs: dict[str, np.ndarray],
@@ -353,39 +349,24 @@ def profile(
     """Run `program` once (cycles from `target`'s schedule), attributing counters to the
     step of each instruction.
 
-    Peaks (per-memory counters named "*peak*") are high-water marks, not sums: the machine's
-    peaks are cleared before each instruction and merged back after it, so a step's peak is
-    the most its own instructions had live; the total's is the program's.
+    Peaks (per-memory counters named "*peak*") are high-water marks, not sums: a step's
+    peak is the most its own instructions had live (`InstructionCost.live_bytes`); the
+    total's is the program's.
     """
     own = owners(program, step_names)
-    sched = target.schedule if target is not None else None
-    m = Machine(program, _check_inputs(program, inputs), None, sched)
-    peaks = _peak_fields(m.c)
     by_step: dict[str, Flat] = {}
-    before = flat(m.c)
-    for k, ins in enumerate(program.instructions):
-        high = {p: dict(getattr(m.c, p)) for p in peaks}
-        for p in peaks:
-            setattr(m.c, p, dict.fromkeys(high[p], 0))
-        try:
-            m.step(ins)
-        except PreconditionViolation as e:
-            who = getattr(ins, "name", None) or type(ins).__name__
-            raise UndefinedResult(f"{who}: {e}") from None
-        after = flat(m.c)  # peaks: this instruction's own
-        _add(by_step.setdefault(own[k] or "", {}), before, after)
-        for p in peaks:
-            mine = getattr(m.c, p)
-            setattr(m.c, p, {mem: max(v, mine.get(mem, 0)) for mem, v in high[p].items()})
-        before = flat(m.c)
-    if getattr(m, "partial", None):
-        raise LedgerError(f"tiled output(s) {sorted(m.partial)} were left incomplete")
-    outs = {}
-    for name in program.outputs:
-        if name not in m.mem["dram"]:
-            raise LedgerError(f"graph output {name!r} was never written back to dram")
-        outs[name] = m.mem["dram"][name]
-    return Profile(outs, dict(m.mem["sram"]), flat(m.c), by_step)
+    before = flat(Counters())
+
+    def account(cost: InstructionCost, counters: Counters) -> None:
+        nonlocal before
+        now = flat(counters)
+        after = dict(now)
+        after.update({f"peak_bytes.{mem}": v for mem, v in cost.live_bytes.items()})
+        _add(by_step.setdefault(own[cost.index] or "", {}), before, after)
+        before = now
+
+    trace = execute(program, inputs, target=target, on_step=account)
+    return Profile(trace.outputs, trace.memory["sram"], flat(trace.counters), by_step)
 
 
 # --- the ledger -------------------------------------------------------------------------

@@ -30,6 +30,7 @@ one after another, nothing overlaps across instructions):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, overload
@@ -88,6 +89,9 @@ class InstructionCost:
     cycles: int
     bytes_read: dict[str, int]
     bytes_written: dict[str, int]
+    # bytes live per memory while it ran (its own high-water mark; `Counters.peak_bytes`
+    # is the maximum of these over the run)
+    live_bytes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -303,9 +307,9 @@ class Machine:
             raise SimulatorError(f"{who}: table slot {slot} was never loaded")
         return self.tmem[slot]
 
-    def step(self, ins: Any) -> None:
+    def step(self, ins: Any) -> InstructionCost:
         """Run the program's next instruction `ins` and account its cycles and liveness
-        (instructions must be stepped in program order)."""
+        (instructions must be stepped in program order); returns what it cost."""
         idx = self._index
         self._index += 1
         c = self.c
@@ -316,25 +320,26 @@ class Machine:
         op = type(ins).__name__
         c.cycles += self._cycles
         c.cycles_by_opcode[op] = c.cycles_by_opcode.get(op, 0) + self._cycles
+        live = dict.fromkeys(MEMORY_NAMES, 0)
         for mem in ON_CHIP:
-            used = sum(self.live[mem].values()) + self._staging.get(mem, 0)
+            live[mem] = sum(self.live[mem].values()) + self._staging.get(mem, 0)
+        live["pmem"] = sum(e - a for a, e in self.pmem_end.items())
+        live["tmem"] = len(self.tmem) * 256 * TABLE_ENTRY_BYTES
+        for mem, used in live.items():
             c.peak_bytes[mem] = max(c.peak_bytes[mem], used)
-        c.peak_bytes["pmem"] = max(
-            c.peak_bytes["pmem"], sum(e - a for a, e in self.pmem_end.items())
-        )
-        c.peak_bytes["tmem"] = max(c.peak_bytes["tmem"], len(self.tmem) * 256 * TABLE_ENTRY_BYTES)
         for mem, name in self.drops[idx] if idx < len(self.drops) else ():
             self.live[mem].pop(name, None)
-        c.per_instruction.append(
-            InstructionCost(
-                idx,
-                op,
-                getattr(ins, "name", None) or getattr(ins, "tensor", None) or op,
-                self._cycles,
-                {m: v - before_r[m] for m, v in c.bytes_read.items()},
-                {m: v - before_w[m] for m, v in c.bytes_written.items()},
-            )
+        cost = InstructionCost(
+            idx,
+            op,
+            getattr(ins, "name", None) or getattr(ins, "tensor", None) or op,
+            self._cycles,
+            {m: v - before_r[m] for m, v in c.bytes_read.items()},
+            {m: v - before_w[m] for m, v in c.bytes_written.items()},
+            live,
         )
+        c.per_instruction.append(cost)
+        return cost
 
     def _execute(self, ins: Any) -> None:
         c = self.c
@@ -584,6 +589,49 @@ class Machine:
         return bool(spec.shape) and spec.shape[0] == 1
 
 
+StepHook = Callable[[InstructionCost, Counters], None]
+"""Called after each executed instruction with its cost and the run's counters so far."""
+
+
+@dataclass
+class Trace:
+    """A whole run: graph outputs, counters, and every tensor memory at the end."""
+
+    outputs: dict[str, np.ndarray]
+    counters: Counters
+    memory: dict[str, dict[str, np.ndarray]]  # "dram" / "sram" / "wmem" -> name -> value
+
+
+def execute(
+    program: Program,
+    inputs: dict[str, np.ndarray],
+    rows: int | None = None,
+    target: Target | None = None,
+    on_step: StepHook | None = None,
+) -> Trace:
+    """Execute `program` on `inputs` (see `run`); `on_step(cost, counters)` is called after
+    every instruction, in program order (`cost.live_bytes` is that instruction's own peak;
+    the counters are the run's totals so far: read them, do not change them)."""
+    schedule = target.schedule if target is not None else _shipped_schedule(program.target)
+    m = Machine(program, _check_inputs(program, inputs, rows), rows, schedule)
+    for ins in program.instructions:
+        try:
+            cost = m.step(ins)
+        except PreconditionViolation as e:
+            who = getattr(ins, "name", None) or type(ins).__name__
+            raise UndefinedResult(f"{who}: {e}") from None
+        if on_step is not None:
+            on_step(cost, m.c)
+    if m.partial:
+        raise SimulatorError(f"tiled output(s) {sorted(m.partial)} were left incomplete")
+    outs = {}
+    for name in program.outputs:
+        if name not in m.mem["dram"]:
+            raise SimulatorError(f"graph output {name!r} was never written back to dram")
+        outs[name] = m.mem["dram"][name]
+    return Trace(outs, m.c, {k: dict(v) for k, v in m.mem.items()})
+
+
 def run(
     program: Program,
     inputs: dict[str, np.ndarray],
@@ -596,21 +644,8 @@ def run(
     for one, and every step runs on all rows at once (`npu_backend.runner.run_batched`
     checks the result against a one-row run; counters are then those of the wide run).
     Cycles use `target`'s schedule; without it, that of the shipped target the program
-    names (the defaults of `Schedule` if there is none).
+    names (the defaults of `Schedule` if there is none). `execute` adds a per-instruction
+    hook and the final memories.
     """
-    schedule = target.schedule if target is not None else _shipped_schedule(program.target)
-    m = Machine(program, _check_inputs(program, inputs, rows), rows, schedule)
-    for ins in program.instructions:
-        try:
-            m.step(ins)
-        except PreconditionViolation as e:
-            who = getattr(ins, "name", None) or type(ins).__name__
-            raise UndefinedResult(f"{who}: {e}") from None
-    if m.partial:
-        raise SimulatorError(f"tiled output(s) {sorted(m.partial)} were left incomplete")
-    outs = {}
-    for name in program.outputs:
-        if name not in m.mem["dram"]:
-            raise SimulatorError(f"graph output {name!r} was never written back to dram")
-        outs[name] = m.mem["dram"][name]
-    return outs, m.c
+    t = execute(program, inputs, rows, target)
+    return t.outputs, t.counters

@@ -257,3 +257,21 @@ def NpuLut_(name, x, out, lut):  # noqa: N802 - a small constructor helper
     from npu_backend.lowered import NpuLut
 
     return NpuLut.from_params(name, x, out, lut, "sigmoid")
+
+
+def test_execute_reports_each_instruction_to_its_hook():
+    """The public per-instruction hook: costs in program order, counters so far, live peaks."""
+    from npu_backend.simulator import execute
+
+    prog = generate(matmul_model(fused_post(FLOAT)), FLOAT)
+    seen = []
+    trace = execute(prog, x_input(), on_step=lambda cost, c: seen.append((cost, c.instructions)))
+    assert [c.index for c, _ in seen] == list(range(len(prog.instructions)))
+    assert [n for _, n in seen] == list(range(1, len(prog.instructions) + 1))
+    assert [c.opcode for c, _ in seen] == [type(i).__name__ for i in prog.instructions]
+    for mem, peak in trace.counters.peak_bytes.items():
+        assert peak == max(c.live_bytes[mem] for c, _ in seen)
+    outs, counters = run(prog, x_input())
+    np.testing.assert_array_equal(outs["y"], trace.outputs["y"])
+    assert counters.to_json() == trace.counters.to_json()
+    assert "y" in trace.memory["dram"]
