@@ -22,6 +22,7 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ from .lowered import (
     Step,
     TensorSpec,
 )
-from .postprocess import PostProcess, columns_of, posts_of
+from .postprocess import Post, PostProcess, columns_of, posts_of
 from .program import Program
 from .schedule import (
     ALIGN,
@@ -534,6 +535,23 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     loaded_consts.discard(other)
             return mem.alloc(key, n)
 
+    def descriptor(i: int, post: Post | None) -> dict[str, Any]:
+        """A MatMul's postprocessing fields for epilogue `post` (its record and table loaded)."""
+        if post is None:
+            return dict(
+                post_enable=False, post=None, param_addr=None, function=None, table_slot=None,
+                table_addr=None, intermediate_type=None, out_type="int32", out_zp=0,
+            )  # fmt: skip
+        param_addr = load_record(strip_tables(post))
+        first = posts_of(post)[0]
+        table = table_of(post)
+        slot, taddr = load_table(i, table) if table is not None else (None, None)
+        return dict(
+            post_enable=True, post=post, param_addr=param_addr, function=first.function,
+            table_slot=slot, table_addr=taddr, intermediate_type=first.intermediate_type,
+            out_type=first.output_type, out_zp=first.output_zp,
+        )  # fmt: skip
+
     def emit_tiled(i: int, st: NpuMatMul, sch: MatMulSchedule) -> list[MatMul]:
         """One streamed MatMul per column group; operands and result stay in dram."""
         to_dram(st.a)
@@ -545,18 +563,6 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         emitted = []
         for n0, n1 in sch.column_groups():
             post = None if st.post is None else columns_of(st.post, n0, n1)
-            param_addr = slot = taddr = None
-            function = inter = None
-            out_type: str = "int32"
-            out_zp: int | None = 0
-            if post is not None:
-                param_addr = load_record(strip_tables(post))
-                first = posts_of(post)[0]
-                function, inter = first.function, first.intermediate_type
-                table = table_of(post)
-                if table is not None:
-                    slot, taddr = load_table(i, table)
-                out_type, out_zp = first.output_type, first.output_zp
             w_zp = st.w_zp if isinstance(st.w_zp, int) else tuple(st.w_zp[n0:n1])
             ins = MatMul(
                 name=st.name,
@@ -570,15 +576,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 w_type=st.w_type,
                 a_addr=a_addr,
                 out_addr=a_addr,
-                post_enable=post is not None,
-                post=post,
-                param_addr=param_addr,
-                function=function,
-                table_slot=slot,
-                table_addr=taddr,
-                intermediate_type=inter,
-                out_type=out_type,
-                out_zp=out_zp,
+                **descriptor(i, post),
                 structure=sch.structure,
                 cols=(n0, n1),
                 tile=sch.tile,
@@ -605,19 +603,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
             a_addr = to_sram(st.a)
             const_to_wmem(st.w, {st.w, st.bias})
             const_to_wmem(st.bias, {st.w, st.bias})
-            post = st.post
-            param_addr = slot = taddr = None
-            function = inter = None
-            if post is not None:
-                param_addr = load_record(strip_tables(post))
-                first: PostProcess = posts_of(post)[0]
-                function, inter = first.function, first.intermediate_type
-                table = table_of(post)
-                if table is not None:
-                    slot, taddr = load_table(i, table)
-                out_type, out_zp = first.output_type, first.output_zp
-            else:
-                out_type, out_zp = "int32", 0
+            fields = descriptor(i, st.post)
             out_addr = new_out(st.out, st.a)
             prog.append(
                 MatMul(
@@ -632,15 +618,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     w_type=st.w_type,
                     a_addr=a_addr,
                     out_addr=out_addr,
-                    post_enable=post is not None,
-                    post=post,
-                    param_addr=param_addr,
-                    function=function,
-                    table_slot=slot,
-                    table_addr=taddr,
-                    intermediate_type=inter,
-                    out_type=out_type,
-                    out_zp=out_zp,
+                    **fields,
                     structure=st.structure,
                 )
             )

@@ -262,7 +262,11 @@ class PostProcess:
 
     def epilogue_term(self, acc: Term) -> Term:
         """The fused semantics over the accumulator term `acc` (what the prover checks)."""
-        t = self.requant.term(acc)
+        return self.tail_term(self.requant.term(acc))
+
+    def tail_term(self, q: Term) -> Term:
+        """The stages after requantization (add, clip, table) over the requantized `q`."""
+        t = q
         if self.add is not None:
             t = self.add.term(t)
         if self.clip is not None:
@@ -385,15 +389,7 @@ def _apply_float_group(
 
 @lru_cache(maxsize=4096)
 def _tail_term(p: PostProcess) -> Term:
-    """The stages after requantization (add, clip, table) over the requantized `q`."""
-    t: Term = Var("q")
-    if p.add is not None:
-        t = p.add.term(t)
-    if p.clip is not None:
-        t = op("clip", t, lo=int(p.clip[0]), hi=int(p.clip[1]))
-    if p.lut is not None:
-        t = p.lut.term(t)
-    return t
+    return p.tail_term(Var("q"))
 
 
 def columns_of(post: Post, n0: int, n1: int) -> Post:

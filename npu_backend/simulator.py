@@ -477,6 +477,8 @@ class Machine:
         if done[n0:n1].any():
             raise SimulatorError(f"{ins.name}: columns {ins.cols} of {ins.out!r} computed twice")
         a_b, w_b = rows_a.itemsize, w.itemsize
+        wz = ins.w_zp if isinstance(ins.w_zp, int) else np.asarray(ins.w_zp)
+        b64 = None if b_cols is None else b_cols.astype(np.int64)
         for m0 in range(0, rows, tm):
             m1 = min(rows, m0 + tm)
             acc = np.zeros((m1 - m0, width), dtype=np.int64)
@@ -496,10 +498,9 @@ class Machine:
                         c.write("wmem", b_cols.nbytes)
                         dma += b_cols.nbytes
                 c.read("wmem", w_bytes + (b_cols.nbytes if k0 == 0 and b_cols is not None else 0))
-                wz = ins.w_zp if isinstance(ins.w_zp, int) else np.asarray(ins.w_zp)
                 acc += exact_matmul(rows_a[m0:m1, k0:k1], w_cols[k0:k1], ins.a_zp, wz, None)
-                if k0 == 0 and b_cols is not None:
-                    acc += b_cols.astype(np.int64)
+                if k0 == 0 and b64 is not None:
+                    acc += b64
                 # no check on a partial sum: int32 wrap-around addition is associative, so
                 # only the full sum decides (as untiled: the epilogue's int32 precondition,
                 # or the int32 store of a raw accumulator)
