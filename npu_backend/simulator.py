@@ -293,10 +293,7 @@ class Machine:
             self.c.input_reread_bytes += extra
 
     def put(self, name: str, values: Any, dtype: str, who: str) -> np.ndarray:
-        try:
-            arr = store(values, dtype, who)
-        except HostError as e:
-            raise SimulatorError(str(e)) from None
+        arr = self._store(values, dtype, who)
         self.mem["sram"][name] = arr
         self.live["sram"][name] = arr.nbytes
         self.c.write("sram", arr.nbytes)
