@@ -25,8 +25,9 @@ import onnx
 from compiler.frontend.reader import to_ir
 from compiler.ir.context import CheckOptions, CompileConfig, Context, PipelineState
 from compiler.ir.graph import Graph, Node, Value
-from compiler.ir.site import ACTIONS, Diagnostic, Site
+from compiler.ir.site import Diagnostic, Site
 from compiler.passes.pipeline import run_pipeline
+from prover.verdict import Status
 
 
 @dataclass
@@ -178,13 +179,8 @@ def site_diagnostics(sites: list[Site]) -> list[Diagnostic]:
     """One diagnostic per site that was not fused."""
     out = []
     for s in sites:
-        if s.verdict != "proven" and s.reason is not None:
+        if s.verdict != Status.PROVEN and s.reason is not None:
             out.append(
-                Diagnostic(
-                    s.reason.code,
-                    s.nodes,
-                    f"{s.id} ({s.pattern}): {s.reason.message}",
-                    ACTIONS.get(s.reason.code, ""),
-                )
+                Diagnostic(s.reason.code, s.nodes, f"{s.id} ({s.pattern}): {s.reason.message}")
             )
     return out

@@ -3,6 +3,7 @@ docstrings are what the reports show, and the legality rules are pure."""
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 from pathlib import Path
@@ -244,3 +245,69 @@ def test_prover_statuses_are_the_shared_enum():
     assert d.status is Outcome.VIOLATED and d.decisive
     with pytest.raises(ValueError):
         Decision("refuted", "enumerate")
+
+
+_CODE_WORDS = {m.value for m in ReasonCode} | {m.value for m in Status}
+_PRODUCERS = {"decide", "diag", "Diagnostic", "Reason", "place_matmul", "npu_or_host"}
+
+
+def _literal_codes(source: str) -> list[tuple[int, str]]:
+    """Reason codes / statuses written as bare strings where one is produced or compared:
+    arguments of a producer call, comparisons, a dict's "code" value, returned tuples."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        cands: list[ast.expr] = []
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in _PRODUCERS:
+                cands = [*node.args, *(k.value for k in node.keywords)]
+        elif isinstance(node, ast.Compare):
+            cands = [node.left, *node.comparators]
+            cands += [
+                e for c in node.comparators if isinstance(c, ast.Tuple | ast.List) for e in c.elts
+            ]
+        elif isinstance(node, ast.Dict):
+            cands = [
+                v
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value == "code"
+            ]
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple):
+            cands = list(node.value.elts)
+        found += [
+            (c.lineno, c.value)
+            for c in cands
+            if isinstance(c, ast.Constant) and c.value in _CODE_WORDS
+        ]
+    return found
+
+
+def test_compiler_produces_reason_codes_as_enum_members():
+    bad = [
+        f"{p.relative_to(ROOT)}:{line} {word!r}"
+        for p in sorted((ROOT / "compiler").rglob("*.py"))
+        for line, word in _literal_codes(p.read_text())
+    ]
+    assert not bad, "use ReasonCode / Status members: " + ", ".join(bad)
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        'site.decide("refuted", "refuted", "m")',
+        'self.diag(n, "unsupported_function", "m")',
+        'Diagnostic("unsupported_op", [], "m")',
+        'x = {"code": "reference_divergence"}',
+        'ok = v.status == "proven"',
+        'ok = d.code in ("buffers_exceed_memory",)',
+        'def f():\n    return False, "unknown", "m"',
+    ],
+)
+def test_the_reason_code_scan_sees_bare_strings(src):
+    assert _literal_codes(src)
+
+
+def test_the_reason_code_scan_passes_enum_members_and_other_words():
+    assert not _literal_codes('site.decide(Status.REFUTED, ReasonCode.REFUTED, "m")')
+    assert not _literal_codes('Outcome(cols, "refuted", "a synthesis outcome, not a code")')

@@ -37,6 +37,7 @@ from compiler.cli.common import (
 )
 from compiler.report import json_form as report_json
 from compiler.report.model import ExitCode
+from prover.verdict import ReasonCode, Status
 
 PROG = "npuc"
 EXIT_HELP = """exit codes:
@@ -200,12 +201,13 @@ def _compile(args: argparse.Namespace) -> int:
     for site in run.report.sites:  # a fused site without an unfused form: its reason
         found = entries + total["not_measured"]
         mine = [e for e in found if set(e.get("onnx_nodes", ())) & set(site.nodes)]
-        if site.verdict.value == "proven" and mine:
+        if site.verdict == Status.PROVEN and mine:
             site.ledger = mine[0]
     s = run.report.summary
     applied = sum(1 for site in run.report.sites if site.ledger is not None)
     for d in getattr(run.result, "diagnostics", ()):
-        if getattr(d, "code", "") == "buffers_exceed_memory":  # a proven fusion not applied
+        # a proven fusion not applied
+        if getattr(d, "code", None) == ReasonCode.BUFFERS_EXCEED_MEMORY:
             print(f"{PROG}: {d.message}", file=sys.stderr)
     if args.report:
         rp = Path(args.report)

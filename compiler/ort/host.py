@@ -150,13 +150,12 @@ def host_diagnostics(graph: Graph) -> list[Diagnostic]:
 
     `graph` is the IR as the frontend built it (`host_onnx` nodes with a `placement`).
     """
-    from compiler.ir.site import ACTIONS, Diagnostic
+    from compiler.ir.site import Diagnostic
+    from prover.verdict import ReasonCode
 
     out = []
     for n in graph.nodes:
         why = n.attrs.get("placement") if n.op == "host_onnx" else None
         if why:
-            out.append(
-                Diagnostic("unsupported_op", list(n.origin), why, ACTIONS.get("unsupported_op", ""))
-            )
+            out.append(Diagnostic(ReasonCode.UNSUPPORTED_OP, list(n.origin), why))
     return out

@@ -18,6 +18,7 @@ from compiler.ir.policy_scope import effective_policy
 from compiler.ir.site import Site
 from compiler.proving import cex, divergence, fixed_synthesis, prove
 from compiler.proving.prove import SiteObligation
+from prover.verdict import ReasonCode, Status
 
 # the site's obligations (built once per site; `compiler.report.views` redraws from them)
 obligations = prove.site_obligations
@@ -40,8 +41,8 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
     if site.compute.op == "host_onnx":
         op_name = site.compute.attrs.get("compute") or "MatMul"
         site.decide(
-            "unknown",
-            "float_accumulation",
+            Status.UNKNOWN,
+            ReasonCode.FLOAT_ACCUMULATION,
             f"the QDQ {op_name} group {', '.join(site.compute.origin)} runs as float32 ops on "
             f"the host (reference {ctx.config.reference.name}, QDQ reading "
             f"{getattr(ctx.config.reference, 'qdq_reading', 'float')}): its sum in ONNX Runtime's "
@@ -75,8 +76,12 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
         if v is not before[ob.hash] and not isinstance(v, Exception):
             site.time_ms += float(v.time_ms) - float(before[ob.hash].time_ms)
     errors = [(ob, v) for ob, v, _, _ in verdicts if isinstance(v, Exception)]
-    refuted = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "refuted"]
-    unknown = [x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == "unknown"]
+    refuted = [
+        x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == Status.REFUTED
+    ]
+    unknown = [
+        x for x in verdicts if not isinstance(x[1], Exception) and x[1].status == Status.UNKNOWN
+    ]
     diffs = [
         v.max_diff
         for _, v, _, _ in verdicts
@@ -87,7 +92,9 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
         ob, v, cols, lift_col = refuted[0]
         site.obligation_hash, site.solver = ob.hash, v.solver
         if ob.kind == "index_map":
-            site.decide("refuted", "refuted", f"element correspondence fails: {v.reason}")
+            site.decide(
+                Status.REFUTED, ReasonCode.REFUTED, f"element correspondence fails: {v.reason}"
+            )
             return
         site.counterexample = cex.whole_model(
             g,
@@ -99,8 +106,8 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
             _replay_rewrite(ctx),
         )
         site.decide(
-            "refuted",
-            "refuted",
+            Status.REFUTED,
+            ReasonCode.REFUTED,
             f"columns {cols[0]}..{cols[-1]}: {v.reason} under {_policy_note(ob.policy, ctx.config.policy)}"
             + fixed_synthesis.refuted_note(site, cols),
         )
@@ -108,11 +115,11 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
     first = verdicts[0]
     site.obligation_hash, site.solver = first[0].hash, getattr(first[1], "solver", None)
     if errors:
-        site.decide("unknown", "unknown", f"prover error: {errors[0][1]}")
+        site.decide(Status.UNKNOWN, ReasonCode.UNKNOWN, f"prover error: {errors[0][1]}")
     elif unknown:
-        site.decide("unknown", "unknown", unknown[0][1].reason or "budget exhausted")
+        site.decide(Status.UNKNOWN, ReasonCode.UNKNOWN, unknown[0][1].reason or "budget exhausted")
     else:
-        site.decide("proven")
+        site.decide(Status.PROVEN)
 
 
 def _decide_saturating(g: Graph, site: Site, ctx: Context) -> None:
@@ -127,8 +134,8 @@ def _decide_saturating(g: Graph, site: Site, ctx: Context) -> None:
     )
     if found is None:
         site.decide(
-            "unknown",
-            "reference_divergence",
+            Status.UNKNOWN,
+            ReasonCode.REFERENCE_DIVERGENCE,
             f"{what}; no input found where the outputs differ beyond {policy}; {divergence.REMEDY}",
         )
         return
@@ -145,8 +152,8 @@ def _decide_saturating(g: Graph, site: Site, ctx: Context) -> None:
         _replay_rewrite(ctx),
     )
     site.decide(
-        "refuted",
-        "refuted",
+        Status.REFUTED,
+        ReasonCode.REFUTED,
         f"{what}: column {j} accumulates {sat} in the reference and {exact} on the NPU "
         f"(outputs {before} vs {after}); {divergence.REMEDY}",
     )

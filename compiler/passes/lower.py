@@ -28,7 +28,7 @@ from compiler.ir.epilogue import SCHEME_OF
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import node_term, requant_groups, requant_term
-from compiler.ir.site import ACTIONS, Diagnostic
+from compiler.ir.site import Diagnostic
 from compiler.ort.host import host_model, submodel
 from compiler.proving import prove
 from compiler.proving.divergence import lowering_block
@@ -51,6 +51,7 @@ from prover.inttypes import int_type
 from prover.lut import build_lut
 from prover.obligation import Obligation
 from prover.terms import Var, op
+from prover.verdict import ReasonCode, Status
 
 _kind = npu_step.compute_kind
 
@@ -74,21 +75,21 @@ class Lowerer:
         self.steps: list = []
         self.consts: dict[str, np.ndarray] = {}
 
-    def diag(self, n: Node, code: str, message: str) -> None:
-        self.ctx.state.diagnostics.append(
-            Diagnostic(code, list(n.origin), message, ACTIONS.get(code, ""))
-        )
+    def diag(self, n: Node, code: ReasonCode, message: str) -> None:
+        self.ctx.state.diagnostics.append(Diagnostic(code, list(n.origin), message))
 
-    def prove(self, n: Node, kind: str, before, after, ranges) -> tuple[bool, str, str]:
+    def prove(
+        self, n: Node, kind: str, before, after, ranges
+    ) -> tuple[bool, ReasonCode | None, str]:
         """(proven, code, message) of one lowering obligation."""
         policy = effective_policy(self.g, n.output, self.ctx.config.policy)
         ob = Obligation(kind, before, after, ranges, policy, note=f"lower {n.name}")
         v = prove.check(ob, self.ctx)
         if isinstance(v, Exception):
-            return False, "unknown", f"prover error: {v}"
-        if v.status == "proven":
-            return True, "", ""
-        code = "refuted" if v.status == "refuted" else "unknown"
+            return False, ReasonCode.UNKNOWN, f"prover error: {v}"
+        if v.status == Status.PROVEN:
+            return True, None, ""
+        code = ReasonCode.REFUTED if v.status == Status.REFUTED else ReasonCode.UNKNOWN
         return (
             False,
             code,
@@ -106,13 +107,14 @@ class Lowerer:
                 sizes[name] = _nbytes(self.g.values[name])
         return validate_step(step, self.t) + memory_issues(step, sizes, self.t)
 
-    def npu_or_host(self, n: Node, step, ok: bool, code: str, msg: str, host) -> None:
+    def npu_or_host(self, n: Node, step, ok: bool, code: ReasonCode | None, msg: str, host) -> None:
         if ok:
             issues = self.issues(step)
             if not issues:
                 self.steps.append(step)
                 return
-            code, msg = issues[0].code, issues[0].message
+            code, msg = ReasonCode(issues[0].code), issues[0].message
+        assert code is not None  # not ok: the caller names why
         self.diag(n, code, f"{', '.join(n.origin)} stays on the host: {msg}")
         self.steps.extend(host() if callable(host) else [host])
 
@@ -126,12 +128,12 @@ class Lowerer:
             return
         blocked = lowering_block(n, self.ctx.config.reference)
         if blocked is not None:
-            self.place_matmul(n, None, "plain", False, "reference_divergence", blocked)
+            self.place_matmul(n, None, "plain", False, ReasonCode.REFERENCE_DIVERGENCE, blocked)
             return
         rq = a["requant"]
         if caps is None:
             self.place_matmul(
-                n, None, "plain", False, "unsupported_function", f"no {_kind(n)} unit"
+                n, None, "plain", False, ReasonCode.UNSUPPORTED_FUNCTION, f"no {_kind(n)} unit"
             )
             return
         if rq is None:
@@ -151,7 +153,7 @@ class Lowerer:
                 why = (
                     f"the {caps.requant_scheme} requantizer of '{self.t.name}' cannot take it: {e}"
                 )
-                self.place_matmul(n, None, "plain", False, "unsupported_op", why)
+                self.place_matmul(n, None, "plain", False, ReasonCode.UNSUPPORTED_OP, why)
                 return
             for j in cols:
                 posts[j] = p
@@ -163,7 +165,9 @@ class Lowerer:
         post = posts[0] if len(set(posts)) == 1 else tuple(posts)
         self.place_matmul(n, post, "plain", ok, code, msg)
 
-    def place_matmul(self, n: Node, post, structure: str, ok=True, code="", msg="") -> None:
+    def place_matmul(
+        self, n: Node, post, structure: str, ok=True, code: ReasonCode | None = None, msg=""
+    ) -> None:
         """An NpuMatMul (with host layout steps around it where needed), else the host fallback.
 
         The NPU reads the reduced axis last and writes [..., N]: a pointwise conv (NCHW) gets
@@ -175,8 +179,9 @@ class Lowerer:
         if ok:
             issues = self.issues(step, pl.buffers())
             if issues:
-                ok, code, msg = False, issues[0].code, issues[0].message
+                ok, code, msg = False, ReasonCode(issues[0].code), issues[0].message
         if not ok:
+            assert code is not None  # not ok: the caller names why
             self.diag(n, code, f"{', '.join(n.origin)} stays on the host: {msg}")
             self.steps.extend(self.host_origin(n))
             return
@@ -224,7 +229,7 @@ class Lowerer:
         if a["function"] not in self.t.standalone.functions:
             self.diag(
                 n,
-                "unsupported_function",
+                ReasonCode.UNSUPPORTED_FUNCTION,
                 f"{', '.join(n.origin)} stays on the host: the standalone unit "
                 f"of '{self.t.name}' has no '{a['function']}'",
             )
@@ -262,7 +267,7 @@ class Lowerer:
         if SCHEME_OF[a["scheme"]] != scheme:
             self.diag(
                 n,
-                "intervening_requantize",
+                ReasonCode.INTERVENING_REQUANTIZE,
                 f"{', '.join(n.origin)} stays on the host: rounding "
                 f"'{a['scheme']}' is not the standalone unit's '{scheme}'",
             )
@@ -335,7 +340,7 @@ class Lowerer:
         m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17, "com.microsoft": 1})
         self.diag(
             n,
-            "unsupported_op",
+            ReasonCode.UNSUPPORTED_OP,
             f"{', '.join(n.origin)} ({a['binary']}) stays on the host: not fused into a "
             f"compute op's epilogue and '{self.t.name}' has no standalone {a['binary']}",
         )

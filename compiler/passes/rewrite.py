@@ -12,10 +12,11 @@ from compiler.ir.context import Context
 from compiler.ir.fuse import apply_site
 from compiler.ir.graph import Graph
 from compiler.ir.structure import structure_of_site
+from prover.verdict import Status
 
 
 def run(g: Graph, ctx: Context) -> Graph:
-    proven = [s for s in ctx.state.sites if s.verdict == "proven"]
+    proven = [s for s in ctx.state.sites if s.verdict == Status.PROVEN]
     proven.sort(key=lambda s: (-len(s.chain), int(s.id.split("-")[1])))
     taken: set[str] = set()
     for s in proven:

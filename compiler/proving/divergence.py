@@ -22,6 +22,7 @@ from prover.domain import NUMPY
 from prover.pair_saturation import column_accs, divergent_row, reachable_columns, saturating_row
 from prover.reference import Accumulation
 from prover.terms import Var, evaluate
+from prover.verdict import ReasonCode
 
 MAX_COLUMNS_TRIED = 8  # per column group: the witness search is the costly part
 REMEDY = (
@@ -123,7 +124,7 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
         shown = str(list(row)) if len(row) <= 32 else "`input_row` in the JSON report"
         out.append(
             {
-                "code": "reference_divergence",
+                "code": ReasonCode.REFERENCE_DIVERGENCE.value,
                 "nodes": list(n.origin),
                 "message": (
                     f"{', '.join(n.origin)}: ONNX Runtime on x86 CPUs without VNNI sums uint8 x "

@@ -27,6 +27,7 @@ from prover.synthesis import (
     synthesize,
     synthesize_shared,
 )
+from prover.verdict import ReasonCode, Status
 
 CHOOSABLE = SYNTHESIS_PARAMS
 
@@ -151,8 +152,8 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
         grp = next(g for g in site.post if cols[0] in g.columns)
         it = grp.post.requant.out_type
         status = None if isinstance(v, Exception) else v.status
-        if status != "refuted" and it in caps.intermediate_types:
-            if status == "proven":
+        if status != Status.REFUTED and it in caps.intermediate_types:
+            if status == Status.PROVEN:
                 outcomes.append(Outcome(cols, "rounded", "rounded parameters proven"))
             out.append((ob, v, cols, lift_col))
             continue
@@ -168,7 +169,7 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
             out.append((ob, v, cols, lift_col))
             continue
         ob2, v2 = _prove(ob, new, check_fn, ctx)
-        if isinstance(v2, Exception) or v2.status != "proven":
+        if isinstance(v2, Exception) or v2.status != Status.PROVEN:
             why = v2 if isinstance(v2, Exception) else v2.status
             outcomes.append(Outcome(cols, "refuted", f"{describe(s)}; not proven: {why}"))
             out.append((ob, v, cols, lift_col))
@@ -204,14 +205,19 @@ def _reject_unlowerable(site, verdicts: list, caps) -> None:
     """A proven group whose intermediate type the hardware lacks (synthesis found nothing)
     cannot run: the site is rejected with the reason (the gate keeps a decided verdict)."""
     for ob, v, cols, _ in verdicts:
-        if ob.kind != "epilogue" or not cols or isinstance(v, Exception) or v.status != "proven":
+        if (
+            ob.kind != "epilogue"
+            or not cols
+            or isinstance(v, Exception)
+            or v.status != Status.PROVEN
+        ):
             continue
         grp = next(g for g in site.post if cols[0] in g.columns)
         it = grp.post.requant.out_type
         if it not in caps.intermediate_types:
             site.decide(
-                "rejected",
-                "unsupported_intermediate_type",
+                Status.REJECTED,
+                ReasonCode.UNSUPPORTED_INTERMEDIATE_TYPE,
                 f"columns {cols[0]}..{cols[-1]}: intermediate type {it} is not supported "
                 f"(supported: {', '.join(sorted(caps.intermediate_types))}) and no synthesised "
                 "parameters with a supported index type were proven" + refuted_note(site, cols),
@@ -267,7 +273,7 @@ def _share_table(site, verdicts, outcomes, caps, order, ctx, check_fn):
             continue
         new = dataclasses.replace(g, post=synthesised_post(p, g.post), **_no_offset(g))
         ob2, v2 = _prove(ob, new, check_fn, ctx)
-        if isinstance(v2, Exception) or v2.status != "proven":
+        if isinstance(v2, Exception) or v2.status != Status.PROVEN:
             site.details.append({"shared_table": f"shared-table parameters not proven: {v2}"})
             return verdicts, outcomes
         new_verdicts[i] = (ob2, v2, cols, lift)

@@ -28,6 +28,7 @@ from compiler.ir.site import Site
 from prover.obligation import LiftSpec, Obligation
 from prover.policy import Policy
 from prover.terms import Var
+from prover.verdict import Status
 
 SiteObligation = tuple[Obligation, tuple[int, ...], int]  # (obligation, columns, lift column)
 
@@ -181,7 +182,7 @@ def lift_reported(verdicts: list[tuple[Any, Any, Any, Any]], ctx: Context) -> li
 
     out = list(verdicts)
     for i, (ob, v, cols, lift_col) in enumerate(out):
-        if isinstance(v, Exception) or v.status != "refuted":
+        if isinstance(v, Exception) or v.status != Status.REFUTED:
             continue
         if needs_lift(ob, v):
             o = _options(ctx)
@@ -190,6 +191,6 @@ def lift_reported(verdicts: list[tuple[Any, Any, Any, Any]], ctx: Context) -> li
             )
             ctx.state.verdicts[ob.hash] = v
             out[i] = (ob, v, cols, lift_col)
-        if v.status == "refuted":
+        if v.status == Status.REFUTED:
             break
     return out

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from compiler.cli.common import UsageError
+from prover.verdict import Status
 
 from .views import EpilogueView, GraphNode, TableView
 
@@ -114,7 +115,7 @@ def graph_svg(nodes: list[GraphNode], edges: list[tuple[str, str]]) -> str:
         if n.site:
             box.set_url(f"#{n.site}")
         ax.add_patch(box)
-        dark = n.verdict in ("proven", "refuted", "rejected")
+        dark = n.verdict in (Status.PROVEN, Status.REFUTED, Status.REJECTED)
         label = f"{n.op_type}\n{_short(n.name)}"
         if n.host:  # a badge on the box's corner: this op runs on the host CPU
             ax.text(x + w / 2, y + h / 2, "host", ha="right", va="center", fontsize=6,
