@@ -120,3 +120,29 @@ def test_mixed_types_and_zero_points_equal_the_kernel(seed):
     np.testing.assert_array_equal(
         exact_matmul(a, w, a_zp, w_zp, bias), matmul_acc(a, w, a_zp, w_zp, bias)
     )
+
+
+def test_float32_chunks_are_the_largest_exact_ones():
+    from npu_backend.exact_matmul import FLOAT32_LIMIT, float32_chunk
+
+    assert FLOAT32_LIMIT == 2**24
+    assert float32_chunk(128, 128, 4096) == 1023  # 1023 * 2^14 < 2^24 <= 1024 * 2^14
+    assert float32_chunk(255, 128, 4096) == 514
+    assert float32_chunk(128, 128, 100) == 100
+    assert float32_chunk(0, 128, 4096) == 4096
+    assert float32_chunk(2**12, 2**12, 4096) == 0  # one product reaches 2^24
+
+
+@pytest.mark.parametrize("a_zp", [0, 127])
+def test_k_beyond_one_float32_chunk_is_summed_exactly(a_zp):
+    """Products near the extreme: one float32 matmul would round, the chunks do not."""
+    k = 3001
+    a = np.full((3, k), -127, dtype=np.int8)  # odd products: sums beyond 2^24 need all bits
+    w = np.full((k, 4), -127, dtype=np.int8)
+    a[2, 0], w[0, 3] = -128, -128
+    w[::7, 1] = 127
+    a[1, ::5] = 1
+    want = matmul_acc(a, w, a_zp, 0)
+    naive = ((a.astype(np.float32) - a_zp) @ w.astype(np.float32)).astype(np.int64)
+    assert (naive != want).any()  # the test can fail
+    np.testing.assert_array_equal(exact_matmul(a, w, a_zp, 0), want)
