@@ -3,16 +3,19 @@
     python3 bench/sim_matmul_bench.py              # M=256, K=1024, N=1024, 3 repeats
     python3 bench/sim_matmul_bench.py --m 64 --k 4096 --n 512 --repeat 5
 
-Three contenders on the same int8 data, CPU time of this process, median of --repeat:
-- `old`: what the simulator did before (int64 numpy matmul, then the epilogue evaluated
+Four contenders on the same int8 data, CPU time of this process, median of --repeat:
+- `old`: what the simulator did first (int64 numpy matmul, then the epilogue evaluated
   per distinct column parameter set, i.e. column by column for per-channel scales);
-- `new`: `npu_backend.simulator.run` of the generated program (float64 BLAS matmul where
-  provably exact, per-channel float32 requantization vectorised by column group), so it
-  includes DMA and counter bookkeeping;
+- `f64`: the kernels of 6f55079 (one float64 BLAS matmul on numpy's default BLAS threads,
+  then `apply_columns`), without DMA or counters;
+- `new`: `npu_backend.simulator.run` of the generated program (float32 BLAS over exact
+  K chunks on one BLAS thread, `npu_backend.exact_matmul`; per-channel float32
+  requantization vectorised by column group), so it includes DMA and counter bookkeeping;
 - `ort`: ONNX Runtime's QLinearMatMul (per-tensor scales; the per-channel row has none).
 Outputs of old and new must be identical (the run stops otherwise); the per-tensor new
 output is compared with ORT's (a difference is reported, e.g. an AVX2-only host whose
-ORT saturates int16 pairs). Prints ratios new/ort (issue 15 target: within 5x) and old/new.
+ORT saturates int16 pairs). Prints ratios new/ort (issue 15 target: within 5x), f64/new and old/new. CPU time counts
+every BLAS thread, so a spinning second thread shows up in `f64` on a loaded machine.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from npu_backend.codegen import generate  # noqa: E402
 from npu_backend.lowered import LoweredModel, NpuMatMul, TensorSpec  # noqa: E402
-from npu_backend.postprocess import PostProcess  # noqa: E402
+from npu_backend.postprocess import PostProcess, apply_columns  # noqa: E402
 from npu_backend.simulator import run  # noqa: E402
 from npu_backend.target import load_target, onnx_requant_params  # noqa: E402
 from prover.matmul import matmul_acc  # noqa: E402
@@ -91,6 +94,11 @@ def _old(x, w, post) -> np.ndarray:
     return out
 
 
+def _f64(x, w, post) -> np.ndarray:
+    acc = (x.astype(np.float64) @ w.astype(np.float64)).astype(np.int64)
+    return apply_columns(post, acc)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--m", type=int, default=256)
@@ -114,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     sess = _ort_session(w, a_s, w_s, y_s, y_zp)
     t_ort, ort_y = _cpu(lambda: sess.run(["y"], {"x": x})[0], args.repeat)
     print(f"M={m} K={k} N={n}, CPU seconds, median of {args.repeat}")
-    print(f"{'epilogue':<12} {'old':>8} {'new':>8} {'ort':>8} {'new/ort':>8} {'old/new':>8}")
+    print(
+        f"{'epilogue':<12} {'old':>8} {'f64':>8} {'new':>8} {'ort':>8} "
+        f"{'new/ort':>8} {'f64/new':>8} {'old/new':>8}"
+    )
     for label, post in (("per-tensor", per_tensor), ("per-channel", per_channel)):
         step = NpuMatMul(
             name="mm", a="x", w="w", out="y", a_zp=0, w_zp=0, bias=None,
@@ -124,14 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         prog = generate(lowered, target)
         t_new, res = _cpu(lambda prog=prog: run(prog, {"x": x})[0]["y"], args.repeat)
         t_old, old = _cpu(lambda post=post: _old(x, w, post), args.repeat)
-        if not np.array_equal(np.asarray(res), old):
-            sys.exit(f"{label}: new and old simulator outputs differ")
+        t_f64, f64 = _cpu(lambda post=post: _f64(x, w, post), args.repeat)
+        if not (np.array_equal(np.asarray(res), old) and np.array_equal(f64, old)):
+            sys.exit(f"{label}: new, f64 and old simulator outputs differ")
         if label == "per-tensor" and not np.array_equal(np.asarray(res), ort_y):
             # an AVX2-only host's ORT may saturate int16 pairs: say so, keep the timing
             print("note: per-tensor output differs from this host's ONNX Runtime")
         ort_col = f"{t_ort:8.3f}" if label == "per-tensor" else f"{'-':>8}"
         ratio = f"{t_new / t_ort:7.1f}x" if label == "per-tensor" else f"{'-':>8}"
-        print(f"{label:<12} {t_old:8.3f} {t_new:8.3f} {ort_col} {ratio} {t_old / t_new:7.1f}x")
+        print(
+            f"{label:<12} {t_old:8.3f} {t_f64:8.3f} {t_new:8.3f} {ort_col} {ratio} "
+            f"{t_f64 / t_new:7.1f}x {t_old / t_new:7.1f}x"
+        )
     return 0
 
 
