@@ -116,7 +116,21 @@ def test_qdq_digits_integer_reading_equals_ort_default_level(path, digits, host_
 # --- the 18 digits models: verdicts, no exit 2, host ops named ----------------------------
 
 
-@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+# By default a sample covering MatMul/Gemm, QOperator/QDQ/float, u8s8/s8s8 and
+# per-channel/per-tensor; the other 14 under -m slow.
+REACH_SAMPLE = {
+    "digits_matmul_qop_s8s8_pc",
+    "digits_gemm_qdq_u8s8_pt",
+    "digits_gemm_qop_u8s8_pt",
+    "digits_matmul_float",
+}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=[] if p.stem in REACH_SAMPLE else [pytest.mark.slow]) for p in ALL],
+    ids=lambda p: p.stem,
+)
 def test_every_digits_model_is_analysed_with_host_ops_named(path, tmp_path):
     out = tmp_path / "r.sarif"
     r = prover("check", path, "--proofs-mode", "off", "--format", "sarif")
