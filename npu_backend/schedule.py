@@ -26,6 +26,7 @@ import numpy as np
 
 from prover.inttypes import int_type
 
+from .isa import record_nbytes
 from .lowered import NpuMatMul
 from .postprocess import posts_of
 from .target import Target
@@ -92,9 +93,9 @@ def staging_sizes(step: NpuMatMul) -> _Sizes:
     out_t = posts[0].output_type if posts else "int32"
     per_col = fixed = 0
     if isinstance(step.post, tuple):
-        per_col = max(16 + (12 if p.add is not None else 0) for p in posts)
+        per_col = max(record_nbytes(p) for p in posts)
     elif posts:
-        fixed = 16 + (12 if posts[0].add is not None else 0)
+        fixed = record_nbytes(posts[0])
     return _Sizes(
         a=int_type(step.a_type).numpy_dtype().itemsize,
         w=int_type(step.w_type).numpy_dtype().itemsize,

@@ -60,6 +60,7 @@ from .isa import (
 from .lowered import HostKernel, HostOnnx
 from .postprocess import apply_columns
 from .program import Program
+from .schedule import ACC_BYTES
 from .target import Schedule, Target
 
 TABLE_ENTRY_BYTES = 1  # table entries are int8/uint8
@@ -467,6 +468,7 @@ class Machine:
             record, table = self._post_state(ins, rows * width)
             post = with_table(record, table)
         dtype = self.program.tensors[ins.out].dtype
+        out_b = np.dtype(dtype).itemsize
         out, done = self.partial.get(ins.out) or (
             np.zeros((rows, n), dtype=np.int64),
             np.zeros(n, dtype=bool),
@@ -518,7 +520,8 @@ class Machine:
                 )
                 c.matmul_tiles += 1
         self._staging = {
-            "sram": min(tm, rows) * min(tk, k) * a_b + min(tm, rows) * width * (4 + 4),
+            # input tile, int32 accumulator and output tile (`schedule.staging`, unaligned)
+            "sram": min(tm, rows) * (min(tk, k) * a_b + width * (ACC_BYTES + out_b)),
             "wmem": (k if ins.w_stationary else min(tk, k)) * width * w_b
             + (0 if b_cols is None else b_cols.nbytes),
         }

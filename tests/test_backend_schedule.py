@@ -397,3 +397,12 @@ def test_the_tiled_structure_is_honoured_even_when_operands_fit():
     assert {i.structure for i in prog.ops(MatMul)} == {"tiled"}
     x = x_of(6, 40)
     np.testing.assert_array_equal(run(prog, x)[0]["y"], run(generate(base, FLOAT), x)[0]["y"])
+
+
+def test_a_tiled_matmuls_staging_peak_counts_its_output_type():
+    """sram while a tile runs: input tile tm*tk, int32 accumulator and int8 output tm*tn."""
+    tiled = model(requant_post(FLOAT), 32, 64, 32, tile=(16, 8, 16))
+    streaming = tiling_target(wmem=512)
+    _, c = run(generate(tiled, streaming), x_of(32, 64), target=streaming)
+    live = {i.live_bytes["sram"] for i in c.per_instruction if i.opcode == "MatMul"}
+    assert live == {16 * 16 * 1 + 16 * 8 * (4 + 1)}
