@@ -197,16 +197,12 @@ def test_per_channel_reports_impossible_groups_with_the_pair():
 
 
 def test_cli_synthesize_flag(tmp_path):
-    import subprocess
-    import sys
+    from cli_helpers import prover  # each command in its own process (fork_runner)
 
     def run(*extra):
-        return subprocess.run(
-            [sys.executable, "-m", "compiler.cli.prover", "check",
-             str(DIGITS / "digits_gemm_qop_s8s8_pt.onnx"), "--target", "npu_fixed",
-             "--proofs-mode", "off", "--no-progress", *extra],
-            capture_output=True, text=True, cwd=tmp_path, timeout=600,
-        )  # fmt: skip
+        return prover("check", str(DIGITS / "digits_gemm_qop_s8s8_pt.onnx"),
+                      "--target", "npu_fixed", "--proofs-mode", "off", "--no-progress",
+                      *extra, cwd=tmp_path)  # fmt: skip
 
     assert run("--no-synthesize").returncode == 1
     for r in (run(), run("--synthesize")):  # on by default
