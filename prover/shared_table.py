@@ -109,7 +109,7 @@ class SharedTableResult:
     status: str
     params: tuple[FixedEpilogue, ...] | None
     minimal: tuple[int, ...] = ()
-    options: tuple[int, ...] = ()  # option count per group
+    options: tuple[int, ...] = ()  # option count per group enumerated (a prefix when impossible)
     witnesses: tuple[Witness, ...] = ()
     time_ms: float = 0.0
     note: str = ""
@@ -133,7 +133,15 @@ def _valid_intervals(p: _Problem) -> Intervals:
     change points (the set `synthesis._solve_shift` samples), as intervals."""
     pts = p.points
     n = len(pts)
-    x = _window(p, int(pts.min()), int(pts.max()), n)
+    cmin, cmax = int(pts.min()), int(pts.max())
+    # Necessary: n change points need n distinct levels, Q(cmax) - Q(cmin - 1) >= n; each
+    # Q(x; M) is monotone in M, so its extremes over [0, max] are at the two ends.
+    ends = np.array([0, p.multiplier_max], dtype=np.int64)
+    top = _q(p.scheme, p.shift, np.array([cmax, cmax]), ends).max()
+    bottom = _q(p.scheme, p.shift, np.array([cmin - 1, cmin - 1]), ends).min()
+    if top - bottom < n:
+        return []
+    x = _window(p, cmin, cmax, n)
     for j, c in enumerate(pts.tolist()):
         if not x:
             return []
@@ -391,11 +399,18 @@ def decide(
         return (time.perf_counter() - t0) * 1000
 
     try:
-        opts = [group_options(b, v, lo, hi, space, deadline) for b, v, lo, hi in groups]
+        # Groups are added one at a time: a prefix with no common table is already the
+        # proof (found tables need every group anyway).
+        opts: list[Options] = []
+        pick = None
+        for b, v, lo, hi in groups:
+            opts.append(group_options(b, v, lo, hi, space, deadline))
+            rows = [o.rows for o in opts]
+            pick = _search(rows, deadline)
+            if pick is None and all(o.complete for o in opts):
+                break
         counts = tuple(len(o.rows) for o in opts)
-        rows = [o.rows for o in opts]
-        pick = _search(rows, deadline)
-        if pick is not None:
+        if pick is not None and len(opts) == len(groups):
             params = _epilogues(groups, opts, pick, space)
             return SharedTableResult("found", params, options=counts, time_ms=ms())
         if not all(o.complete for o in opts):

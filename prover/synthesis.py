@@ -60,9 +60,12 @@ right on a segment `[a, b]` with value `v` stored at `[s_v, e_v]` iff `I(a) >= s
 `I(b) <= e_v`; for a fixed scheme, shift and zero point each bound is an interval of
 multipliers (3.), so the valid ones are one interval, and every scheme, shift and zero
 point is tried. A shared table is impossible whenever one group has no parameters alone
-(its pair is the proof: a shared table is one particular free table). The table itself is
-NOT searched exhaustively (candidates: the reference's own table, each group's
-synthesised one), so "not_found" is reported as such and never as a proof.
+(its pair is the proof: a shared table is one particular free table). Candidate tables
+(the reference's own, each group's synthesised one) are tried first with `fit_table`; when
+none fits, `prover.shared_table.decide` searches every table exactly (its docstring says
+why that is complete) and either finds one, proves that none exists (a minimal set of
+groups, usually two, with no common table) or, when its budget runs out, answers
+"not_found", which is never reported as a proof.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -81,6 +85,9 @@ from .obligation import Obligation
 from .policy import Policy
 from .staircase import monotone_thresholds
 from .terms import Op, Term, Var, evaluate, free_vars, op
+
+if TYPE_CHECKING:
+    from .shared_table import SharedTableResult
 
 SCHEMES = {"fixed_double": "requant_double", "fixed_single": "requant_single"}
 _MID = "__requantized"
@@ -764,9 +771,9 @@ def _fit_intervals(scheme, shift, xs0, ks0, ge0, zps, space):
 @dataclass(frozen=True)
 class SharedSynthesis:
     """Parameters for several column groups sharing one table (`status` "found"), a proof
-    that none exist (`status` "impossible": some group alone has none; `conflicts` maps
-    its index to the pair), or "not_found" (every group alone has parameters, but no
-    candidate table fits them all: not a proof, see `synthesize_shared`)."""
+    that none exist (`status` "impossible": some group alone has none, `conflicts` maps
+    its index to the pair; or `complete.minimal` names groups with no common table), or
+    "not_found" (the complete search ran out of budget: not a proof)."""
 
     status: str
     params: tuple[FixedEpilogue, ...] | None
@@ -775,6 +782,7 @@ class SharedSynthesis:
     candidates_tried: int
     unfit: tuple[int, int] | None  # (group, candidate) of the last failed fit
     time_ms: float
+    complete: SharedTableResult | None = None  # the exhaustive search, when it ran
 
 
 def synthesize_shared(
@@ -782,6 +790,7 @@ def synthesize_shared(
     space: FixedPointSpace | None = None,
     tables: tuple[tuple[int, ...], ...] = (),
     max_candidates: int = 8,
+    budget_s: float = 60.0,
 ) -> SharedSynthesis:
     """Parameters for every `(before, var, lo, hi)` group with ONE table shared by all.
 
@@ -791,7 +800,9 @@ def synthesize_shared(
     table), then the groups' own synthesised tables, widest accumulator range first (it
     holds the most reference values), at most `max_candidates` in all; for a candidate,
     `fit_table` decides exactly whether every group has multiplier, shift and zero point
-    reading it. The table itself is not searched exhaustively: "not_found" proves nothing.
+    reading it. When no candidate fits, `shared_table.decide` searches every table within
+    `budget_s` seconds: "found", "impossible" (a minimal set of groups in
+    `complete.minimal`) or "not_found" (budget; proves nothing).
     """
     t0 = time.perf_counter()
     space = space or FixedPointSpace()
@@ -825,8 +836,12 @@ def synthesize_shared(
             ms = (time.perf_counter() - t0) * 1000
             params = tuple(got[i] for i in range(len(groups)))
             return SharedSynthesis("found", params, {}, alone, ci + 1, None, ms)
+    from .shared_table import decide  # the exhaustive search (imports this module)
+
+    full = decide(groups, space, budget_s=budget_s)
     ms = (time.perf_counter() - t0) * 1000
-    return SharedSynthesis("not_found", None, {}, alone, len(cands), unfit, ms)
+    n = len(cands)
+    return SharedSynthesis(full.status, full.params, {}, alone, n, unfit, ms, full)
 
 
 def propose(
