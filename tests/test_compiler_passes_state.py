@@ -14,7 +14,7 @@ import compiler.passes.pipeline as pipeline
 import compiler.proving.prove as prove
 from compiler.api import compile_model, recompile
 from compiler.ir import npu_step
-from compiler.ir.context import CompileConfig, Context
+from compiler.ir.context import CheckOptions, CompileConfig, Context
 from compiler.passes.pipeline import PASSES
 from npu_backend.lowered import NpuMatMul
 from npu_backend.target import load_target
@@ -224,3 +224,36 @@ def test_a_proven_check_loads_no_onnxruntime_and_no_solver_but_a_replay_does():
     assert rc == 0 and loaded == set()
     rc, loaded = _modules_after_check("examples/showcase.onnx")  # a refutation is replayed
     assert rc == 1 and "onnxruntime" in loaded
+
+
+def _site_verdicts(r) -> list[tuple]:
+    (s,) = r.sites
+    vs = [r.context.state.verdicts[h] for h in s.obligations]
+    return [s.verdict, *((v.status, v.max_diff, v.solver) for v in vs)]
+
+
+def test_a_per_channel_site_is_decided_with_prefetched_thresholds(monkeypatch):
+    import prover.segments as seg
+
+    m = matmul_activation(K=16, N=48, M=1, per_channel=True)
+    seg.clear_shared_steps()
+    r = compile_model(m, "bitwise", FLOAT)
+    assert len(r.sites[0].obligations) > 1 and seg._PREFETCHED  # the gate prefetched
+    monkeypatch.setattr(prove, "PREFETCHING_SOLVERS", frozenset())
+    seg.clear_shared_steps()
+    alone = compile_model(m, "bitwise", FLOAT)
+    assert not seg._PREFETCHED
+    assert _site_verdicts(r) == _site_verdicts(alone)
+
+
+def test_prefetch_only_for_a_batch_segments_decides():
+    r = compile_model(matmul_activation(K=16, N=48, M=1, per_channel=True), "bitwise", FLOAT)
+    ctx = r.context
+    obs = [ob for ob, _, _ in ctx.state.obligations[r.sites[0].id][1]]
+    import prover.segments as seg
+
+    seg.clear_shared_steps()
+    assert prove.prefetch(obs[:1], ctx) == 0  # one epilogue: nothing to share
+    z3 = Context(dataclasses.replace(ctx.config, check=CheckOptions(solver="z3")), ctx.state)
+    assert prove.prefetch(obs, z3) == 0
+    assert prove.prefetch(obs, ctx) > 0

@@ -55,6 +55,7 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
         _decide_saturating(g, site, ctx)
         return
     obs = prove.site_obligations(g, site, ctx)
+    prove.decide_all([ob for ob, _, _ in obs], ctx)  # one batch: thresholds prefetched
     verdicts = []
     for ob, cols, lift_col in obs:
         v = prove.check(ob, ctx)

@@ -5,8 +5,9 @@
   unit dims; built once per site and kept in the pipeline state.
 - `check`: one obligation decided (store lookup, then the decision procedures) through
   `prover.api.check`, once per hash per run (`state.verdicts`).
-- `decide_all`: many obligations at once; worker processes only when the work measured
-  on the first ones says they pay for themselves (`prover.parallel`).
+- `decide_all`: many obligations at once, their float-requantizer thresholds prefetched
+  in one vectorised pass (`prefetch`); worker processes only when the work measured on
+  the first ones says they pay for themselves (`prover.parallel`).
 - `lift_reported`: refutations are decided without lifting their witness to an input
   row; only the one a site reports is lifted (and stored), in obligation order.
 
@@ -36,6 +37,8 @@ SiteObligation = tuple[Obligation, tuple[int, ...], int]  # (obligation, columns
 # the rest takes longer than starting them (a spawned worker re-imports the prover).
 SAMPLE_S = 0.25
 WORKER_START_S = 0.6
+# solvers whose first procedure is `segments` (the one that reads prefetched thresholds)
+PREFETCHING_SOLVERS = frozenset({"auto", "segments"})
 
 
 def components(cols, lo, hi) -> list[tuple[tuple[int, ...], int, int]]:
@@ -143,6 +146,18 @@ def check(ob: Obligation, ctx: Context) -> Any:
     return v
 
 
+def prefetch(obligations: Sequence[Obligation], ctx: Context) -> int:
+    """Let `segments` compute the float-requantizer thresholds of a batch's epilogues in one
+    vectorised pass (`prover.segments.prefetch`); returns the chains cached. Only worth it
+    for two or more epilogues that `segments` will decide; verdicts do not depend on it."""
+    epilogues = [ob for ob in obligations if ob.kind == "epilogue"]
+    if len(epilogues) < 2 or ctx.config.check.solver not in PREFETCHING_SOLVERS:
+        return 0
+    from prover.segments import prefetch as seg_prefetch
+
+    return seg_prefetch(epilogues)
+
+
 def decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
     """Decide every obligation not yet decided (results in `ctx.state.verdicts`).
 
@@ -151,6 +166,7 @@ def decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
     starting the workers. Verdicts do not depend on where an obligation was decided.
     """
     todo = list({ob.hash: ob for ob in obligations if ob.hash not in ctx.state.verdicts}.values())
+    prefetch(todo, ctx)
     jobs = ctx.config.jobs
     t0 = time.perf_counter()
     done = 0
