@@ -6,9 +6,9 @@ sites, int8 and uint8, are refuted with rounded parameters, fused with synthesis
 (each proven; uint8 sites get an int8 index), and the program equals ONNX Runtime on the
 360 test digits; the per-channel sites keep groups for which no parameters exist, and the
 report names the conflicting accumulator pair. The MatMul+QLinearAdd variant is proven
-per group, but its groups need different tables, no candidate table is shared by all
-(reported as not a proof), and the postprocessor holds one table per MatMul, so lowering
-keeps it on the host.
+per group, but the exhaustive shared-table search proves that no one table serves its
+groups (a minimal pair of column groups is named), and the postprocessor holds one table
+per MatMul, so lowering keeps it on the host.
 """
 
 from __future__ import annotations
@@ -109,8 +109,12 @@ def test_per_column_tables_are_proven_but_stay_on_the_host():
     r = compile_model(DIGITS / "digits_matmul_qop_s8s8_pt.onnx", "bitwise", FIXED)
     assert [s.verdict for s in r.sites] == ["proven", "proven"]
     assert all({o["kind"] for o in _requant(s)} == {"synthesised"} for s in r.sites)
-    for s in r.sites:  # the shared-table search failed, and says it proves nothing
-        assert "not a proof" in summary(s) and "candidate tables" in summary(s)
+    for s in r.sites:  # the exhaustive shared-table search proves that none exists
+        assert "no table is shared by the groups of columns" in summary(s), summary(s)
+        assert "not a proof" not in summary(s)
+        (c,) = [c for c in site_json(SiteReport.of(s))["checks"]
+                if c["check"] == "requant_synthesis"]  # fmt: skip
+        assert c["status"] == "violated"
     assert not [st for st in r.lowered.steps if isinstance(st, NpuMatMul) and st.fused]
     assert any(d.code == "incomplete_parameters" and "one table" in d.message
                for d in r.diagnostics)  # fmt: skip

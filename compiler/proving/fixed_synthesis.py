@@ -232,9 +232,9 @@ def _prove(ob, new, check_fn, ctx):
 
 def _share_table(site, verdicts, outcomes, caps, order, ctx, check_fn):
     """One table for every epilogue group of the site (`prover.synthesis.synthesize_shared`):
-    each group's shared-table parameters are proven like any lowering. When no shared table
-    is found the groups keep their own (lowering then keeps the site on the host) and the
-    outcome says so; that is not an impossibility proof."""
+    each group's shared-table parameters are proven like any lowering. When there is none
+    the groups keep their own (lowering then keeps the site on the host) and the note says
+    whether that is proven (a minimal set of groups) or the search's budget ran out."""
     epi = [(i, x) for i, x in enumerate(verdicts) if x[0].kind == "epilogue" and x[2]]
     groups = [next(g for g in site.post if cols[0] in g.columns) for _, (_, _, cols, _) in epi]
     tables = {g.post.lut.table if g.post.lut is not None else None for g in groups}
@@ -255,13 +255,7 @@ def _share_table(site, verdicts, outcomes, caps, order, ctx, check_fn):
         sh = None
         note = f"no shared table: {e}"
     if sh is not None and sh.status != "found":
-        last = ""
-        if sh.unfit is not None:
-            cols = groups[sh.unfit[0]].columns
-            last = f"; the last one tried does not fit columns {cols[0]}..{cols[-1]}"
-        note = (f"the {len(groups)} groups need different tables and none of {sh.candidates_tried} "
-                f"candidate tables fits them all{last} (the table search is not exhaustive: not "
-                "a proof that none exists)")  # fmt: skip
+        note = _shared_note(sh, groups)
     if sh is None or sh.params is None:
         site.details.append({"shared_table": note})
         return verdicts, outcomes
@@ -285,6 +279,22 @@ def _share_table(site, verdicts, outcomes, caps, order, ctx, check_fn):
         if new is not None:
             site.post[site.post.index(g)] = new
     return new_verdicts, new_outcomes
+
+
+def _shared_note(sh, groups) -> str:
+    """Why the site's groups share no table: proven (a minimal set of groups, each
+    readable alone, with no common table) or the exhaustive search's budget ran out."""
+    full = sh.complete
+    if sh.status == "impossible" and full is not None and full.minimal:
+        cols = " and ".join(",".join(map(str, groups[i].columns)) for i in full.minimal)
+        n = " x ".join(str(full.options[i]) for i in full.minimal)
+        return (f"no table is shared by the groups of columns {cols}: each has parameters alone "
+                f"but none of their {n} valid choices agree on one table (exhaustive search, "
+                f"{full.time_ms / 1000:.1f} s)")  # fmt: skip
+    why = full.note if full is not None else "not searched"
+    return (f"the {len(groups)} groups need different tables and none of {sh.candidates_tried} "
+            f"candidate tables fits them all; the exhaustive table search stopped ({why}): not "
+            "a proof that none exists")  # fmt: skip
 
 
 def _no_offset(grp) -> dict[str, int]:
