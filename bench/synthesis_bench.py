@@ -25,7 +25,8 @@ Reported: fraction of column groups and of sites equal bitwise each way, the gro
 which synthesis proves no parameters exist, synthesis time per column group, and the sites
 that fuse: every group synthesised AND one table shared by all of them (the postprocessor
 holds one table per MatMul; `prover.synthesis.synthesize_shared`, each shared-table
-proposal proven by `check` too).
+proposal proven by `check` too), and the sites for which the exhaustive shared-table search
+proves that no such table exists (`1n`).
 """
 
 from __future__ import annotations
@@ -214,21 +215,27 @@ def run_group(g: Group) -> Row:
     return Row(g, rounded, synth, single, ms, note)
 
 
-def shared_fused(rows: list[Row]) -> bool:
-    """Whether a site's groups, all synthesised, also share one table (proven by check)."""
+def shared_status(rows: list[Row]) -> str:
+    """Whether a site's groups, all synthesised, also share one table (proven by check):
+    "fused", "none" (the exhaustive search proves no table exists), "open" (budget ran
+    out) or "-" (some group is not synthesised). Records the search time in SHARED_MS."""
     if not all(r.synth == "proven" for r in rows):
-        return False
+        return "-"
     specs = [(r.group.before, "acc", r.group.lo, r.group.hi) for r in rows]
     sh = synthesize_shared(specs, SPACE)
+    SHARED_MS.append(sh.time_ms)
     if sh.params is None:
-        return False
+        return "none" if sh.status == "impossible" else "open"
     for (b, _, lo, hi), p in zip(specs, sh.params, strict=True):
         if check(obligation(b, "acc", lo, hi, p)).status != "proven":
             sys.exit(f"BUG: shared-table parameters {p.to_json()} not proven")
-    return len({p.table for p in sh.params}) == 1
+    return "fused" if len({p.table for p in sh.params}) == 1 else "open"
 
 
-def _summary(label: str, rows: list[Row], fused: int | None = None) -> str:
+SHARED_MS: list[float] = []
+
+
+def _summary(label: str, rows: list[Row], shared: list[str]) -> str:
     n = len(rows)
     r_ok = sum(r.rounded == "proven" for r in rows)
     s_ok = sum(r.synth == "proven" for r in rows)
@@ -242,11 +249,10 @@ def _summary(label: str, rows: list[Row], fused: int | None = None) -> str:
     s1 = sum(all(x.single == "proven" for x in v) for v in sites.values())
     t = [r.synth_ms for r in rows]
     ratio = f"{s_ok / r_ok:.1f}x" if r_ok else ("inf" if s_ok else "-")
-    if fused is None:
-        fused = sum(shared_fused(v) for v in sites.values())
+    fused, none = shared.count("fused"), shared.count("none")
     return (
         f"{label:<30} {n:>6} {r_ok / n:>8.1%} {s_ok / n:>8.1%} {ratio:>7} {imp:>5} "
-        f"{s1_ok / n:>7.1%}  {len(sites):>3}: {sr:>2} {ss:>2} {fused:>2} {s1:>2}  "
+        f"{s1_ok / n:>7.1%}  {len(sites):>3}: {sr:>2} {ss:>2} {fused:>2} {none:>2} {s1:>2}  "
         f"{statistics.median(t):6.0f} {max(t):6.0f}"
     )
 
@@ -267,13 +273,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     head = (
         f"{'suite':<30} {'groups':>6} {'rounded':>8} {'synth':>8} {'ratio':>7} {'none':>5} "
-        f"{'single':>7}  sites: r  s 1t s1  {'ms med':>6} {'max':>6}"
+        f"{'single':>7}  sites: r  s 1t 1n s1  {'ms med':>6} {'max':>6}"
     )
     print(head)
     print("-" * len(head))
     everything: list[Row] = []
     digits: list[Row] = []
-    fused = {"digits": 0, "all": 0}
+    shared: dict[str, list[str]] = {"digits": [], "all": []}
     for label, groups in suites:
         rows = [run_group(g) for g in groups]
         if args.verbose:
@@ -284,17 +290,20 @@ def main(argv: list[str] | None = None) -> int:
         by_site: dict[str, list[Row]] = {}
         for r in rows:
             by_site.setdefault(r.group.site, []).append(r)
-        n_fused = sum(shared_fused(v) for v in by_site.values())
-        print(_summary(label, rows, n_fused), flush=True)
+        st = [shared_status(v) for v in by_site.values()]
+        print(_summary(label, rows, st), flush=True)
         everything += rows
-        fused["all"] += n_fused
+        shared["all"] += st
         if not label.startswith("random"):
             digits += rows
-            fused["digits"] += n_fused
+            shared["digits"] += st
     print("-" * len(head))
     if digits:
-        print(_summary("all digits models", digits, fused["digits"]))
-    print(_summary("all", everything, fused["all"]))
+        print(_summary("all digits models", digits, shared["digits"]))
+    print(_summary("all", everything, shared["all"]))
+    if SHARED_MS:
+        print(f"shared-table search (sites with every group synthesised): {len(SHARED_MS)} "
+              f"sites, median {statistics.median(SHARED_MS):.0f} ms, max {max(SHARED_MS):.0f} ms")  # fmt: skip
     return 0
 
 
