@@ -22,6 +22,7 @@ from typing import Any
 
 import onnx
 
+from compiler.frontend.checked import CheckedModel
 from compiler.frontend.reader import to_ir
 from compiler.ir.context import CheckOptions, CompileConfig, Context, PipelineState
 from compiler.ir.graph import Graph, Node, Value
@@ -72,7 +73,7 @@ def _store(proofs_dir, proofs_mode: str):
 
 
 def compile_model(
-    model: str | os.PathLike | onnx.ModelProto,
+    model: str | os.PathLike | onnx.ModelProto | CheckedModel,
     policy: Any = None,
     target: Any = None,
     *,

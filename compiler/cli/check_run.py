@@ -19,6 +19,7 @@ from compiler.report.progress import Progress
 
 if TYPE_CHECKING:
     from compiler.api import CompileResult
+    from compiler.frontend.checked import CheckedModel
 
 
 @dataclass(kw_only=True)
@@ -117,7 +118,7 @@ def check_solver(name: str) -> str:
 
 
 def _compile(
-    model: str, policy: Any, target: Any, check_options: dict, progress: Progress
+    model: CheckedModel, policy: Any, target: Any, check_options: dict, progress: Progress
 ) -> CompileResult:
     from compiler.api import compile_model
 
@@ -132,7 +133,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
 
     policy = opts.policy if opts.policy is not None else Policy.parse("bitwise")
     solver = check_solver(opts.solver)
-    check_model_file(model)
+    checked = check_model_file(model)
     target = resolve_target(opts.target)
     profile = resolve_reference_option(opts.reference)
     store = open_store(opts.proofs, opts.proofs_mode, opts.proof_key_file, opts.recheck_budget_s)
@@ -147,7 +148,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     if store is not None:
         check_options["store"] = store
     with Progress("checking", enabled=None if opts.progress else False) as bar:
-        result = _compile(model, policy, target, check_options, bar)
+        result = _compile(checked, policy, target, check_options, bar)
     report = Report(
         model=model,
         policy=str(policy),

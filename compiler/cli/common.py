@@ -102,9 +102,13 @@ def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argpars
 
 
 def check_model_file(path: str) -> Any:
-    """Load and validate an ONNX file, raising `UsageError` naming what is wrong."""
+    """Load and validate an ONNX file once (`compiler.frontend.checked.CheckedModel`, which
+    the compiler takes without checking again), raising `UsageError` naming what is wrong
+    (or `FrontendError` when strict shape inference fails, as the frontend would)."""
     import onnx
     from google.protobuf.message import DecodeError
+
+    from compiler.frontend.checked import check_structure, infer
 
     p = Path(path)
     if not p.exists():
@@ -123,12 +127,12 @@ def check_model_file(path: str) -> Any:
     if not model.HasField("graph") or len(model.graph.node) == 0:
         raise UsageError(f"not a valid ONNX model (no graph or no nodes; truncated?): {path}")
     try:
-        onnx.checker.check_model(model)
+        check_structure(model)
     except (onnx.checker.ValidationError, ValueError, RuntimeError) as e:
         # ValueError covers UnicodeDecodeError: the checker decodes names and strings
         # of a corrupt file as UTF-8 before it can say anything about them.
         raise UsageError(f"invalid ONNX model {path}: {one_line(e)}") from None
-    return model
+    return infer(model)
 
 
 def resolve_target(spec: str | None) -> Any:

@@ -134,7 +134,7 @@ def _inputs(args: argparse.Namespace) -> int:
     from compiler.frontend.model_inputs import from_float, input_specs, skeleton
     from npu_backend.runner import load_inputs, save_arrays
 
-    model = check_model_file(args.model)
+    model = check_model_file(args.model).proto
     dims: dict[str, int] = {}
     for d in args.dim:
         name, eq, size = d.partition("=")

@@ -52,6 +52,7 @@ from prover.reference import ONNX, ReferenceProfile
 from prover.requant import check_multiplier, onnx_requant_scale
 
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
+from .checked import COUNTS, CheckedModel, one_line, validate
 from .f16_context import decorated_groups, fold_cast, ort_dequantize_types
 from .qdq_reading import integer_reading
 
@@ -116,8 +117,11 @@ ORT_QLINEAR_TYPES = (
 QDQ_SCALE_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
 
 
-def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
-    """Load and validate (checker, strict shape inference) an ONNX model."""
+def load_model(model: str | Path | onnx.ModelProto | CheckedModel) -> onnx.ModelProto:
+    """Load and validate (checker, strict shape inference) an ONNX model; a `CheckedModel`
+    was validated already and is returned as it is."""
+    if isinstance(model, CheckedModel):
+        return model.proto
     if isinstance(model, onnx.ModelProto):
         m = onnx.ModelProto()
         m.CopyFrom(model)
@@ -125,24 +129,15 @@ def load_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
         try:
             m = onnx.load(str(model))
         except Exception as e:  # noqa: BLE001 - any load failure is bad input
-            raise FrontendError(f"cannot load ONNX model {model}: {_one_line(e)}") from None
-    try:
-        onnx.checker.check_model(m, full_check=True)
-        m = onnx.shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)
-    except Exception as e:  # noqa: BLE001
-        raise FrontendError(f"model fails ONNX validation: {_one_line(e)}") from None
-    return m
-
-
-def _one_line(e: BaseException) -> str:
-    lines = [s.strip() for s in str(e).splitlines() if s.strip()]
-    return " ".join(lines)[:400] if lines else type(e).__name__
+            raise FrontendError(f"cannot load ONNX model {model}: {one_line(e)}") from None
+    return validate(m).proto
 
 
 class _Builder:
     """Converts ONNX nodes one at a time, tracking value types and shapes."""
 
     def __init__(self, m: onnx.ModelProto, reference: ReferenceProfile = ONNX) -> None:
+        COUNTS["built"] += 1
         self.m = m
         self.reference = reference
         g = m.graph
@@ -1241,7 +1236,7 @@ class _Builder:
                 members, {i: self.values[i] for i in ext}, consts, self.opsets
             )
         except Exception as e:  # noqa: BLE001
-            raise self.fail(n, f"shape inference failed: {_one_line(e)}") from None
+            raise self.fail(n, f"shape inference failed: {one_line(e)}") from None
         if name not in info:
             raise self.fail(n, f"cannot infer the type and shape of '{name}'")
         if info[name][0] not in DTYPES.values():
@@ -1276,7 +1271,7 @@ def _type_name(t: int) -> str:
 
 
 def to_ir(
-    model: str | Path | onnx.ModelProto,
+    model: str | Path | onnx.ModelProto | CheckedModel,
     *,
     reference: ReferenceProfile = ONNX,
     batch: int | None = None,
@@ -1305,18 +1300,18 @@ def to_ir(
             _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
             m = load_model(r)
     dynamic = dynamic_inputs(m)
+    built: dict[int, Graph] = {}  # batch size -> the IR built at it (each built once)
     if dynamic:
         if batch is not None and int(batch) < 1:
             raise FrontendError(f"batch size {batch} must be at least 1")
-        shapes = {
-            b: {
-                k: v.shape
-                for k, v in _Builder(with_batch(m, dynamic, b), reference).run().values.items()
-            }
-            for b in PROBE_SIZES
-        }
+        for b in PROBE_SIZES:
+            built[b] = _Builder(with_batch(m, dynamic, b), reference).run()
+        shapes = {b: {k: v.shape for k, v in built[b].values.items()} for b in PROBE_SIZES}
         check_rows_independent(m, dynamic, shapes)
-        m = with_batch(m, dynamic, 1 if batch is None else int(batch))
-    g = _Builder(m, reference).run()
+        size = 1 if batch is None else int(batch)
+        m = with_batch(m, dynamic, size)
+        g = built[size] if size in built else _Builder(m, reference).run()
+    else:
+        g = _Builder(m, reference).run()
     g.dynamic_batch = dynamic
     return g, m

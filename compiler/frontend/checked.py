@@ -1,0 +1,56 @@
+"""An ONNX model validated once: the ONNX checker, then strict shape inference (types
+checked, data propagated). The command-line tools validate a file (to word its errors
+before anything else runs) and hand the `CheckedModel` on; `to_ir` does not check it again.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import onnx
+
+from compiler.errors import FrontendError
+
+# how many models were validated / built into IR in this process (tests count work done once)
+COUNTS: Counter[str] = Counter()
+
+
+@dataclass(frozen=True, eq=False)
+class CheckedModel:
+    """A validated, shape-inferred model; `proto` must not be modified."""
+
+    proto: onnx.ModelProto
+
+
+def one_line(e: BaseException) -> str:
+    """An ONNX error as one line (at most 400 characters)."""
+    lines = [s.strip() for s in str(e).splitlines() if s.strip()]
+    return " ".join(lines)[:400] if lines else type(e).__name__
+
+
+def check_structure(m: onnx.ModelProto) -> None:
+    """The ONNX checker without shape inference; raises ONNX's own errors."""
+    onnx.checker.check_model(m)
+
+
+def infer(m: onnx.ModelProto) -> CheckedModel:
+    """`m` (already through `check_structure`) with strictly inferred shapes, types checked
+    (what the checker's `full_check` adds), or FrontendError."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            m, check_type=True, strict_mode=True, data_prop=True
+        )
+    except Exception as e:  # noqa: BLE001 - any inference failure is bad input
+        raise FrontendError(f"model fails ONNX validation: {one_line(e)}") from None
+    COUNTS["validated"] += 1
+    return CheckedModel(inferred)
+
+
+def validate(m: onnx.ModelProto) -> CheckedModel:
+    """`check_structure` then `infer`; every failure a FrontendError."""
+    try:
+        check_structure(m)
+    except Exception as e:  # noqa: BLE001
+        raise FrontendError(f"model fails ONNX validation: {one_line(e)}") from None
+    return infer(m)
