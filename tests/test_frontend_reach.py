@@ -89,7 +89,21 @@ def test_qlinear_add_meaning_is_the_kernel_per_column(host_profile):
     assert not np.array_equal(eval_node(add, g, {add.inputs[0]: x})[0], y)
 
 
-@pytest.mark.parametrize("path", QDQ, ids=lambda p: p.stem)
+# By default four of the eight, covering MatMul/Gemm, u8s8/s8s8 and per-channel/per-tensor;
+# the other four under -m slow.
+QDQ_SAMPLE = {
+    "digits_matmul_qdq_u8s8_pc",
+    "digits_matmul_qdq_s8s8_pt",
+    "digits_gemm_qdq_s8s8_pc",
+    "digits_gemm_qdq_u8s8_pt",
+}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=[] if p.stem in QDQ_SAMPLE else [pytest.mark.slow]) for p in QDQ],
+    ids=lambda p: p.stem,
+)
 def test_qdq_digits_integer_reading_equals_ort_default_level(path, digits, host_profile):
     """Under the integer QDQ reading the IR computes what ORT runs at its default level."""
     import onnxruntime as ort
