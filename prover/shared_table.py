@@ -76,10 +76,6 @@ FREE = np.iinfo(np.int64).min  # an index the option does not read
 Params = tuple[str, int, int, int]  # scheme, shift, multiplier, zero point
 
 
-class Budget(Exception):
-    """The time or size budget ran out (the answer is then "not_found")."""
-
-
 @dataclass
 class Options:
     """Every distinct partial table one group's valid choices induce (`rows`, offset
@@ -118,7 +114,7 @@ class SharedTableResult:
 
 def _deadline_check(deadline: float) -> None:
     if time.perf_counter() > deadline:
-        raise Budget("time budget exhausted")
+        raise TimeoutError("time budget exhausted")
 
 
 def _to_intervals(ms: np.ndarray) -> Intervals:
@@ -227,7 +223,7 @@ def group_options(
                 reps = _representatives(scheme, shift, xs, a, b)
                 pieces += len(reps)
                 if pieces > max_pieces:
-                    raise Budget(f"more than {max_pieces} distinct multiplier pieces")
+                    raise TimeoutError(f"more than {max_pieces} distinct multiplier pieces")
                 q = _q(scheme, shift, xs[None, :], reps[:, None])
                 q_lo, q_cm1, q_c, q_hi = q[:, 0], q[:, 1 : n + 1], q[:, n + 1 : 2 * n + 1], q[:, -1]
                 first = np.minimum(q_c[:, 0] - q_lo, size)
@@ -417,7 +413,7 @@ def decide(
             why = "some valid choices were not enumerated (effective multiplier >= 1)"
             return SharedTableResult("not_found", None, options=counts, time_ms=ms(), note=why)
         minimal = _minimal(rows, deadline)
-    except Budget as e:
+    except TimeoutError as e:  # the time or size budget ran out: "not_found"
         return SharedTableResult("not_found", None, time_ms=ms(), note=str(e))
     wit = _witnesses(groups, opts, minimal, space, witness_limit) if len(minimal) == 2 else []
     return SharedTableResult("impossible", None, tuple(minimal), counts, tuple(wit), ms())
