@@ -271,6 +271,46 @@ def add_proof_store_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """What both tools ask of a compilation: the model, policy, target, reference,
+    synthesis and schedule strategy."""
+    p.add_argument("model", metavar="MODEL", help="ONNX model file")
+    p.add_argument(
+        "--policy",
+        type=parse_policy,
+        default=None,
+        metavar="bitwise|bounded:N",
+        help="equivalence policy (default: bitwise)",
+    )
+    p.add_argument(
+        "--target", metavar="FILE", help="target description TOML (or a shipped target name)"
+    )
+    add_reference_option(p)
+    add_synthesis_option(p)
+    add_schedule_strategy_option(p)
+
+
+def add_indent_option(p: argparse.ArgumentParser, what: str) -> None:
+    """`--indent N` for a JSON report (`what` names it in the help)."""
+    p.add_argument(
+        "--indent",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help=f"{what}: pretty-print with N spaces (default compact)",
+    )
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The proof store, the per-obligation timeout, progress and tracebacks."""
+    add_proof_store_options(p)
+    p.add_argument(
+        "--timeout", type=positive_float, default=10.0, metavar="SECONDS", help="per obligation"
+    )
+    p.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+
+
 def _int_at_least(text: str, low: int) -> int:
     try:
         v = int(text)

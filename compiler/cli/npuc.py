@@ -23,14 +23,10 @@ from compiler.cli.common import (
     PROOFS_HELP,
     Parser,
     UsageError,
-    add_proof_store_options,
-    add_reference_option,
-    add_schedule_strategy_option,
-    add_synthesis_option,
+    add_indent_option,
+    add_model_options,
+    add_run_options,
     argv_or_default,
-    non_negative_int,
-    parse_policy,
-    positive_float,
     positive_int,
     run_main,
     tool_version,
@@ -60,30 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=PROOFS_HELP + "\n" + EXIT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    c.add_argument("model", metavar="MODEL", help="ONNX model file")
+    add_model_options(c)
     c.add_argument("-o", "--output", required=True, metavar="PROGRAM", help="program file to write")
-    c.add_argument("--policy", type=parse_policy, default=None, metavar="bitwise|bounded:N")
-    c.add_argument("--target", metavar="FILE", help="target TOML (or a shipped target name)")
-    add_reference_option(c)
-    add_synthesis_option(c)
-    add_schedule_strategy_option(c)
     c.add_argument(
         "--report",
         metavar="FILE",
         help="write the report (sites, ledger) here: HTML for .html/.htm (needs the 'report' "
         "extra), markdown for .md, else JSON",
     )
-    c.add_argument(
-        "--indent",
-        type=non_negative_int,
-        default=None,
-        metavar="N",
-        help="JSON report: pretty-print with N spaces (default compact)",
-    )
-    add_proof_store_options(c)
-    c.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECONDS")
-    c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
-    c.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    add_indent_option(c, "JSON report")
+    add_run_options(c)
     c.set_defaults(func=_compile)
     r = sub.add_parser("run", help="run an NPU program on the simulator")
     r.add_argument("program", metavar="PROGRAM", help="program file from `npuc compile`")

@@ -17,14 +17,10 @@ from compiler.cli.common import (
     PROOFS_HELP,
     Parser,
     UsageError,
-    add_proof_store_options,
-    add_reference_option,
-    add_schedule_strategy_option,
-    add_synthesis_option,
+    add_indent_option,
+    add_model_options,
+    add_run_options,
     argv_or_default,
-    non_negative_int,
-    parse_policy,
-    positive_float,
     positive_int,
     run_main,
     tool_version,
@@ -67,20 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=PROOFS_HELP + "\n" + EXIT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    c.add_argument("model", metavar="MODEL", help="ONNX model file")
-    c.add_argument(
-        "--policy",
-        type=parse_policy,
-        default=None,
-        metavar="bitwise|bounded:N",
-        help="equivalence policy (default: bitwise)",
-    )
-    c.add_argument(
-        "--target", metavar="FILE", help="target description TOML (or a shipped target name)"
-    )
-    add_reference_option(c)
-    add_synthesis_option(c)
-    add_schedule_strategy_option(c)
+    add_model_options(c)
     c.add_argument(
         "--format",
         choices=FORMATS,
@@ -88,23 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="report format (html: one self-contained file with the graph and plots; needs "
         "the 'report' extra)",
     )
-    c.add_argument(
-        "--indent",
-        type=non_negative_int,
-        default=None,
-        metavar="N",
-        help="JSON: pretty-print with N spaces (default compact)",
-    )
+    add_indent_option(c, "JSON")
     c.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
     c.add_argument(
         "--emit-tests",
         metavar="DIR",
         help="write a replayable pytest module and .npz data per refuted site",
     )
-    add_proof_store_options(c)
-    c.add_argument(
-        "--timeout", type=positive_float, default=10.0, metavar="SECONDS", help="per obligation"
-    )
+    add_run_options(c)
     c.add_argument(
         "--jobs",
         type=positive_int,
@@ -112,8 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes deciding obligations (default 1; verdicts do not depend on it)",
     )
-    c.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
-    c.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     return p
 
 
