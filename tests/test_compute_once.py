@@ -3,7 +3,11 @@ through the command line (issue 12 item 3). Counted with `compiler.frontend.chec
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from models import matmul_activation
 from onnx import TensorProto as TP
@@ -75,3 +79,30 @@ def test_a_model_type_checked_inference_rejects_is_bad_input_once(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert code == 2 and "fails ONNX validation" in err and "\n" not in err
     assert n == {"validated": 0, "built": 0}
+
+
+@pytest.mark.parametrize(
+    ("make", "op", "msg"),
+    [
+        ("matmul_activation", "QLinearMatMul", "y_zero_point must be a scalar"),
+        ("conv_activation", "QLinearConv", "y_zero_point must be a scalar \\(per-tensor\\)"),
+    ],
+)
+def test_qlinear_matmul_and_conv_read_their_parameters_alike(make, op, msg):
+    """One reader of QLinearMatMul / QLinearConv scales and zero points (each kept its
+    own message for a non-scalar y_zero_point)."""
+    import models
+
+    m = getattr(models, make)()
+    node = next(n for n in m.graph.node if n.op_type == op)
+    init = next(i for i in m.graph.initializer if i.name == node.input[7])
+    init.CopyFrom(
+        onnx.numpy_helper.from_array(
+            np.zeros(2, onnx.helper.tensor_dtype_to_np_dtype(init.data_type)), init.name
+        )
+    )
+    g, _ = to_ir(m)  # ONNX Runtime runs it: kept on the host, the reason says why
+    (host,) = [n for n in g.nodes if n.op == "host_onnx"]
+    assert re.search(msg, host.attrs["placement"])
+    g, _ = to_ir(getattr(models, make)())
+    assert any(n.op == "matmul" for n in g.nodes)

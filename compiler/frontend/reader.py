@@ -631,18 +631,11 @@ class _Builder:
         a = self.value(n, n.input[0])
         w = self.weights(n, 3)
         N = w.shape[1]
-        self.float32_scales(n, {1: "a_scale", 4: "b_scale", 6: "y_scale"})
-        a_scale = self.scalar(n, 1, "a_scale")
-        a_zp = int(self.scalar(n, 2, "a_zero_point"))
-        b_scale = self.column_param(n, 4, "b_scale", N)
-        w_zp = self.column_param(n, 5, "b_zero_point", N)
-        y_scale = self.scalar(n, 6, "y_scale")
-        y_zp_arr = self.const(n, 7, "y_zero_point")
-        y_zp = int(y_zp_arr.reshape(()).item()) if y_zp_arr.size == 1 else None
-        if y_zp is None:
-            raise self.fail(n, "y_zero_point must be a scalar")
+        a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr = self.qlinear_quant(
+            n, N, ("a", "b"), "y_zero_point must be a scalar"
+        )
+        y_zp = int(y_zp_arr.reshape(()).item())
         out_t = self.out_type(n, y_zp_arr)
-        bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
         scales = self.requant_scales(n, a_scale, bs, y_scale)
         if any(not (s > 0 and np.isfinite(s)) for s in scales):
             raise self.bad(n, "requantization scale must be finite and positive")
@@ -652,6 +645,23 @@ class _Builder:
         self.emit_matmul(
             n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=requant
         )
+
+    def qlinear_quant(self, n: onnx.NodeProto, N: int, names: tuple[str, str], y_zp_msg: str):
+        """Inputs 1, 2 and 4-7 of a QLinearMatMul / QLinearConv (`names`: the a and b
+        inputs' prefixes): (a_scale, a_zp, b scale per column, b zero point(s), y_scale,
+        y_zero_point array), float32 scales and a scalar y_zero_point checked."""
+        a, b = names
+        self.float32_scales(n, {1: f"{a}_scale", 4: f"{b}_scale", 6: "y_scale"})
+        a_scale = self.scalar(n, 1, f"{a}_scale")
+        a_zp = int(self.scalar(n, 2, f"{a}_zero_point"))
+        b_scale = self.column_param(n, 4, f"{b}_scale", N)
+        w_zp = self.column_param(n, 5, f"{b}_zero_point", N)
+        y_scale = self.scalar(n, 6, "y_scale")
+        y_zp_arr = self.const(n, 7, "y_zero_point")
+        if y_zp_arr.size != 1:
+            raise self.fail(n, y_zp_msg)
+        bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
+        return a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr
 
     def requant_scales(self, n, a_scale, b_scales, y_scale) -> tuple[float, ...]:
         """ONNX Runtime's float32 requantization scale per output column, all finite and > 0."""
@@ -702,21 +712,14 @@ class _Builder:
         self.w_dtype = W.dtype.name
         w = W[:, :, 0, 0].T.astype(np.int64)
         N = w.shape[1]
-        self.float32_scales(n, {1: "x_scale", 4: "w_scale", 6: "y_scale"})
-        a_scale = self.scalar(n, 1, "x_scale")
-        a_zp = int(self.scalar(n, 2, "x_zero_point"))
-        b_scale = self.column_param(n, 4, "w_scale", N)
-        w_zp = self.column_param(n, 5, "w_zero_point", N)
-        y_scale = self.scalar(n, 6, "y_scale")
-        y_zp_arr = self.const(n, 7, "y_zero_point")
-        if y_zp_arr.size != 1:
-            raise self.fail(n, "y_zero_point must be a scalar (per-tensor)")
+        a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr = self.qlinear_quant(
+            n, N, ("x", "w"), "y_zero_point must be a scalar (per-tensor)"
+        )
         bias_arr = self.const(n, 8, "B", optional=True)
         bias = None if bias_arr is None else tuple(int(v) for v in bias_arr.reshape(-1))
         if bias is not None and len(bias) != N:
             raise self.fail(n, f"bias must have {N} entries")
         out_t = self.out_type(n, y_zp_arr)
-        bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
         scales = self.requant_scales(n, a_scale, bs, y_scale)
         self.check_acc(n, w, w_zp, at, a_zp, None if bias is None else np.asarray(bias))
         out = Value(n.output[0], out_t, (x.shape[0], N, x.shape[2], x.shape[3]))
