@@ -15,7 +15,7 @@ from compiler.frontend.qdq_reading import ort_integer_model
 from compiler.frontend.reader import to_ir
 from compiler.ir.semantics import run_graph
 from compiler.ort.reference_host import host_profile
-from compiler.ort.tables import ort_table, session
+from compiler.ort.tables import TableSpec, ort_table, session
 from prover.lut import build_ort_sigmoid_table
 from prover.mlas import host_uses_fma
 from prover.reference import get_profile
@@ -92,7 +92,7 @@ def test_qlinear_sigmoid_table_is_onnxruntimes_and_matches_kernel_emulation():
     rng = np.random.default_rng(1)
     for _ in range(10):
         s, z = float(rng.uniform(0.01, 0.3)), int(rng.integers(-30, 30))
-        t = ort_table("qlinear", "QLinearSigmoid", s, z, "int8", 1 / 256, -128, "int8")
+        t = ort_table(TableSpec("qlinear", "QLinearSigmoid", s, z, "int8", 1 / 256, -128, "int8"))
         want = build_ort_sigmoid_table(s, z, "int8", 1 / 256, -128, "int8", fused=host_uses_fma())
         assert list(t) == list(want)
 

@@ -21,7 +21,7 @@ from qdq_models import check_end_to_end, finish, ort_run, qdq_table_model
 from compiler.frontend.reader import to_ir
 from compiler.ir.semantics import run_graph
 from compiler.ort.reference_host import host_profile
-from compiler.ort.tables import reference_table
+from compiler.ort.tables import TableSpec, reference_table
 from prover.domain import KernelError
 from prover.lut import build_ort_qdq_table
 from prover.mlas import host_uses_fma
@@ -101,7 +101,7 @@ def test_frontend_builds_the_float16_table(case, opset):
     g, _ = to_ir(m, reference=host_profile())
     feeds = _all_inputs("int8")
     np.testing.assert_array_equal(run_graph(g, feeds)["y"], ort_run(m, feeds)[0])
-    f32 = reference_table("qdq", act, xs, xz, "int8", ys, -128, "int8", fma=FUSED)
+    f32 = reference_table(TableSpec("qdq", act, xs, xz, "int8", ys, -128, "int8"), fma=FUSED)
     lut = next(n for n in g.nodes if n.op == "lut")
     assert tuple(lut.attrs["table"]) != f32  # the float32 reading really is wrong here
 

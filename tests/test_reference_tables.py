@@ -16,7 +16,7 @@ from qdq_models import ort_run, qdq_table_model
 from compiler.frontend.reader import to_ir
 from compiler.ir.semantics import run_graph
 from compiler.ort.reference_host import host_profile
-from compiler.ort.tables import ort_table, reference_table
+from compiler.ort.tables import TableSpec, ort_table, reference_table
 from prover.mlas import host_uses_fma
 from prover.reference import ONNX
 
@@ -57,16 +57,17 @@ def test_model_tables_equal_host_onnxruntime(form, op):
         if form == "qlinear":
             ot, yz = it, int(np.clip(yz, np.iinfo(it).min, np.iinfo(it).max))
         alpha = 0.1 if op == "QLinearLeakyRelu" else None
-        want = ort_table(form, op, xs, xz, it, ys, yz, ot, alpha)
-        got = reference_table(form, op, xs, xz, it, ys, yz, ot, alpha, fma=FUSED)
+        spec = TableSpec(form, op, xs, xz, it, ys, yz, ot, alpha)
+        want = ort_table(spec)
+        got = reference_table(spec, fma=FUSED)
         assert got == want, (xs, xz, it, ys, yz, ot)
 
 
 def test_fma_split_case_tells_the_kernels_apart():
-    args = ("qdq", "Sigmoid", FMA_SPLIT["x_scale"], 0, "int8", FMA_SPLIT["y_scale"], -128, "int8")
-    host = ort_table(*args)
-    assert reference_table(*args, fma=FUSED) == host
-    assert reference_table(*args, fma=not FUSED) != host
+    spec = TableSpec("qdq", "Sigmoid", FMA_SPLIT["x_scale"], 0, "int8", FMA_SPLIT["y_scale"], -128, "int8")  # fmt: skip
+    host = ort_table(spec)
+    assert reference_table(spec, fma=FUSED) == host
+    assert reference_table(spec, fma=not FUSED) != host
 
 
 @pytest.mark.parametrize("profile", [ONNX, NO_FMA], ids=lambda p: p.name)
@@ -75,7 +76,7 @@ def test_frontend_table_follows_the_profile_not_the_host(profile):
     g, _ = to_ir(m, reference=profile)
     lut = next(n for n in g.nodes if n.op == "lut")
     want = reference_table(
-        "qdq", "Sigmoid", FMA_SPLIT["x_scale"], 0, "int8", FMA_SPLIT["y_scale"], -128, "int8",
+        TableSpec("qdq", "Sigmoid", FMA_SPLIT["x_scale"], 0, "int8", FMA_SPLIT["y_scale"], -128, "int8"),
         fma=profile.mlas_fma,
     )  # fmt: skip
     assert tuple(lut.attrs["table"]) == want

@@ -42,7 +42,13 @@ from onnx import TensorProto, numpy_helper
 
 from compiler.errors import FrontendError, node_label
 from compiler.ir.graph import Graph, Node, Value
-from compiler.ort.tables import QDQ_FUNCTIONS, QLINEAR_FUNCTIONS, reference_table, session
+from compiler.ort.tables import (
+    QDQ_FUNCTIONS,
+    QLINEAR_FUNCTIONS,
+    TableSpec,
+    reference_table,
+    session,
+)
 from prover.domain import KernelError
 from prover.inttypes import TYPES, int_type
 from prover.matmul import AccRange, accumulator_range
@@ -1066,18 +1072,10 @@ class _Builder:
         if not (xs > 0 and ys > 0 and np.isfinite(xs) and np.isfinite(ys)):
             raise self.bad(n, "scales must be finite and positive")
         try:
+            spec = TableSpec(form, op_type or n.op_type, xs, xz, it, ys, yz, ot, alpha, scale_type)
             table = reference_table(
-                form,
-                op_type or n.op_type,
-                xs,
-                xz,
-                it,
-                ys,
-                yz,
-                ot,
-                alpha,
+                spec,
                 fma=self.reference.mlas_fma,
-                scale_type=scale_type,
                 quantize_precision=quantize_precision,
                 dequantize_type=dequantize_type,
             )

@@ -11,6 +11,7 @@ input value; the conformance tests compare the two with the host's FMA flag.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -52,41 +53,55 @@ def _session(blob: bytes) -> ort.InferenceSession:
     return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
 
 
+@dataclass(frozen=True)
+class TableSpec:
+    """One quantized activation whose table ONNX Runtime computes.
+
+    `form` is `qlinear` (com.microsoft QLinear<Act>) or `qdq` (DequantizeLinear ->
+    <Act> -> QuantizeLinear, both scales of `scale_type`); `alpha` is LeakyRelu's.
+    """
+
+    form: str
+    op_type: str
+    in_scale: float
+    in_zp: int
+    in_type: str
+    out_scale: float
+    out_zp: int
+    out_type: str
+    alpha: float | None = None
+    scale_type: str = "float32"
+
+
 @lru_cache(maxsize=1024)
 def reference_table(
-    form: str,
-    op_type: str,
-    in_scale: float,
-    in_zp: int,
-    in_type: str,
-    out_scale: float,
-    out_zp: int,
-    out_type: str,
-    alpha: float | None = None,
+    t: TableSpec,
     *,
     fma: bool = True,
-    scale_type: str = "float32",
     quantize_precision: str = "float32",
     dequantize_type: str | None = None,
 ) -> tuple[int, ...]:
     """The 256-entry table (offset index order) ONNX Runtime computes, from the kernel model.
 
-    Arguments as for `ort_table`; `fma` selects MLAS's FMA or non-FMA logistic/tanh (the
-    reference profile's `mlas_fma`), `scale_type` the element type of a QDQ group's scales,
-    `quantize_precision` the type its QuantizeLinear divides in, `dequantize_type` the type
-    of its DequantizeLinear's output in the graph ORT runs (`prover.lut.build_ort_qdq_table`).
+    `fma` selects MLAS's FMA or non-FMA logistic/tanh (the reference profile's `mlas_fma`),
+    `quantize_precision` the type a QDQ group's QuantizeLinear divides in, `dequantize_type`
+    the type of its DequantizeLinear's output in the graph ORT runs
+    (`prover.lut.build_ort_qdq_table`).
     """
+    form, op_type, scale_type = t.form, t.op_type, t.scale_type
+    in_scale, in_zp, in_type = t.in_scale, t.in_zp, t.in_type
+    out_scale, out_zp, out_type, alpha = t.out_scale, t.out_zp, t.out_type, t.alpha
     if form == "qlinear" and scale_type != "float32":
         raise ValueError(f"{op_type} takes float32 scales only")
     if form == "qlinear" and op_type == "QLinearSigmoid":
-        t = build_ort_sigmoid_table(
+        table = build_ort_sigmoid_table(
             in_scale, in_zp, in_type, out_scale, out_zp, out_type, fused=fma
         )
     elif form == "qlinear" and op_type == "QLinearLeakyRelu":
         a = 0.01 if alpha is None else float(alpha)
-        t = build_ort_leaky_relu_table(in_scale, in_zp, in_type, out_scale, out_zp, out_type, a)
+        table = build_ort_leaky_relu_table(in_scale, in_zp, in_type, out_scale, out_zp, out_type, a)
     elif form == "qdq" and op_type in QDQ_FUNCTIONS:
-        t = build_ort_qdq_table(
+        table = build_ort_qdq_table(
             QDQ_FUNCTIONS[op_type],
             in_scale,
             in_zp,
@@ -101,29 +116,18 @@ def reference_table(
         )
     else:
         raise ValueError(f"no table model for {form} {op_type}")
-    return tuple(int(v) for v in t)
+    return tuple(int(v) for v in table)
 
 
 @lru_cache(maxsize=1024)
-def ort_table(
-    form: str,
-    op_type: str,
-    in_scale: float,
-    in_zp: int,
-    in_type: str,
-    out_scale: float,
-    out_zp: int,
-    out_type: str,
-    alpha: float | None = None,
-    scale_type: str = "float32",
-    opset: int | None = None,
-) -> tuple[int, ...]:
-    """The table (offset index order) this host's ONNX Runtime computes for one activation.
-
-    `form` is `qlinear` (com.microsoft QLinear<Act>) or `qdq` (DequantizeLinear ->
-    <Act> -> QuantizeLinear, both scales of `scale_type`, default-domain `opset`). For conformance tests only:
-    checks use `reference_table`.
+def ort_table(t: TableSpec, opset: int | None = None) -> tuple[int, ...]:
+    """The table (offset index order) this host's ONNX Runtime computes for one activation
+    (a QDQ group in default-domain `opset`). For conformance tests only: checks use
+    `reference_table`.
     """
+    form, op_type, scale_type = t.form, t.op_type, t.scale_type
+    in_scale, in_zp, in_type = t.in_scale, t.in_zp, t.in_type
+    out_scale, out_zp, out_type, alpha = t.out_scale, t.out_zp, t.out_type, t.alpha
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64).astype(it.numpy_dtype())
     consts = [
