@@ -224,10 +224,10 @@ def requant_stage(site: Site) -> int:
     raise ValueError(f"site {site.id}: no requantization between the accumulator and the table")
 
 
-def npu_logical_table(lut: Node, target) -> tuple[np.ndarray, object]:
-    """The target toolchain's table for an activation node, in offset (logical) order."""
+def lut_spec_of(lut: Node, target) -> object:
+    """The target toolchain's table description (`LutSpec`) for an activation node."""
     a = lut.attrs
-    spec = target.lut_spec(
+    return target.lut_spec(
         a["function"],
         a["in_scale"],
         a["in_zp"],
@@ -236,6 +236,11 @@ def npu_logical_table(lut: Node, target) -> tuple[np.ndarray, object]:
         a["out_zp"],
         a["out_type"],
     )
+
+
+def npu_logical_table(lut: Node, target) -> tuple[np.ndarray, object]:
+    """The target toolchain's table for an activation node, in offset (logical) order."""
+    spec = lut_spec_of(lut, target)
     logical = build_lut(dataclasses.replace(spec, index_order="offset"))
     return logical, spec
 

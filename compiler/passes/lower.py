@@ -24,7 +24,7 @@ from compiler.errors import CompilerError
 from compiler.ir import npu_step
 from compiler.ir.accumulator import acc_range
 from compiler.ir.context import Context
-from compiler.ir.epilogue import SCHEME_OF
+from compiler.ir.epilogue import SCHEME_OF, lut_spec_of
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import node_term, requant_groups, requant_term
@@ -235,15 +235,7 @@ class Lowerer:
             )
             self.steps.append(host)
             return
-        spec = self.t.lut_spec(
-            a["function"],
-            a["in_scale"],
-            a["in_zp"],
-            a["in_type"],
-            a["out_scale"],
-            a["out_zp"],
-            a["out_type"],
-        )
+        spec = lut_spec_of(n, self.t)
         lp = LutParams(
             tuple(int(v) for v in build_lut(spec)),
             a["in_type"],
