@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from prover.inttypes import int_type
 from prover.lut import LutSpec
 from prover.qlinear_binary import qladd_kernel
 from prover.requant import check_multiplier, requant_float_concrete
-from prover.terms import PreconditionViolation, Term, Var, evaluate, op
+from prover.terms import Op, PreconditionViolation, Term, Var, evaluate, op
 
 REQUANT_SCHEMES = ("float32", "fixed_double", "fixed_single")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -126,7 +126,15 @@ class LutParams:
     spec: LutSpec | None = None
 
     def term(self, x: Term) -> Term:
-        return op("lut", x, table=self.table, in_type=self.in_type, index_order=self.index_order)
+        """`lut(x)` with this table; its frozen parameters are built once per LutParams."""
+        return Op("lut", (x,), self._lut_params)
+
+    @cached_property
+    def _lut_params(self) -> tuple[tuple[str, Any], ...]:
+        t = op(
+            "lut", Var("x"), table=self.table, in_type=self.in_type, index_order=self.index_order
+        )
+        return t.params
 
     def to_json(self) -> dict[str, Any]:
         return {

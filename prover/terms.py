@@ -52,6 +52,8 @@ def _freeze(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return tuple(int(x) for x in v.tolist()) if v.dtype.kind in "iu" else tuple(v.tolist())
     if isinstance(v, list | tuple):
+        if all(type(x) is int for x in v):  # a table's entries: nothing to convert
+            return v if type(v) is tuple else tuple(v)
         return tuple(_freeze(x) for x in v)
     if isinstance(v, np.integer):
         return int(v)
