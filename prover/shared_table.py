@@ -31,7 +31,8 @@ Why `decide` is complete (every step is exact; nothing is sampled):
    with forward checking (the group with the fewest options left first; after each pick,
    every other group keeps only the options agreeing with the table so far); it
    explores every combination not ruled out by such a disagreement, so "no table" is a
-   proof. A time or size budget that runs out gives "not_found", never "impossible".
+   proof. A time or size budget that runs out (seconds, multiplier pieces, partial tables
+   per group, search depth) gives "not_found", never "impossible".
 
 A constant group (no change point) reads one value; with free zero points the
 multiplier 0 reads exactly one index, any index, and any other choice reads a superset
@@ -179,6 +180,7 @@ def group_options(
     space: FixedPointSpace,
     deadline: float = float("inf"),
     max_pieces: int = 20_000,
+    max_options: int = 50_000,
 ) -> Options:
     """The distinct partial tables of one group (module docstring, 1.-3.)."""
     ref = reference_of(before, var)
@@ -237,6 +239,8 @@ def group_options(
                     for zp in range(int(z_lo[r]), int(z_hi[r]) + 1):
                         j1 = int(q_c[r, 0]) + zp - mid.min
                         pos.setdefault(j1, (scheme, shift, int(reps[r]), zp))
+    if sum(len(pos) for pos in keys.values()) > max_options:
+        raise TimeoutError(f"more than {max_options} distinct partial tables in one group")
     rows_l: list[np.ndarray] = []
     params: list[Params] = []
     for key, pos in keys.items():
@@ -385,6 +389,7 @@ def decide(
     space: FixedPointSpace,
     budget_s: float = 30.0,
     witness_limit: int = 16,
+    max_options: int = 50_000,
 ) -> SharedTableResult:
     """One table for every `(before, var, lo, hi)` group, or a proof that none exists
     (a minimal set of groups), or "not_found" when the budget runs out (module doc)."""
@@ -400,7 +405,7 @@ def decide(
         opts: list[Options] = []
         pick = None
         for b, v, lo, hi in groups:
-            opts.append(group_options(b, v, lo, hi, space, deadline))
+            opts.append(group_options(b, v, lo, hi, space, deadline, max_options=max_options))
             rows = [o.rows for o in opts]
             pick = _search(rows, deadline)
             if pick is None and all(o.complete for o in opts):
@@ -415,6 +420,8 @@ def decide(
         minimal = _minimal(rows, deadline)
     except TimeoutError as e:  # the time or size budget ran out: "not_found"
         return SharedTableResult("not_found", None, time_ms=ms(), note=str(e))
+    except RecursionError:  # one search level per group: more groups than Python's stack
+        return SharedTableResult("not_found", None, time_ms=ms(), note="too many groups")
     wit = _witnesses(groups, opts, minimal, space, witness_limit) if len(minimal) == 2 else []
     return SharedTableResult("impossible", None, tuple(minimal), counts, tuple(wit), ms())
 

@@ -182,3 +182,15 @@ def test_synthesize_shared_falls_back_to_the_complete_search():
     got = S.synthesize_shared(groups, space)
     assert got.status == "impossible" and got.params is None and not got.conflicts
     assert got.complete.minimal == (0, 1)
+
+
+def test_size_budget_gives_not_found():
+    """Too many partial tables for one group: the search stops, and says so."""
+    groups = [(_before(0.05, 0, "int4", np.arange(-8, 8) // 4), "acc", -60, 60)] * 2
+    space = S.FixedPointSpace(shift_min=17, shift_max=21, multiplier_max=200,
+                              intermediate_type="int4")  # fmt: skip
+    with pytest.raises(TimeoutError, match="partial tables"):
+        ST.group_options(*groups[0], space, max_options=1)
+    got = ST.decide(groups, space, max_options=1)
+    assert got.status == "not_found" and "partial tables" in got.note
+    assert ST.decide(groups, space).status == "found"
