@@ -145,6 +145,14 @@ def _against_ort(g: Graph, site: Site, feeds, env0, ctx, base: WholeModelCounter
     return {o: env0[o] for o in g.outputs}, f"ir-reference ({name})"
 
 
+def _expected(g: Graph, site: Site, feeds, env0, ctx, base) -> tuple[dict, str]:
+    """The whole model's expected outputs at `feeds` and who computed them: ONNX Runtime
+    where it can run the model, else the IR reference (`env0`)."""
+    if ctx.model is not None and not _uses_project_domain(ctx.model):
+        return _against_ort(g, site, feeds, env0, ctx, base)
+    return {o: env0[o] for o in g.outputs}, "ir-reference"
+
+
 def _uses_project_domain(model) -> bool:
     return any(n.domain == PROJECT_DOMAIN for n in model.graph.node)
 
@@ -225,10 +233,7 @@ def replay_row(
                 f"site {site.id}: counterexample does not reproduce on the whole model "
                 f"(prover before {before}, replay {b} at {out_name}{list(idx)})"
             )
-        expected = {o: env0[o] for o in g.outputs}
-        expected_by = "ir-reference"
-        if ctx.model is not None and not _uses_project_domain(ctx.model):
-            expected, expected_by = _against_ort(g, site, feeds, env0, ctx, base)
+        expected, expected_by = _expected(g, site, feeds, env0, ctx, base)
         base.inputs, base.expected = feeds, expected
         base.element = {"value": out_name, "index": list(idx), "column": j}
         base.expected_by, base.actual_by = expected_by, "kernel"
@@ -241,10 +246,7 @@ def replay_row(
             f"site {site.id}: counterexample does not reproduce on the whole model "
             f"(prover before/after {before}/{after}, replay {b}/{a} at {out_name}{list(idx)})"
         )
-    expected = {o: env0[o] for o in g.outputs}
-    expected_by = "ir-reference"
-    if ctx.model is not None and not _uses_project_domain(ctx.model):
-        expected, expected_by = _against_ort(g, site, feeds, env0, ctx, base)
+    expected, expected_by = _expected(g, site, feeds, env0, ctx, base)
     actual = {o: env1[o] for o in trial.outputs}
     base.inputs, base.expected, base.actual = feeds, expected, actual
     base.element = {"value": out_name, "index": list(idx), "column": j}
