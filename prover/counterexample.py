@@ -8,15 +8,16 @@ smallest violating assignment in this order, so they agree exactly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from . import terms as T
 from .domain import NUMPY
 from .errors import LiftError, ReplayMismatch
+from .inttypes import int_type
 from .lift import lift_row, row_value
-from .obligation import Obligation
+from .obligation import LiftSpec, Obligation
 from .verdict import Counterexample
 
 
@@ -70,6 +71,19 @@ def _unwrap(v: tuple[int, ...]):
     return v[0] if len(v) == 1 else v
 
 
+def _checked_row(spec: LiftSpec, row: Sequence[int]) -> tuple[int, ...]:
+    """A row lifted before (a stored one is data, not trusted): one `x_type` value per weight,
+    else `ReplayMismatch` (out-of-range entries can reach any accumulator)."""
+    t = int_type(spec.x_type)
+    if len(row) != len(spec.weights):
+        raise ReplayMismatch(f"lifted input row has {len(row)} entries, not {len(spec.weights)}")
+    out = tuple(int(x) for x in row)
+    bad = [x for x in out if not t.min <= x <= t.max]
+    if bad or any(x != out[i] for i, x in enumerate(row)):
+        raise ReplayMismatch(f"lifted input row holds values outside {spec.x_type}: {row}")
+    return out
+
+
 def replay(
     ob: Obligation,
     assignment: Mapping[str, int],
@@ -112,7 +126,7 @@ def replay(
             except LiftError as e:
                 note = str(e)
         else:
-            row = tuple(int(x) for x in row)
+            row = _checked_row(ob.lift, row)
         if row is not None:
             got = row_value(ob.lift, row)
             env2 = dict(assignment)

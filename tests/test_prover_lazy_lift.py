@@ -65,6 +65,25 @@ def test_a_stored_row_that_does_not_reproduce_is_a_replay_mismatch():
         counterexample.replay(_ob(), v.counterexample.assignment, row=bad)
 
 
+def test_a_stored_row_outside_the_input_type_or_of_another_length_is_a_replay_mismatch():
+    """A stored row is data: entries outside x_type reach accumulators no real input row
+    reaches, so they must not confirm a refutation (nor a row of the wrong length crash)."""
+    from prover.errors import ReplayMismatch
+
+    v = check(_ob())
+    a = v.counterexample.assignment["acc"]
+    assert a == 1  # 3*300 + 7*(-499) + 11*235 + 9 == 1, but 300 and 235 are not int8
+    outside = (300, 0, -499, 235)
+    with pytest.raises(ReplayMismatch, match="outside int8"):
+        counterexample.replay(_ob(), v.counterexample.assignment, row=outside)
+    with pytest.raises(ReplayMismatch, match="2 entries, not 4"):
+        counterexample.replay(_ob(), v.counterexample.assignment, row=(1, 2))
+    with pytest.raises(ReplayMismatch, match="outside int8"):
+        counterexample.replay(_ob(), v.counterexample.assignment, row=(-6.5, -2, 0, 0))
+    ok = counterexample.replay(_ob(), v.counterexample.assignment, row=(-6, -2, 0, 0))
+    assert ok.lifted_input == (-6, -2, 0, 0) and ok.diff == 1
+
+
 def _no_lift(*a, **k):
     raise AssertionError("a row was searched for")
 
