@@ -249,3 +249,24 @@ def test_prefetch_leaves_out_what_it_cannot_share():
         segments.decide(bad)
     for o in wide:
         assert segments.decide(o).status in ("holds", "violated")
+
+
+def test_prefetch_caches_no_chain_whose_guessed_threshold_is_wrong(monkeypatch):
+    """The per-level check `f(t-1) < q <= f(t)` is what makes prefetching sound: with every
+    closed-form guess one too high (or too low) no chain is cached, and the verdicts are
+    those computed alone."""
+    rng = np.random.default_rng(5)
+    obs = _per_channel(rng, 40)
+    segments.clear_shared_steps()
+    want = [(d.status, d.max_diff, d.witness) for d in map(segments.decide, obs)]
+    real = segments.inv_float_scale
+    for off in (1, -1):
+        monkeypatch.setattr(segments, "inv_float_scale", lambda q, s, o=off: real(q, s) + o)
+        segments.clear_shared_steps()
+        assert segments.prefetch(obs) == 0 and not segments._PREFETCHED
+        got = [(d.status, d.max_diff, d.witness) for d in map(segments.decide, obs)]
+        assert got == want
+    monkeypatch.setattr(segments, "inv_float_scale", real)
+    segments.clear_shared_steps()
+    assert segments.prefetch(obs) == len(segments._PREFETCHED) > 0
+    segments.clear_shared_steps()
