@@ -10,6 +10,10 @@
   the first ones says they pay for themselves (`prover.parallel`).
 - `lift_reported`: refutations are decided without lifting their witness to an input
   row; only the one a site reports is lifted (and stored), in obligation order.
+- `COUNTS`: how many obligations this process decided ("decided"), served from the
+  proof store ("served"; "redecided" of those were re-decided by the trust model),
+  failed on ("errors") and lifted ("lifted"), so tests can check
+  that a warm run decides and lifts nothing (counted, not timed).
 
 A helper, not a pass: gate, lower and fixed_synthesis call it; it imports no pass.
 """
@@ -17,6 +21,7 @@ A helper, not a pass: gate, lower and fixed_synthesis call it; it imports no pas
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +37,8 @@ from prover.terms import Var
 from prover.verdict import Status
 
 SiteObligation = tuple[Obligation, tuple[int, ...], int]  # (obligation, columns, lift column)
+
+COUNTS: Counter[str] = Counter()
 
 # In-process decisions first; worker processes only once the work measured so far says
 # the rest takes longer than starting them (a spawned worker re-imports the prover).
@@ -142,8 +149,26 @@ def check(ob: Obligation, ctx: Context) -> Any:
         v = decide(ob, **_options(ctx))
     except ProverError as e:
         v = _loud(e)
+    _count(v)
     verdicts[ob.hash] = v
     return v
+
+
+def _count(v: Any) -> None:
+    if isinstance(v, Exception):  # a StoreMiss, a timeout: neither decided nor served
+        COUNTS["errors"] += 1
+    elif not v.cached:
+        COUNTS["decided"] += 1
+    else:  # a stored "proven" re-decided within the recheck budget is a decision too
+        COUNTS["served"] += 1
+        if str(v.details.get("served", "")).startswith("re-decided"):
+            COUNTS["redecided"] += 1
+
+
+def workers_pay(per_s: float, rest: int, jobs: int) -> bool:
+    """Whether `rest` obligations at `per_s` seconds each finish sooner with `jobs - 1`
+    workers started (`WORKER_START_S` each, in parallel) than all decided here."""
+    return jobs > 1 and per_s * rest * (1 - 1 / jobs) > WORKER_START_S
 
 
 def prefetch(obligations: Sequence[Obligation], ctx: Context) -> int:
@@ -178,14 +203,14 @@ def decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
     rest = todo[done:]
     if not rest:
         return
-    per = (time.perf_counter() - t0) / done
-    if per * len(rest) * (1 - 1 / jobs) <= WORKER_START_S:
+    if not workers_pay((time.perf_counter() - t0) / done, len(rest), jobs):
         for ob in rest:
             check(ob, ctx)
         return
     from prover.parallel import check_many
 
     for ob, v in zip(rest, check_many(rest, jobs, **_options(ctx)), strict=True):
+        _count(v)
         ctx.state.verdicts[ob.hash] = _loud(v)
 
 
@@ -205,6 +230,7 @@ def lift_reported(verdicts: list[tuple[Any, Any, Any, Any]], ctx: Context) -> li
             v = lift_refutation(
                 ob, v, timeout_s=o["timeout_s"], solver=o["solver"], store=o["store"]
             )
+            COUNTS["lifted"] += 1
             ctx.state.verdicts[ob.hash] = v
             out[i] = (ob, v, cols, lift_col)
         if v.status == Status.REFUTED:
