@@ -205,12 +205,7 @@ def check(
                 ob, solver, budget, cex.assignment[ob.lift.var], t0 + budget.timeout_s
             )
             if found is None:
-                why = (
-                    f"every counterexample tried ({ob.lift.var}={cex.assignment[ob.lift.var]} "
-                    f"first) is unreachable from any {ob.lift.x_type} input row: the "
-                    f"{ob.lift.var} interval over-approximates the reachable values, so the "
-                    "rewrite is neither proven nor refuted"
-                )
+                why = _unreachable(ob, cex)
                 return Verdict(
                     Status.UNKNOWN,
                     ob.policy,
@@ -250,6 +245,17 @@ def _refuted_reason(cex: Counterexample) -> str:
     return f"{_fmt(cex.assignment)}: before={cex.before} after={cex.after} (|diff|={cex.diff})"
 
 
+def _unreachable(ob: Obligation, cex: Counterexample) -> str:
+    """Why a refutation whose witnesses no input row reaches is `unknown`."""
+    assert ob.lift is not None
+    var = ob.lift.var
+    return (
+        f"every counterexample tried ({var}={cex.assignment[var]} first) is unreachable from "
+        f"any {ob.lift.x_type} input row: the {var} interval over-approximates the reachable "
+        "values, so the rewrite is neither proven nor refuted"
+    )
+
+
 def needs_lift(ob: Obligation, v: Verdict) -> bool:
     """Whether `v` is a refutation of `ob` decided with `lift=False` whose witness is not
     yet lifted to an input row."""
@@ -286,12 +292,7 @@ def lift_refutation(
             ob, solver, budget, cex.assignment[ob.lift.var], t0 + budget.timeout_s
         )
         if found is None:
-            why = (
-                f"every counterexample tried ({ob.lift.var}={cex.assignment[ob.lift.var]} "
-                f"first) is unreachable from any {ob.lift.x_type} input row: the "
-                f"{ob.lift.var} interval over-approximates the reachable values, so the "
-                "rewrite is neither proven nor refuted"
-            )
+            why = _unreachable(ob, cex)
             ms = v.time_ms + (time.perf_counter() - t0) * 1000
             return Verdict(
                 Status.UNKNOWN, ob.policy, ob.hash, v.solver, ms, reason=why, details=details

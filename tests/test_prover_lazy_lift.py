@@ -47,6 +47,8 @@ def test_unreachable_witness_still_becomes_unknown_when_lifted():
     assert lazy.status == "refuted"  # not yet known to be unreachable
     done = lift_refutation(_ob(spec), lazy)
     assert done.status == "unknown" and "unreachable" in done.reason
+    eager = check(_ob(spec))  # the same verdict and words as deciding it with lifting
+    assert (eager.status, eager.reason) == (done.status, done.reason)
 
 
 def test_served_refutation_replays_its_stored_row_without_searching(tmp_path, monkeypatch):
