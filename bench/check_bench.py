@@ -1,25 +1,32 @@
-"""`prover check` at model scale: cold, warm store, signed warm store, --jobs 2 (issue 15).
+"""`prover check` at model scale: every CLI figure of issue 15 in one run, as ratios.
 
 One command:
 
-    python3 bench/check_bench.py                       # 1 and 256 sites, best of 3
-    python3 bench/check_bench.py --sites 256 --repeat 5
+    python3 bench/check_bench.py                       # 1/16/256 sites + 2048 columns, best of 3
+    python3 bench/check_bench.py --sites 256 --repeat 5 --no-columns
     python3 bench/check_bench.py --baseline 98f1a5e    # also the same runs at that commit
 
 Models: chains of QLinearMatMul -> QLinearSigmoid sites (16x16 int8 weights, one row; every
-site proven on the default target), built here. Each figure is the CPU time (user+sys) of
-the `python -m compiler.cli.prover check` child process, best of --repeat:
+site proven on the default target), and one QLinearMatMul (K=16, 2048 per-channel weight
+scales) -> QLinearSigmoid site on the npu_float target (`pc2048`), built here. Figures are
+CPU seconds (user+sys) of the child process, best of --repeat, unless marked wall:
 
-- cold: `--proofs-mode off`;
+- cold: `prover check --proofs-mode off`;
 - warm: a store filled by a first run (records are re-decided, never trusted on their word);
 - signed: a store filled with a proof key, read with `--recheck-budget 0` and the key (served
   on signature: no decision at all);
-- jobs2: cold with `--jobs 2`.
+- j1w / j2w: wall seconds of cold with `--jobs 1` / `--jobs 2` (workers help wall time only;
+  j2cpu is the CPU of the --jobs 2 run);
+- npuc: `npuc compile -o PROGRAM` (cold, no store);
+- decide: the decisions alone, the sum of the decided verdicts' own times in a
+  `compile_model` run inside this process (no start-up, no frontend, no passes).
 
-Ratios printed: warm/cold, signed/cold, jobs2/cold, and with --baseline each figure against
-the same command run on a copy of the repository at that revision (`git archive`, in a
-temporary directory), in this run. Bytecode is cached under a temporary prefix for both
-(as an installed package has it), so neither pays for compiling sources.
+Ratios printed: warm/cold, signed/cold, j2w/j1w, npuc/cold and cold/decide (the overhead
+around the decisions), and with --baseline each figure against the same command run on a
+copy of the repository at that revision (`git archive`, in a temporary directory), in this
+run. Bytecode is cached under a temporary prefix for both (as an installed package has it),
+so neither pays for compiling sources. The floor of any warm run is `prover --version`
+(interpreter start-up and the CLI's imports), printed first.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +81,37 @@ def chain_model(sites: int, k: int = 16) -> onnx.ModelProto:
     return m
 
 
+def per_channel_model(n: int = 2048, k: int = 16) -> onnx.ModelProto:
+    """One QLinearMatMul (`n` per-channel weight scales) -> QLinearSigmoid site, x[1, k]."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, size=(k, n)).astype(np.int8)
+    inits = [
+        nh.from_array(w, "W"),
+        nh.from_array(rng.uniform(0.002, 0.02, n).astype(np.float32), "w_s"),
+        nh.from_array(np.zeros(n, np.int8), "w_z"),
+        nh.from_array(np.int8(0), "z"),
+        nh.from_array(np.int8(-128), "o_z"),
+        *(nh.from_array(np.float32(v), m) for m, v in
+          {"a_s": 0.02, "y_s": 0.05, "o_s": 1 / 256}.items()),
+    ]  # fmt: skip
+    nodes = [
+        oh.make_node("QLinearMatMul", ["x", "a_s", "z", "W", "w_s", "w_z", "y_s", "z"], ["h"]),
+        oh.make_node("QLinearSigmoid", ["h", "y_s", "z", "o_s", "o_z"], ["y"],
+                     domain="com.microsoft"),
+    ]  # fmt: skip
+    g = oh.make_graph(
+        nodes,
+        f"per_channel{n}",
+        [oh.make_tensor_value_info("x", TP.INT8, [1, k])],
+        [oh.make_tensor_value_info("y", TP.INT8, [1, n])],
+        inits,
+    )
+    opsets = [oh.make_opsetid("", 17), oh.make_opsetid("com.microsoft", 1)]
+    m = oh.make_model(g, opset_imports=opsets)
+    onnx.checker.check_model(m)
+    return m
+
+
 def _env(root: Path, pyc: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = pyc
@@ -80,47 +119,72 @@ def _env(root: Path, pyc: str) -> dict[str, str]:
     return env
 
 
+def _run(argv: list[str], root: Path, env: dict[str, str], repeat: int) -> tuple[float, float]:
+    """Best child (CPU seconds, wall seconds) of `argv` run in `root` (exit 0 or 1 required:
+    1 is a refuted site, still a complete run)."""
+    cpu = wall = float("inf")
+    for _ in range(repeat):
+        r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        p = subprocess.run(argv, cwd=root, env=env, capture_output=True)
+        r1, t1 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        if p.returncode not in (0, 1):
+            sys.exit(f"{' '.join(argv[2:])} exited {p.returncode}: {p.stderr.decode()[-400:]}")
+        cpu = min(cpu, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+        wall = min(wall, t1 - t0)
+    return cpu, wall
+
+
 def _cpu(argv: list[str], root: Path, env: dict[str, str], repeat: int) -> float:
-    """Best child CPU seconds of `argv` run in `root` (exit 0 required)."""
+    return _run(argv, root, env, repeat)[0]
+
+
+def decide_seconds(model: Path, target: str | None, repeat: int) -> float:
+    """The decisions alone: the sum of the decided verdicts' own times (seconds) in a
+    `compile_model` run in this process, best of `repeat` (the current tree only)."""
+    from compiler.api import compile_model
+    from prover.segments import clear_shared_steps
+    from prover.verdict import Verdict
+
     best = float("inf")
     for _ in range(repeat):
-        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        p = subprocess.run(argv, cwd=root, env=env, capture_output=True)
-        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if p.returncode != 0:
-            sys.exit(f"{' '.join(argv[2:])} exited {p.returncode}: {p.stderr.decode()[-400:]}")
-        best = min(best, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+        clear_shared_steps()  # each run decides cold, as the CLI's process does
+        r = compile_model(str(model), "bitwise", target)
+        vs = r.context.verdicts.values() if r.context is not None else ()
+        ms = sum(v.time_ms for v in vs if isinstance(v, Verdict) and not v.cached)
+        best = min(best, ms / 1000)
     return best
 
 
-def figures(root: Path, model: Path, tmp: Path, repeat: int) -> dict[str, float]:
-    """cold / warm / signed / jobs2 CPU seconds of `prover check` on `model` from `root`."""
+def figures(
+    root: Path, model: Path, tmp: Path, repeat: int, target: str | None
+) -> dict[str, float]:
+    """cold / warm / signed / j1w / j2w / j2cpu / npuc seconds on `model` from `root`."""
     env = _env(root, str(tmp / "pyc"))
-    check = [sys.executable, "-m", "compiler.cli.prover", "check", str(model), "--no-progress"]
+    tgt = [] if target is None else ["--target", target]
+    cli = [sys.executable, "-m"]
+    check = [*cli, "compiler.cli.prover", "check", str(model), "--no-progress", *tgt]
     key = tmp / "key"
     key.write_text("bench key\n")
-    store, signed = tmp / f"store-{root.name}", tmp / f"signed-{root.name}"
-    _cpu([*check, "--proofs-mode", "off"], root, env, 1)  # bytecode cached for everyone
+    store, signed = (
+        tmp / f"store-{root.name}-{model.stem}",
+        tmp / f"signed-{root.name}-{model.stem}",
+    )
+    off = [*check, "--proofs-mode", "off"]
+    _cpu(off, root, env, 1)  # bytecode cached for everyone
     _cpu([*check, "--proofs", str(store)], root, env, 1)
     _cpu([*check, "--proofs", str(signed), "--proof-key-file", str(key)], root, env, 1)
+    sig = ["--proofs", str(signed), "--proof-key-file", str(key), "--recheck-budget", "0"]
+    j1 = _run([*off, "--jobs", "1"], root, env, repeat)
+    j2 = _run([*off, "--jobs", "2"], root, env, repeat)
+    npuc = [*cli, "compiler.cli.npuc", "compile", str(model), "--no-progress", *tgt]
     return {
-        "cold": _cpu([*check, "--proofs-mode", "off"], root, env, repeat),
+        "cold": _cpu(off, root, env, repeat),
         "warm": _cpu([*check, "--proofs", str(store)], root, env, repeat),
-        "signed": _cpu(
-            [
-                *check,
-                "--proofs",
-                str(signed),
-                "--proof-key-file",
-                str(key),
-                "--recheck-budget",
-                "0",
-            ],
-            root,
-            env,
-            repeat,
-        ),  # fmt: skip
-        "jobs2": _cpu([*check, "--proofs-mode", "off", "--jobs", "2"], root, env, repeat),
+        "signed": _cpu([*check, *sig], root, env, repeat),
+        "j1w": j1[1],
+        "j2w": j2[1],
+        "j2cpu": j2[0],
+        "npuc": _cpu([*npuc, "-o", str(tmp / "program.json")], root, env, repeat),
     }
 
 
@@ -135,35 +199,57 @@ def _checkout(rev: str, into: Path) -> Path:
     return base
 
 
+COLS = ("cold", "warm", "signed", "j1w", "j2w", "j2cpu", "npuc")
+
+
+def _row(name: str, label: str, f: dict[str, float]) -> str:
+    ratios = (
+        f"  {f['warm'] / f['cold']:9.2f} {f['signed'] / f['cold']:11.2f}"
+        f" {f['j2w'] / f['j1w']:7.2f} {f['npuc'] / f['cold']:9.2f}"
+    )
+    if "decide" in f:
+        ratios += f" {f['decide']:7.3f}s {f['cold'] / max(f['decide'], 1e-9):11.1f}"
+    return f"{name:>7} {label:>8} " + " ".join(f"{f[c]:6.2f}s" for c in COLS) + ratios
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sites", type=int, nargs="+", default=[1, 256])
+    ap.add_argument("--sites", type=int, nargs="+", default=[1, 16, 256])
+    ap.add_argument("--no-columns", action="store_true", help="skip the 2048-column model")
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure (best CPU)")
     ap.add_argument("--baseline", metavar="REV", help="also run the commands at this revision")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         base = _checkout(args.baseline, tmp) if args.baseline else None
-        cols = ("cold", "warm", "signed", "jobs2")
-        print(f"{'sites':>5} {'tree':>8} " + " ".join(f"{c:>7}" for c in cols)
-              + "  warm/cold signed/cold jobs2/cold")  # fmt: skip
-        for n in args.sites:
-            model = tmp / f"chain{n}.onnx"
-            onnx.save(chain_model(n), model)
-            rows = [("current", figures(ROOT, model, tmp, args.repeat))]
+        version = [sys.executable, "-m", "compiler.cli.prover", "--version"]
+        env = _env(ROOT, str(tmp / "pyc"))
+        _cpu(version, ROOT, env, 1)
+        floor = _cpu(version, ROOT, env, args.repeat)
+        print(f"floor: `prover --version` {floor:.2f}s CPU (start-up + CLI imports)")
+        print(f"{'model':>7} {'tree':>8} " + " ".join(f"{c:>7}" for c in COLS)
+              + "  warm/cold signed/cold j2w/j1w npuc/cold  decide cold/decide")  # fmt: skip
+        models: list[tuple[str, onnx.ModelProto, str | None]] = [
+            (f"{n}", chain_model(n), None) for n in args.sites
+        ]
+        if not args.no_columns:
+            float_target = str(ROOT / "npu_backend" / "targets" / "npu_float.toml")
+            models.append(("pc2048", per_channel_model(), float_target))
+        for name, proto, target in models:
+            model = tmp / f"m{name}.onnx"
+            onnx.save(proto, model)
+            cur = figures(ROOT, model, tmp, args.repeat, target)
+            cur["decide"] = decide_seconds(model, target, args.repeat)
+            print(_row(name, "current", cur), flush=True)
             if base is not None:
-                rows.append((args.baseline[:8], figures(base, model, tmp, args.repeat)))
-            for name, f in rows:
-                print(
-                    f"{n:5d} {name:>8} " + " ".join(f"{f[c]:6.2f}s" for c in cols)
-                    + f"  {f['warm'] / f['cold']:9.2f} {f['signed'] / f['cold']:11.2f}"
-                    f" {f['jobs2'] / f['cold']:10.2f}"
-                )  # fmt: skip
-            if base is not None:
-                cur, old = rows[0][1], rows[1][1]
-                print(f"{n:5d} {'cur/base':>8} "
-                      + " ".join(f"{cur[c] / old[c]:6.2f}x" for c in cols))  # fmt: skip
-    print("CPU seconds (user+sys) of the prover check process, best of", args.repeat)
+                old = figures(base, model, tmp, args.repeat, target)
+                print(_row(name, args.baseline[:8], old))
+                print(f"{name:>7} {'cur/base':>8} "
+                      + " ".join(f"{cur[c] / old[c]:6.2f}x" for c in COLS))  # fmt: skip
+    print(
+        f"CPU seconds (user+sys) of each child process, best of {args.repeat}; j1w/j2w wall "
+        "seconds; decide: the decided verdicts' own times in one in-process compile"
+    )
     return 0
 
 
