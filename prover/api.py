@@ -329,10 +329,20 @@ def _serve(ob: Obligation, ps: ProofStore, rlimit: int | None, t0: float) -> Ver
         return None
     cached = rec.verdict
     how: str | None
-    if cached.counterexample is not None:
-        # a stored refutation still reproduces, on its stored input row (checked, not searched)
-        c = cached.counterexample
-        replay(ob, c.assignment, row=c.lifted_input)
+    reason = cached.reason
+    cex = cached.counterexample
+    if cex is not None:
+        # a stored refutation still reproduces, on its stored input row (checked, not
+        # searched); what is reported is what the replay computed, not the record's word
+        cex = replay(ob, cex.assignment, row=cex.lifted_input)
+        if ob.lift is not None and cex.lifted_input is None:
+            if ps.mode == "ro":
+                raise StoreMiss(
+                    f"proof record {rec.path} holds a refutation no input row reaches: "
+                    "treated as missing"
+                )
+            return None  # check never stores one: decided afresh (another witness or unknown)
+        reason = _refuted_reason(cex)
         how = "replayed"
     else:
         how = _recheck_proven(ob, rec, ps, rlimit)
@@ -352,8 +362,8 @@ def _serve(ob: Obligation, ps: ProofStore, rlimit: int | None, t0: float) -> Ver
         cached.solver,
         ms,
         cached.max_diff,
-        cached.counterexample,
-        cached.reason,
+        cex,
+        reason,
         True,
         details,
     )

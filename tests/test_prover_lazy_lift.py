@@ -86,6 +86,52 @@ def test_a_stored_row_outside_the_input_type_or_of_another_length_is_a_replay_mi
     assert ok.lifted_input == (-6, -2, 0, 0) and ok.diff == 1
 
 
+def _forge(path, **cex_fields) -> None:
+    """Edit a stored refutation's counterexample and recompute the (keyless) digest."""
+    import json
+
+    from prover.proofstore import _sha, canonical
+
+    rec = json.loads(path.read_text())
+    for where in (rec["counterexample"], rec["verdict"]["counterexample"]):
+        where.update(cex_fields)
+    body = {k: v for k, v in rec.items() if k != "digest"}
+    rec["digest"] = _sha(canonical(body))
+    path.write_text(json.dumps(rec))
+
+
+def test_a_served_refutation_reports_what_its_replay_computes(tmp_path):
+    """A record's before/after are data: the served verdict carries the replayed values."""
+    honest = check(_ob(), store=ProofStore(tmp_path, "rw"))
+    (path,) = tmp_path.rglob("*.json")
+    _forge(path, before=7, after=-7, diff=14)
+    v = check(_ob(), store=ProofStore(tmp_path, "ro"))
+    assert v.cached and v.status == "refuted"
+    assert v.counterexample == honest.counterexample and v.reason == honest.reason
+    assert (v.counterexample.before, v.counterexample.after) == (1, 0)
+
+
+def test_a_stored_refutation_without_its_input_row_is_not_served(tmp_path):
+    """check never stores a liftable refutation without a row; one that says no row
+    reaches it is decided afresh (rw) or missing (ro), never served as refuted."""
+    from prover.errors import StoreMiss
+
+    spec = LiftSpec("acc", (2, 4), x_type="int8")  # even accumulators only
+    witness = check(_ob(), store=ProofStore(tmp_path, "rw")).counterexample.assignment
+    (path,) = tmp_path.rglob("*.json")
+    odd = Obligation("epilogue", ACC, ROUNDED, {"acc": (-500, 500)}, "bitwise", spec)
+    assert witness["acc"] % 2 == 1  # unreachable through `spec`
+    path.unlink()
+    lazy = check(odd, lift=False)
+    ProofStore(tmp_path, "rw").put(odd, lazy)  # as a tampered store would hold it
+    (path,) = tmp_path.rglob("*.json")
+    _forge(path, lift_note="no row", lifted_input=None)
+    with pytest.raises(StoreMiss, match="no input row reaches"):
+        check(odd, store=ProofStore(tmp_path, "ro"))
+    v = check(odd, store=ProofStore(tmp_path, "rw"))
+    assert not v.cached and v.status == "unknown" and "unreachable" in v.reason
+
+
 def _no_lift(*a, **k):
     raise AssertionError("a row was searched for")
 
