@@ -72,8 +72,21 @@ def test_each_code_has_exactly_one_source():
 
 
 def test_backend_validation_codes_are_reason_codes():
+    import npu_backend.validate as validate
+
     for code in BACKEND_CODES:
         ReasonCode(code)  # a ValueError if the backend invents one
+    # and every code validate.py produces is one of them (not only the list it declares)
+    tree = ast.parse(Path(validate.__file__).read_text())
+    produced = {
+        c.args[0].value
+        for c in ast.walk(tree)
+        if isinstance(c, ast.Call)
+        and getattr(c.func, "id", None) == "ValidationIssue"
+        and c.args
+        and isinstance(c.args[0], ast.Constant)
+    }
+    assert len(produced) >= 4 and produced <= set(BACKEND_CODES), produced - set(BACKEND_CODES)
 
 
 def test_rule_docstring_is_the_reason_text_in_every_report():
