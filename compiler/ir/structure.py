@@ -113,7 +113,7 @@ def unsupported(g: Graph, site: Site, ctx, structure: str) -> str | None:
 
 def legality_problem(g: Graph, site: Site, ctx) -> str | None:
     """Legality's structure question: decided before proving under `early` and `late`,
-    after proving (by `run`) under `alternatives`."""
+    after proving (by the `compiler.passes.schedule_strategy` pass) under `alternatives`."""
     if ctx.config.schedule_strategy is ScheduleStrategy.ALTERNATIVES:
         return None
     return unsupported(g, site, ctx, structure_of_site(g, site, ctx))
