@@ -204,3 +204,23 @@ def test_npuc_compile_reports_the_check_and_rejects_a_bad_strategy(tmp_path):
     assert site["checks"][0]["status"] == "held" and site["checks"][0]["structure"] == "tiled"
     bad = npuc("compile", path, "-o", tmp_path / "q", "--schedule-strategy", "first", *common)
     assert_one_line_error(bad, "--schedule-strategy", "first")
+
+
+def test_the_regression_replay_checks_the_generated_tiles_too(compiled, monkeypatch):
+    """`compiler.regress.replay.run_program` (emitted tests) runs the program check as
+    `npuc compile` does: a generated tile with another column's zero point is refused."""
+    from compiler.regress import replay
+    from npu_backend import codegen
+
+    r, prog = compiled
+
+    def zp(ins, k):
+        ins[k[-1]] = dataclasses.replace(ins[k[-1]], w_zp=3)
+
+    target = fused_tiled_target()
+    got = replay.run_program(r, target, x_of())
+    want = run(prog, x_of())[0]
+    assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
+    monkeypatch.setattr(codegen, "generate", lambda lowered, t: _tampered(prog, zp))
+    with pytest.raises(InternalError, match="weight zero point"):
+        replay.run_program(r, target, x_of())

@@ -129,10 +129,13 @@ def compile_case(case: Case) -> tuple[Any, Any, Any]:
 
 
 def run_program(result: Any, target: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Generate the NPU program of a compile result and run it on the simulator."""
+    """Generate the NPU program of a compile result (its fused tiles checked against the
+    proven columns, as `npuc compile` does) and run it on the simulator."""
+    from compiler.passes.tile_columns import check_program
     from npu_backend import codegen, simulator
 
     program = codegen.generate(result.lowered, target)
+    check_program(result.sites, result.lowered, program)
     outputs, _counters = simulator.run(program, inputs)
     return {k: np.asarray(v) for k, v in outputs.items()}
 
