@@ -66,6 +66,20 @@ def test_obligations_built_once_per_site(monkeypatch, jobs):
         assert all(h in r.context.state.verdicts for h in s.obligations)
 
 
+def test_kept_obligations_follow_the_site_groups_not_their_ids():
+    """A site's obligations are served from the state only while its groups are the same
+    objects; a replaced group (synthesis does this) gets obligations built again."""
+    r = compile_model(two_sites(), "bitwise", FLOAT)
+    ctx, site = r.context, r.context.state.sites[0]
+    g = r.original
+    first = prove.site_obligations(g, site, ctx)
+    assert prove.site_obligations(g, site, ctx) is first
+    site.post = [dataclasses.replace(site.post[0]), *site.post[1:]]
+    again = prove.site_obligations(g, site, ctx)
+    assert again is not first
+    assert [ob.hash for ob, *_ in again] == [ob.hash for ob, *_ in first]
+
+
 def test_small_work_never_starts_workers(monkeypatch):
     def no_pool(*a, **k):
         raise AssertionError("worker pool started for a few millisecond obligations")

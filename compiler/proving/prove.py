@@ -71,10 +71,13 @@ def lift_spec(node, j: int) -> LiftSpec:
 def site_obligations(g: Graph, site: Site, ctx: Context) -> list[SiteObligation]:
     """(obligation, columns, lift column) for every epilogue group, plus an index map if
     needed; built on first use and kept in `ctx.state.obligations`."""
-    key = (id(site), tuple(map(id, site.post)))  # synthesis may split groups later
+    # Keyed by the objects themselves (kept alive in the cache, so an id cannot be reused by a
+    # new object): synthesis may replace or split the groups later.
+    key = (site, *site.post)
     cached = ctx.state.obligations.get(site.id)
-    if cached is not None and cached[0] == key:
-        return cached[1]
+    if cached is not None and len(cached[0]) == len(key):
+        if all(a is b for a, b in zip(cached[0], key, strict=True)):
+            return cached[1]
     out = _build(g, site, ctx)
     ctx.state.obligations[site.id] = (key, out)
     return out
