@@ -168,14 +168,9 @@ def simulate(program: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray
     """Run a program on the simulator; every tensor it wrote (sram, then dram) by name."""
     from npu_backend import simulator
 
-    m = simulator.Machine(program, simulator._check_inputs(program, feeds))
-    for ins in program.instructions:
-        m.step(ins)
-    env = dict(m.mem["sram"])
-    env.update(m.mem["dram"])
-    for name in program.outputs:
-        if name not in m.mem["dram"]:
-            raise simulator.SimulatorError(f"graph output {name!r} never written back to dram")
+    trace = simulator.execute(program, feeds)
+    env = dict(trace.memory["sram"])
+    env.update(trace.memory["dram"])
     return env
 
 
@@ -376,7 +371,9 @@ class Checker:
                 if self._host_differs(nodes=set(s.nodes)):
                     out.append(Finding("host_reference_divergence", msg, feeds))
                 else:
-                    out.append(Finding("refutation_not_reproduced", msg, feeds, "compiler/cex"))
+                    out.append(
+                        Finding("refutation_not_reproduced", msg, feeds, "compiler/proving/cex")
+                    )
         return out, feeds_list
 
 
