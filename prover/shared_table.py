@@ -17,7 +17,7 @@ Why `decide` is complete (every step is exact; nothing is sampled):
    `Q` at the segment ends `X = {lo, c-1, c, hi}` (`c` the change points): run k of
    value `v_k` covers `[Q(a_k), Q(b_k)] + zp`. `Q(x; M)` is monotone in `M`, so on a
    valid interval the vector `Q(X; M)` changes only at the breakpoints where some
-   `Q(x)` crosses a level (one binary search each, `_level_sets`); one representative
+   `Q(x)` crosses a level (one exact boundary each, `_level_sets`); one representative
    per piece covers every multiplier of the interval. Wider multipliers (never seen on
    real requantizers) are not enumerated: the answer then stays "not_found".
 3. Up to the position of its first change point (`j1 = Q(c_1) + zp - mid.min`), a

@@ -27,9 +27,10 @@ Why the search is complete (every claim below is exact; no float and no sampling
    well defined.
 3. For a fixed scheme and shift, `Q(x; M)` is monotone in `M` for every fixed `x`
    (non-decreasing for `x > 0`, non-increasing for `x < 0`, constant at 0). So each set
-   `{M : Q(x; M) >= k}` is an interval, found exactly by binary search on the kernel's
-   own formula. The condition at one change point is `exists k: Q(c-1) < k <= Q(c)`,
-   a finite union of such intervals: with `c_1`/`c_n` the smallest/largest change point,
+   `{M : Q(x; M) >= k}` is an interval. Its end is `X*M >= T` solved for M (`_boundary`:
+   closed form, checked on the kernel's own formula, binary search where the check
+   fails). The condition at one change point is `exists k: Q(c-1) < k <= Q(c)`, a finite
+   union of such intervals: with `c_1`/`c_n` the smallest/largest change point,
    a zero point in the space exists iff `Q(c_1) >= L = out.min + 1 - zp_max`,
    `Q(c_n - 1) < U = out.max - zp_min` and `Q(c_n - 1) - Q(c_1) <= out.max - out.min - 2`;
    under those, `k` ranges over `[L, U]` only (at most two type widths). For a fixed `k`
@@ -93,6 +94,7 @@ SCHEMES = {"fixed_double": "requant_double", "fixed_single": "requant_single"}
 _MID = "__requantized"
 _ENUMERATE_BELOW = 4096  # candidate multipliers at which interval mode switches to enumeration
 _ALL_BELOW = 1 << 16  # a valid set up to this size is returned whole
+_CHUNK = 1 << 18  # (change point, multiplier) pairs `_enumerate` evaluates at once
 
 
 @dataclass(frozen=True)
@@ -310,22 +312,90 @@ def _first_true(pred: Callable[[np.ndarray], np.ndarray], n: int, a: int, b: int
         lo = np.where(active & ~up, mid + 1, lo)
 
 
-def _level_sets(scheme, shift, xs, ks, a, b):
-    """Per row (x, k): the half-open multiplier intervals {M in [a, b] : Q(x; M) >= k} and
-    its complement {Q < k}, as (ge_start, ge_end, lt_start, lt_end) arrays.
+_SAT = 1 << 62  # |x * M| < 2^62 for int32 x and 0 <= M < 2^31: products never reach it
 
-    Q(x; M) is non-decreasing in M for x > 0 and non-increasing for x <= 0 (constant 0 at
-    x = 0), so both sets are intervals split at one boundary, found by one binary search.
+
+def _shl_sat(v: np.ndarray, e: int) -> np.ndarray:
+    """`v * 2^e` saturated at +-2^62 (exact below; past it, every product compares alike)."""
+    if e >= 62:
+        return np.sign(v) * np.int64(_SAT)
+    cap = np.int64(_SAT >> e)
+    return np.where(v >= cap, _SAT, np.where(v <= -cap, -_SAT, v << np.int64(e)))
+
+
+def _product_threshold(scheme: str, shift: int, xs: np.ndarray, ks: np.ndarray):
+    """`(X, T)` with `Q(x; M) >= k` iff `X * M >= T`, for every M in [0, 2^31).
+
+    Double rounding: RoundingDivideByPOT(S, r) >= k iff S >= z = (2k-1) 2^(r-1) (+1 where
+    z < 0: ties round away from zero), and SRDHM(X, M) >= z iff X*M >= (2z-1) 2^30 for
+    either sign (its nudge); single rounding: X*M >= (2k-1) 2^(t-1), t = 31 - shift.
+    Levels are clipped where Q cannot reach them, thresholds saturated at +-2^62.
     """
-    xs = np.asarray(xs, dtype=np.int64)
-    ks = np.asarray(ks, dtype=np.int64)
+    k = np.clip(ks, -(1 << 61) - 2, (1 << 61) + 2)
+    if scheme == "fixed_double":
+        left, right = max(shift, 0), max(-shift, 0)
+        z = k
+        if right:
+            z = _shl_sat(2 * k - 1, right - 1)
+            z = z + (z < 0)
+        z = np.clip(z, -(1 << 32), 1 << 32)  # SRDHM's result is an int32
+        return xs << np.int64(left), _shl_sat(2 * z - 1, 30)
+    return xs, _shl_sat(2 * k - 1, 30 - shift)
+
+
+def _boundary_guess(scheme: str, shift: int, xs: np.ndarray, ks: np.ndarray, a: int, b: int):
+    """Closed form of `_boundary` (least M in [a, b] with Q >= k for x > 0, Q < k for
+    x <= 0, else b+1): `X*M >= T` solved for M."""
+    big, t = _product_threshold(scheme, shift, xs, ks)
+    safe = np.where(big == 0, 1, big)
+    up = -((-t) // safe)  # x > 0: ceil(T / X)
+    down = t // safe + 1  # x < 0: X*M < T iff M > T / X
+    zero = np.where(t > 0, a, b + 1)  # x = 0: Q = 0 < k iff k > 0
+    m = np.where(big > 0, up, np.where(big < 0, down, zero))
+    return np.clip(m, a, b + 1)
+
+
+def _boundary_search(scheme: str, shift: int, xs: np.ndarray, ks: np.ndarray, a: int, b: int):
+    """`_boundary` by binary search on the kernel formula (the reference; the fallback)."""
     pos = xs > 0
 
     def flipped(m: np.ndarray) -> np.ndarray:
         q = _q(scheme, shift, xs, m)
         return np.where(pos, q >= ks, q < ks)
 
-    bnd = _first_true(flipped, len(xs), a, b)
+    return _first_true(flipped, len(xs), a, b)
+
+
+def _boundary(scheme: str, shift: int, xs: np.ndarray, ks: np.ndarray, a: int, b: int):
+    """Per row (x, k), the least M in [a, b] with Q(x; M) >= k (x > 0) or Q(x; M) < k
+    (x <= 0), else b+1: the one place the monotone predicate turns true.
+
+    The closed form is checked on the kernel's own formula (true at the answer, false just
+    below it: with a monotone predicate that pins it down), and rows failing the check are
+    searched (`_boundary_search`), so the answer is the search's exactly.
+    """
+    m = _boundary_guess(scheme, shift, xs, ks, a, b)
+    pos, n = xs > 0, len(xs)
+    q = _q(scheme, shift, np.tile(xs, 2), np.concatenate([np.minimum(m, b), np.maximum(m - 1, a)]))
+    p2 = np.where(np.tile(pos, 2), q >= np.tile(ks, 2), q < np.tile(ks, 2))
+    ok = ((m > b) | p2[:n]) & ((m == a) | ~p2[n:])
+    if not ok.all():
+        bad = np.flatnonzero(~ok)
+        m[bad] = _boundary_search(scheme, shift, xs[bad], ks[bad], a, b)
+    return m
+
+
+def _level_sets(scheme, shift, xs, ks, a, b):
+    """Per row (x, k): the half-open multiplier intervals {M in [a, b] : Q(x; M) >= k} and
+    its complement {Q < k}, as (ge_start, ge_end, lt_start, lt_end) arrays.
+
+    Q(x; M) is non-decreasing in M for x > 0 and non-increasing for x <= 0 (constant 0 at
+    x = 0), so both sets are intervals split at one boundary (`_boundary`).
+    """
+    xs = np.asarray(xs, dtype=np.int64)
+    ks = np.asarray(ks, dtype=np.int64)
+    pos = xs > 0
+    bnd = _boundary(scheme, shift, xs, ks, a, b)
     lo = np.full(len(xs), a, dtype=np.int64)
     hi = np.full(len(xs), b + 1, dtype=np.int64)
     ge_s, ge_e = np.where(pos, bnd, lo), np.where(pos, hi, bnd)
@@ -436,16 +506,24 @@ def _step(p: _Problem, c: int, x: Intervals) -> Intervals:
 
 
 def _enumerate(p: _Problem, ms: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """Per candidate multiplier, the index of the first change point it fails (len = none)."""
-    first = np.full(len(ms), len(points), dtype=np.int64)
-    for j, c in enumerate(points.tolist()):
-        alive = first == len(points)
-        if not alive.any():
-            break
-        m = ms[alive]
+    """Per candidate multiplier, the index of the first change point it fails (len = none).
+
+    Change points are taken in growing chunks (all live candidates at once); candidates
+    drop out at their first failure, so a hopeless set costs one small chunk."""
+    n = len(points)
+    first = np.full(len(ms), n, dtype=np.int64)
+    alive = np.arange(len(ms))
+    start, size = 0, 8
+    while start < n and len(alive):
+        size = max(1, min(size, _CHUNK // len(alive)))
+        c = np.asarray(points[start : start + size], dtype=np.int64)[:, None]
+        m = ms[alive][None, :]
         bad = _q(p.scheme, p.shift, c - 1, m) >= _q(p.scheme, p.shift, c, m)
-        idx = np.flatnonzero(alive)[bad]
-        first[idx] = j
+        hit = bad.any(axis=0)
+        first[alive[hit]] = start + bad.argmax(axis=0)[hit]
+        alive = alive[~hit]
+        start += size
+        size *= 4
     return first
 
 
