@@ -4,11 +4,19 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_backend_support import K, fused_post, matmul_model, requant_post, weights, x_input
+from test_backend_support import (
+    K,
+    fused_post,
+    matmul_chain,
+    matmul_model,
+    requant_post,
+    weights,
+    x_input,
+)
 
 from npu_backend.codegen import CodegenError, generate
 from npu_backend.isa import Activation, MatMul, ParamLoad, TableLoad
-from npu_backend.lowered import LoweredModel, NpuLut, NpuMatMul, TensorSpec, unfuse_model
+from npu_backend.lowered import LoweredModel, NpuLut, TensorSpec, unfuse_model
 from npu_backend.simulator import run
 from npu_backend.target import load_target
 from npu_backend.validate import validate_program
@@ -61,28 +69,9 @@ def test_raw_accumulator_matmul_has_no_postprocessing_loads():
     assert not req.ops(TableLoad) and len(req.ops(ParamLoad)) == 1
 
 
-def _chain(target, posts):
+def _chain(posts):
     """x -> mm0 -> mm1 -> ... with square K x K weights; each post produces int8."""
-    steps, consts, prev = [], {}, "x"
-    for i, post in enumerate(posts):
-        w, _ = weights(seed=i, n=K)
-        consts[f"w{i}"] = w
-        steps.append(
-            NpuMatMul(
-                name=f"mm{i}",
-                a=prev,
-                w=f"w{i}",
-                out=f"y{i}",
-                a_zp=0,
-                w_zp=0,
-                bias=None,
-                a_type="int8",
-                w_type="int8",
-                post=post,
-            )
-        )
-        prev = f"y{i}"
-    return LoweredModel([TensorSpec("x", "int8", (4, K))], [prev], consts, steps)
+    return matmul_chain([weights(seed=i, n=K)[0] for i in range(len(posts))], posts)
 
 
 def _reference(model, x):
@@ -94,9 +83,7 @@ def _reference(model, x):
 
 def test_identical_tables_loaded_once():
     post = fused_post(FLOAT)
-    model = _chain(
-        FLOAT, [post, dataclasses.replace(post, requant=requant_post(FLOAT, 0.01, 0).requant)]
-    )
+    model = _chain([post, dataclasses.replace(post, requant=requant_post(FLOAT, 0.01, 0).requant)])
     prog = generate(model, FLOAT)
     assert len(prog.ops(TableLoad)) == 1
     a, b = prog.ops(MatMul)
@@ -116,7 +103,7 @@ def test_slot_exhaustion_reloads_without_overwriting_needed_tables():
         base = fused_post(FIXED, scale=0.004, zp=0)
         lut = dataclasses.replace(base.lut, table=tuple(int(v) for v in build_lut(spec)), spec=spec)
         posts.append(dataclasses.replace(base, lut=lut))
-    model = _chain(FIXED, posts)
+    model = _chain(posts)
     prog = generate(model, FIXED)
     loads = prog.ops(TableLoad)
     assert all(0 <= t.slot < FIXED.tables.slots for t in loads)

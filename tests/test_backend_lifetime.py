@@ -7,12 +7,12 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_backend_support import lut_params
+from test_backend_support import lut_params, matmul_chain
 
 from npu_backend.codegen import generate
 from npu_backend.isa import MatMul, ParamLoad, TableLoad
 from npu_backend.lifetime import LifetimeError, check_lifetimes
-from npu_backend.lowered import LoweredModel, NpuMatMul, TensorSpec, unfuse_model
+from npu_backend.lowered import LoweredModel, unfuse_model
 from npu_backend.postprocess import PostProcess
 from npu_backend.program import Program
 from npu_backend.simulator import run
@@ -36,26 +36,8 @@ def per_channel(function: str, seed: int) -> tuple[PostProcess, ...]:
 def chain(order: list[int]) -> LoweredModel:
     """x -> mm0 -> mm1 -> ...: site i uses table FUNCS[order[i]] and record number order[i]."""
     rng = np.random.default_rng(0)
-    consts, steps = {}, []
-    prev = "x"
-    for i, kind in enumerate(order):
-        consts[f"w{i}"] = rng.integers(-128, 128, (K, N)).astype(np.int8)
-        steps.append(
-            NpuMatMul(
-                name=f"mm{i}",
-                a=prev,
-                w=f"w{i}",
-                out=f"y{i}",
-                a_zp=0,
-                w_zp=0,
-                bias=None,
-                a_type="int8",
-                w_type="int8",
-                post=per_channel(FUNCS[kind], kind),
-            )
-        )
-        prev = f"y{i}"
-    return LoweredModel([TensorSpec("x", "int8", (4, K))], [prev], consts, steps)
+    ws = [rng.integers(-128, 128, (K, N)).astype(np.int8) for _ in order]
+    return matmul_chain(ws, [per_channel(FUNCS[kind], kind) for kind in order])
 
 
 def scarce(slots: int = 2, pmem: int = 256):

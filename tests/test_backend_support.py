@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from npu_backend.lowered import LoweredModel, NpuMatMul, TensorSpec
@@ -57,6 +59,31 @@ def matmul_model(post, structure: str = "plain", seed: int = 1, m: int = M) -> L
         onnx_nodes=("MatMul_0", "Sigmoid_0"),
     )
     return LoweredModel([TensorSpec("x", "int8", (m, K))], ["y"], {"w": w, "b": b}, [step])
+
+
+def matmul_chain(
+    ws: Sequence[np.ndarray], posts: Sequence[PostProcess], m: int = M
+) -> LoweredModel:
+    """x[m, k] int8 -> mm0 -> mm1 -> ... -> y{n-1}: step i multiplies by ws[i] (no zero
+    points, no bias) and applies posts[i]; every post must produce int8."""
+    steps = [
+        NpuMatMul(
+            name=f"mm{i}",
+            a="x" if i == 0 else f"y{i - 1}",
+            w=f"w{i}",
+            out=f"y{i}",
+            a_zp=0,
+            w_zp=0,
+            bias=None,
+            a_type="int8",
+            w_type="int8",
+            post=post,
+        )
+        for i, post in enumerate(posts)
+    ]
+    consts = {f"w{i}": w for i, w in enumerate(ws)}
+    x = TensorSpec("x", "int8", (m, ws[0].shape[0]))
+    return LoweredModel([x], [f"y{len(steps) - 1}"], consts, steps)
 
 
 def x_input(seed: int = 7, m: int = M) -> dict[str, np.ndarray]:
