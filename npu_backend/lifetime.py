@@ -30,7 +30,6 @@ class LifetimeError(ValueError):
 class _Record:
     end: int
     value: object
-    loaded_at: int
 
 
 def check_lifetimes(program: Program, slots: int) -> None:
@@ -83,7 +82,7 @@ def check_lifetimes(program: Program, slots: int) -> None:
             for addr in [a for a, r in records.items() if a < end and ins.addr < r.end]:
                 del records[addr]
                 killed[addr] = k
-            records[ins.addr] = _Record(end, ins.post, k)
+            records[ins.addr] = _Record(end, ins.post)
             killed.pop(ins.addr, None)
         elif isinstance(ins, MatMul) and ins.post_enable and ins.post is not None:
             need_record(k, ins.name, ins.param_addr, strip_tables(ins.post))
