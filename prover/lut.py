@@ -196,6 +196,30 @@ def _by_index_order(
     return out
 
 
+def _checked_identity_spec(
+    in_scale: float,
+    in_zp: int,
+    in_type: str,
+    out_scale: float,
+    out_zp: int,
+    out_type: str,
+    index_order: str,
+) -> LutSpec:
+    """The validated `identity` spec of an ORT table builder (its types, zero points, order)."""
+    spec = LutSpec(
+        function="identity",
+        in_scale=float(in_scale),
+        in_zp=int(in_zp),
+        in_type=in_type,
+        out_scale=float(out_scale),
+        out_zp=int(out_zp),
+        out_type=out_type,
+        index_order=index_order,
+    )
+    spec.validate()
+    return spec
+
+
 def build_ort_sigmoid_table(
     in_scale: float,
     in_zp: int,
@@ -244,17 +268,9 @@ def build_ort_leaky_relu_table(
 
     Dequantize and quantize exactly as for `build_ort_sigmoid_table`.
     """
-    spec = LutSpec(
-        function="identity",
-        in_scale=float(in_scale),
-        in_zp=int(in_zp),
-        in_type=in_type,
-        out_scale=float(out_scale),
-        out_zp=int(out_zp),
-        out_type=out_type,
-        index_order=index_order,
+    spec = _checked_identity_spec(
+        in_scale, in_zp, in_type, out_scale, out_zp, out_type, index_order
     )
-    spec.validate()
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64)
     v = (xs - spec.in_zp).astype(np.float32) * np.float32(spec.in_scale)
@@ -325,17 +341,7 @@ def build_ort_qdq_table(
     for s, s_t in ((in_scale, xs_t), (out_scale, ys_t)):
         if not (math.isfinite(float(s_t)) and float(s_t) > 0 and float(s_t) == float(s)):
             raise KernelError(f"scale {s} is not a finite positive {scale_type}")
-    # validates types, zero points and index order
-    LutSpec(
-        function="identity",
-        in_scale=float(in_scale),
-        in_zp=int(in_zp),
-        in_type=in_type,
-        out_scale=float(out_scale),
-        out_zp=int(out_zp),
-        out_type=out_type,
-        index_order=index_order,
-    ).validate()
+    _checked_identity_spec(in_scale, in_zp, in_type, out_scale, out_zp, out_type, index_order)
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64)
     with np.errstate(over="ignore"):
