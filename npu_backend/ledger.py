@@ -243,7 +243,7 @@ def unfuse_all(
         list(lowered.outputs),
         {**lowered.constants, **extra},
         steps,
-        getattr(lowered, "dynamic_batch", ()),
+        lowered.dynamic_batch,
     )
     return model, splits
 
