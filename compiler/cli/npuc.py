@@ -17,7 +17,6 @@ import sys
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from compiler.cli.common import (
     PROOFS_HELP,
@@ -147,10 +146,6 @@ def _inputs(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _ledger_json(entries: Any) -> list[dict[str, Any]]:
-    return [e.to_json() if hasattr(e, "to_json") else dict(e) for e in entries]
-
-
 def _compile(args: argparse.Namespace) -> int:
     from compiler.cli.check_run import CheckOptions, print_store_summary, run_pipeline
     from compiler.passes.tile_columns import check_program
@@ -177,19 +172,18 @@ def _compile(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     program.save(out)
     measured = model_ledger(run.result.lowered, run.target)
-    entries = _ledger_json(measured.fusions)
+    entries = [e.to_json() for e in measured.fusions]
     total = measured.total_json()
     run.report.ledger = {"fusions": entries, "total": total}
-    for site in run.report.sites:  # a fused site without an unfused form: its reason
-        found = entries + total["not_measured"]
+    found = entries + total["not_measured"]  # a fused site without an unfused form: its reason
+    for site in run.report.sites:
         mine = [e for e in found if set(e.get("onnx_nodes", ())) & set(site.nodes)]
         if site.verdict == Status.PROVEN and mine:
             site.ledger = mine[0]
     s = run.report.summary
     applied = sum(1 for site in run.report.sites if site.ledger is not None)
-    for d in getattr(run.result, "diagnostics", ()):
-        # a proven fusion not applied
-        if getattr(d, "code", None) == ReasonCode.BUFFERS_EXCEED_MEMORY:
+    for d in run.result.diagnostics:  # a proven fusion not applied
+        if d.code == ReasonCode.BUFFERS_EXCEED_MEMORY:
             print(f"{PROG}: {d.message}", file=sys.stderr)
     if args.report:
         rp = Path(args.report)
