@@ -278,39 +278,50 @@ def _activation(
     ]
 
 
+def sigmoid_site(
+    i: int, shape: tuple[int, int, int], *, w_seed: int, y_scale: float, matmul: list | None = None
+) -> tuple[list, list, onnx.ValueInfoProto, onnx.ValueInfoProto]:
+    """One x{i} -> mm{i} -> h{i} -> QLinearSigmoid act{i} -> y{i} site of (M, K, N) `shape`:
+    its nodes, initializers, input and output. `matmul` replaces the default QLinearMatMul
+    (it must read x{i} and write h{i} quantized by y_s{i}, z{i})."""
+    m, k, n = shape
+    inits = [
+        const(f"W{i}", weights(k, n, w_seed), "int8"),
+        const(f"a_s{i}", 0.02, "float32"),
+        const(f"z{i}", 0, "int8"),
+        const(f"w_s{i}", 0.01, "float32"),
+        const(f"y_s{i}", y_scale, "float32"),
+        const(f"o_s{i}", 1 / 256, "float32"),
+        const(f"o_z{i}", -128, "int8"),
+    ]
+    qargs = [f"x{i}", f"a_s{i}", f"z{i}", f"W{i}", f"w_s{i}", f"z{i}", f"y_s{i}", f"z{i}"]
+    nodes = matmul or [oh.make_node("QLinearMatMul", qargs, [f"h{i}"], name=f"mm{i}")]
+    nodes = [
+        *nodes,
+        oh.make_node(
+            "QLinearSigmoid",
+            [f"h{i}", f"y_s{i}", f"z{i}", f"o_s{i}", f"o_z{i}"],
+            [f"y{i}"],
+            name=f"act{i}",
+            domain="com.microsoft",
+        ),
+    ]
+    x = oh.make_tensor_value_info(f"x{i}", TP.INT8, [m, k])
+    y = oh.make_tensor_value_info(f"y{i}", TP.INT8, [m, n])
+    return nodes, inits, x, y
+
+
 def two_sites(
     K: int = 16, N: int = 4, M: int = 2, *, seed: int = 0, second_scale: float = 0.05
 ) -> onnx.ModelProto:
     """Two independent MatMul -> Sigmoid chains in one model (inputs `x1`, `x2`; outputs `y1`, `y2`)."""
     nodes, inits, inputs, outputs = [], [], [], []
     for i, ysc in ((1, 0.05), (2, second_scale)):
-        W = weights(K, N, seed + i)
-        inits += [
-            const(f"W{i}", W, "int8"),
-            const(f"a_s{i}", 0.02, "float32"),
-            const(f"z{i}", 0, "int8"),
-            const(f"w_s{i}", 0.01, "float32"),
-            const(f"y_s{i}", ysc, "float32"),
-            const(f"o_s{i}", 1 / 256, "float32"),
-            const(f"o_z{i}", -128, "int8"),
-        ]
-        inputs.append(oh.make_tensor_value_info(f"x{i}", TP.INT8, [M, K]))
-        nodes += [
-            oh.make_node(
-                "QLinearMatMul",
-                [f"x{i}", f"a_s{i}", f"z{i}", f"W{i}", f"w_s{i}", f"z{i}", f"y_s{i}", f"z{i}"],
-                [f"h{i}"],
-                name=f"mm{i}",
-            ),
-            oh.make_node(
-                "QLinearSigmoid",
-                [f"h{i}", f"y_s{i}", f"z{i}", f"o_s{i}", f"o_z{i}"],
-                [f"y{i}"],
-                name=f"act{i}",
-                domain="com.microsoft",
-            ),
-        ]
-        outputs.append(oh.make_tensor_value_info(f"y{i}", TP.INT8, [M, N]))
+        n, c, x, y = sigmoid_site(i, (M, K, N), w_seed=seed + i, y_scale=ysc)
+        nodes += n
+        inits += c
+        inputs.append(x)
+        outputs.append(y)
     return make(nodes, inputs, outputs, inits)
 
 

@@ -14,8 +14,7 @@ import dataclasses
 import numpy as np
 import onnx
 import pytest
-from models import const, make, requantize_node, weights
-from onnx import TensorProto as TP
+from models import make, requantize_node, sigmoid_site
 from onnx import helper as oh
 
 from compiler.api import compile_model
@@ -54,22 +53,13 @@ def chains(shapes, integer: tuple[int, ...] = ()) -> onnx.ModelProto:
     """Independent x{i} -> MatMul{i} -> Sigmoid{i} -> y{i} chains (QLinearMatMul, or for the
     indices in `integer` MatMulInteger -> float-scale Requantize) of the (M, K, N) shapes."""
     nodes, inits, inputs, outputs = [], [], [], []
-    for i, (m, k, n) in enumerate(shapes):
+    for i, shape in enumerate(shapes):
         ys = 0.05 * (1 + i)
-        inits += [
-            const(f"W{i}", weights(k, n, i), "int8"),
-            const(f"a_s{i}", 0.02, "float32"),
-            const(f"z{i}", 0, "int8"),
-            const(f"w_s{i}", 0.01, "float32"),
-            const(f"y_s{i}", ys, "float32"),
-            const(f"o_s{i}", 1 / 256, "float32"),
-            const(f"o_z{i}", -128, "int8"),
-        ]
-        inputs.append(oh.make_tensor_value_info(f"x{i}", TP.INT8, [m, k]))
+        matmul = None
         if i in integer:
             scale = float(onnx_requant_scale(0.02, 0.01, ys))
             mult, shift = quantize_multiplier(scale)
-            nodes += [
+            matmul = [
                 oh.make_node(
                     "MatMulInteger", [f"x{i}", f"W{i}", f"z{i}", f"z{i}"], [f"a{i}"], name=f"mm{i}"
                 ),
@@ -78,19 +68,11 @@ def chains(shapes, integer: tuple[int, ...] = ()) -> onnx.ModelProto:
                     scale=scale, name=f"rq{i}",
                 ),
             ]  # fmt: skip
-        else:
-            qargs = [f"x{i}", f"a_s{i}", f"z{i}", f"W{i}", f"w_s{i}", f"z{i}", f"y_s{i}", f"z{i}"]
-            nodes.append(oh.make_node("QLinearMatMul", qargs, [f"h{i}"], name=f"mm{i}"))
-        nodes.append(
-            oh.make_node(
-                "QLinearSigmoid",
-                [f"h{i}", f"y_s{i}", f"z{i}", f"o_s{i}", f"o_z{i}"],
-                [f"y{i}"],
-                name=f"act{i}",
-                domain="com.microsoft",
-            )
-        )
-        outputs.append(oh.make_tensor_value_info(f"y{i}", TP.INT8, [m, n]))
+        site, consts, x, y = sigmoid_site(i, shape, w_seed=i, y_scale=ys, matmul=matmul)
+        nodes += site
+        inits += consts
+        inputs.append(x)
+        outputs.append(y)
     return make(nodes, inputs, outputs, inits)
 
 
