@@ -9,7 +9,6 @@ Exit codes are decided here, once, from the verdicts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -148,8 +147,3 @@ class Report:
         if s.unknown:
             return ExitCode.UNKNOWN
         return ExitCode.OK
-
-
-def sites_by_verdict(sites: Sequence[SiteReport], verdict: Status) -> list[SiteReport]:
-    """The sites with one verdict, in report order."""
-    return [s for s in sites if s.verdict is verdict]
