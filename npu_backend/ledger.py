@@ -335,7 +335,8 @@ class Profile:
     """One simulator run: outputs, machine memory at the end, counters in total and per step."""
 
     outputs: dict[str, np.ndarray]
-    sram: dict[str, np.ndarray]
+    # every tensor at the end: sram, else dram (a tiled MatMul writes its output to dram)
+    tensors: dict[str, np.ndarray]
     total: Flat
     by_step: dict[str, Flat]
 
@@ -366,7 +367,8 @@ def profile(
         before = now
 
     trace = execute(program, inputs, target=target, on_step=account)
-    return Profile(trace.outputs, trace.memory["sram"], flat(trace.counters), by_step)
+    tensors = {**trace.memory["dram"], **trace.memory["sram"]}
+    return Profile(trace.outputs, tensors, flat(trace.counters), by_step)
 
 
 # --- the ledger -------------------------------------------------------------------------
@@ -476,7 +478,7 @@ def model_ledger(
     un_run = profile(program, inputs, [s.name for s in unfused.steps], target)
     for sp in splits:
         out = sp.site.out
-        if not _same(fused_run.sram.get(out), un_run.sram.get(out)):
+        if not _same(fused_run.tensors.get(out), un_run.tensors.get(out)):
             raise LedgerError(f"{sp.site.name}: fused and unfused programs differ on {out!r}")
     for name, val in fused_run.outputs.items():
         if not np.array_equal(val, un_run.outputs[name]):

@@ -232,3 +232,21 @@ def test_a_site_whose_unfused_form_does_not_fit_stays_fused_in_the_baseline():
     assert nodes == ("MatMul_0", "Sigmoid_0") and "cannot be generated" in why
     assert ml.total_json()["not_measured"][0]["site"] == "big"
     assert ml.fused["matmul_tiles"] > 1  # the big site really is tiled
+
+
+def test_a_tiled_sites_output_is_among_the_compared_tensors():
+    """A tiled MatMul writes its output to dram, not sram: the site-output comparison
+    must still see it (it was skipped when only sram was looked at)."""
+    caps = [
+        dataclasses.replace(c, fused_structures=c.fused_structures | {"tiled"})
+        for c in FLOAT.computes
+    ]
+    target = dataclasses.replace(FLOAT, computes=tuple(caps))
+    model = matmul_model(fused_post(target), m=8)
+    model.steps[0] = dataclasses.replace(model.steps[0], tile=(2, 4, 16))
+    program = generate(model, target)
+    p = profile(program, x_input(m=8), [s.name for s in model.steps], target)
+    out = model.steps[0].out
+    assert p.by_step[model.steps[0].name]["matmul_tiles"] == 8
+    outs, _ = run(program, x_input(m=8), target=target)
+    assert np.array_equal(p.tensors[out], outs[out])
