@@ -258,11 +258,7 @@ class _Builder:
         `acc_range` (a `prover.matmul.AccRange`) is the exact per-column accumulator range
         `check_acc` computed for these weights, zero points and bias.
         """
-        r = self.acc_ranges.pop(id(n), None)
-        if r is None:
-            r = accumulator_range(
-                w, np.asarray(w_zp, dtype=np.int64), int_type(a_type), int(a_zp), bias
-            )
+        r = self.acc_ranges.pop(id(n))  # every handler calls check_acc(n, ...) first
         return self.emit(
             "matmul",
             [n],
