@@ -59,10 +59,9 @@ from prover.requant import check_multiplier, onnx_requant_scale
 
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
 from .checked import COUNTS, CheckedModel, one_line, validate
-from .f16_context import decorated_groups, fold_cast, ort_dequantize_types
+from .f16_context import PROJECT_DOMAIN, decorated_groups, fold_cast, ort_dequantize_types
 from .qdq_reading import integer_reading
 
-PROJECT_DOMAIN = "ai.npufusion"
 MS_DOMAIN = "com.microsoft"
 ML_DOMAIN = "ai.onnx.ml"
 KNOWN_DOMAINS = ("", "ai.onnx", MS_DOMAIN, PROJECT_DOMAIN, ML_DOMAIN)
