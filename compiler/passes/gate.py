@@ -49,9 +49,7 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
             "float order is not an integer epilogue, so no fusion is proven",
         )
         return
-    if divergence.saturating_reference(ctx.config.reference) and divergence.saturable_columns(
-        site.compute
-    ):
+    if _saturating(site, ctx):
         _decide_saturating(g, site, ctx)
         return
     obs = prove.site_obligations(g, site, ctx)
@@ -169,14 +167,17 @@ def _host_profile_or_none():
         return None
 
 
-def _decidable(site: Site, ctx: Context) -> bool:
-    """Whether the site's verdict comes from its epilogue obligations."""
-    if site.compute.op == "host_onnx":
-        return False
-    return not (
+def _saturating(site: Site, ctx: Context) -> bool:
+    """Whether the reference saturates u8s8 pairs that this site's columns can reach."""
+    return bool(
         divergence.saturating_reference(ctx.config.reference)
         and divergence.saturable_columns(site.compute)
     )
+
+
+def _decidable(site: Site, ctx: Context) -> bool:
+    """Whether the site's verdict comes from its epilogue obligations."""
+    return site.compute.op != "host_onnx" and not _saturating(site, ctx)
 
 
 def run(g: Graph, ctx: Context) -> Graph:
