@@ -92,6 +92,19 @@ def npuc(*args: str, cwd: Path | None = None):
     return run_cli("cli.npuc", *args, cwd=cwd)
 
 
+def assert_run_equals_ort(prog: Path, in_npz: Path, model: Path, inputs: dict, out: Path) -> None:
+    """`npuc run prog --input in_npz -o out` succeeds and every ONNX Runtime output of
+    `model` on `inputs` equals the program's bitwise."""
+    from compiler.regress.emit_tests import ort_outputs  # keeps this module free of ORT
+
+    ran = npuc("run", prog, "--input", in_npz, "-o", out)
+    assert ran.returncode == 0, ran.stderr
+    want = ort_outputs(model, inputs)
+    with np.load(out) as got:
+        for name, w in want.items():
+            np.testing.assert_array_equal(got[name], w, err_msg=name)
+
+
 def assert_one_line_error(proc, *needles: str, code: int = 2) -> None:
     """Exit `code`, exactly one stderr line containing every needle, no traceback."""
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)

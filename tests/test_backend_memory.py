@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from cli_helpers import npuc
+from cli_helpers import assert_run_equals_ort, npuc
 from models import matmul_activation
 
-from compiler.regress.emit_tests import ort_outputs
 from npu_backend.codegen import generate, memory_issues
 from npu_backend.isa import DmaOut
 from npu_backend.lowered import LoweredModel, NpuClip, TensorSpec
@@ -71,9 +70,4 @@ def test_a_matmul_larger_than_sram_stays_on_the_host_and_the_rest_compiles(tmp_p
     x = np.random.default_rng(0).integers(-128, 128, (200_000, 16)).astype(np.int8)
     inputs = {m.graph.input[0].name: x}
     np.savez(tmp_path / "in.npz", **inputs)
-    ran = npuc("run", prog, "--input", tmp_path / "in.npz", "-o", tmp_path / "out.npz")
-    assert ran.returncode == 0, ran.stderr
-    want = ort_outputs(model, inputs)
-    with np.load(tmp_path / "out.npz") as got:
-        for name, w in want.items():
-            np.testing.assert_array_equal(got[name], w, err_msg=name)
+    assert_run_equals_ort(prog, tmp_path / "in.npz", model, inputs, tmp_path / "out.npz")

@@ -302,10 +302,8 @@ def test_a_model_larger_than_sram_is_tiled_and_equals_onnx_runtime(tmp_path, per
     """QLinearMatMul -> QLinearSigmoid with 256x100 int8 weights (25600 bytes) on a target
     with 16 KiB of sram and 8 KiB of wmem: compiled fused and tiled, output bitwise ORT's."""
     import onnx
-    from cli_helpers import npuc
+    from cli_helpers import assert_run_equals_ort, npuc
     from models import matmul_activation
-
-    from compiler.regress.emit_tests import ort_outputs
 
     k, n, m_ = 256, 100, 24
     small = _small_target_file(tmp_path, sram=16384, wmem=8192)
@@ -327,20 +325,13 @@ def test_a_model_larger_than_sram_is_tiled_and_equals_onnx_runtime(tmp_path, per
     x = np.random.default_rng(3).integers(-128, 128, (m_, k)).astype(np.int8)
     inputs = {onnx_model.graph.input[0].name: x}
     np.savez(tmp_path / "in.npz", **inputs)
-    ran = npuc("run", prog_path, "--input", tmp_path / "in.npz", "-o", tmp_path / "out.npz")
-    assert ran.returncode == 0, ran.stderr
-    want = ort_outputs(path, inputs)
-    with np.load(tmp_path / "out.npz") as got:
-        for name, w in want.items():
-            np.testing.assert_array_equal(got[name], w, err_msg=name)
+    assert_run_equals_ort(prog_path, tmp_path / "in.npz", path, inputs, tmp_path / "out.npz")
 
 
 def test_a_shipped_example_tiled_equals_onnx_runtime(tmp_path):
     """The per-channel digits classifier on a target too small for its 64x64 and 64x32
     weights: those layers tiled (still fused), the batch's outputs bitwise ORT's."""
-    from cli_helpers import REPO, npuc
-
-    from compiler.regress.emit_tests import ort_outputs
+    from cli_helpers import REPO, assert_run_equals_ort, npuc
 
     model = REPO / "examples" / "digits" / "digits_matmul_qop_s8s8_pc.onnx"
     small = _small_target_file(tmp_path, sram=4096, wmem=1536)
@@ -359,12 +350,7 @@ def test_a_shipped_example_tiled_equals_onnx_runtime(tmp_path):
     assert all(i.structure == "tiled" and i.function == "sigmoid" for i in tiled)
     r = npuc("inputs", model, "-o", tmp_path / "in.npz", "--from", tmp_path / "float.npz")
     assert r.returncode == 0, r.stderr
-    ran = npuc("run", prog_path, "--input", tmp_path / "in.npz", "-o", tmp_path / "out.npz")
-    assert ran.returncode == 0, ran.stderr
-    want = ort_outputs(model, {"input": x})
-    with np.load(tmp_path / "out.npz") as got:
-        for name, w in want.items():
-            np.testing.assert_array_equal(got[name], w, err_msg=name)
+    assert_run_equals_ort(prog_path, tmp_path / "in.npz", model, {"input": x}, tmp_path / "out.npz")
 
 
 def test_validate_program_rejects_inconsistent_tile_fields():
