@@ -28,23 +28,9 @@ def monotone_thresholds(
 
     `f` takes and returns int64 arrays. A level never reached gets the
     threshold `hi + 1`. Runs a vectorised binary search: about log2(hi-lo)
-    evaluations of `f` on `vmax - vmin` points.
+    evaluations of `f` on `vmax - vmin` points (`first_at_least` without guesses).
     """
-    if lo > hi:
-        raise KernelError(f"empty interval [{lo}, {hi}]")
-    levels = np.arange(vmin + 1, vmax + 1, dtype=np.int64)
-    a = np.full(levels.shape, lo, dtype=np.int64)
-    b = np.full(levels.shape, hi + 1, dtype=np.int64)
-    while True:
-        active = a < b
-        if not active.any():
-            break
-        mid = a + (b - a) // 2
-        fm = np.asarray(f(np.where(active, mid, lo)), dtype=np.int64)
-        up = active & (fm >= levels)
-        b = np.where(up, mid, b)
-        a = np.where(active & ~up, mid + 1, a)
-    return a
+    return first_at_least(f, np.arange(vmin + 1, vmax + 1, dtype=np.int64), lo, hi)
 
 
 def check_monotone_samples(f: Callable[[np.ndarray], np.ndarray], xs: np.ndarray) -> None:
