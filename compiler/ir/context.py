@@ -174,9 +174,6 @@ class Context:
             raise AttributeError(f"Context.{name} is configuration (frozen) or unknown")
         setattr(self.state, name, value)
 
-    def structure_of(self, origin: tuple[str, ...]) -> str:
-        return self.config.structure_of(origin)
-
     def fresh(self) -> Context:
         """The same configuration with a new state holding this run's model and original IR."""
         return Context(
