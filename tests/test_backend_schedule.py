@@ -375,6 +375,30 @@ def test_validate_program_rejects_inconsistent_tile_fields():
         assert any(msg in i.message for i in issues), (change, issues)
 
 
+def test_validate_program_rejects_bad_tile_sizes_empty_ranges_and_zero_point_counts():
+    """The remaining branches of the tiled-MatMul check, each alone on a valid program."""
+    from npu_backend.validate import validate_program
+
+    n = 20
+    target = tiling_target()
+    prog = generate(model(per_channel_post(FLOAT, n, lut=False), 4, 16, n, tile=(4, 8, 16)), target)
+    k = next(j for j, i in enumerate(prog.instructions) if isinstance(i, MatMul))
+    first = prog.instructions[k]
+    assert first.cols == (0, 8)
+    for change, msg in (
+        ({"tile": (0, 8, 16)}, "invalid"),  # a zero tile dimension
+        ({"cols": (5, 5)}, "invalid"),  # an empty column range
+        ({"w_zp": (0,) * 7}, "7 weight zero points for the 8 columns"),
+    ):
+        ins = list(prog.instructions)
+        ins[k] = dataclasses.replace(first, **change)
+        issues = validate_program(dataclasses.replace(prog, instructions=ins), target)
+        assert any(msg in i.message for i in issues), (change, issues)
+    ok = list(prog.instructions)
+    ok[k] = dataclasses.replace(first, w_zp=(0,) * 8)  # one zero point per column is fine
+    assert validate_program(dataclasses.replace(prog, instructions=ok), target) == []
+
+
 def test_the_tiled_structure_is_honoured_even_when_operands_fit():
     base = model(requant_post(FLOAT), 6, 40, 13)
     step = dataclasses.replace(base.steps[0], structure="tiled")
