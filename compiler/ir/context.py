@@ -99,12 +99,15 @@ class CompileConfig:
             **rest,
         )
 
+    def asked_structure(self, origin: tuple[str, ...]) -> str | None:
+        """The scheduling structure the user's map asks for the compute op standing for
+        `origin` (None: not in the map)."""
+        return next((self.schedule[name] for name in origin if name in self.schedule), None)
+
     def structure_of(self, origin: tuple[str, ...]) -> str:
         """The scheduling structure asked for the compute op standing for `origin`."""
-        for name in origin:
-            if name in self.schedule:
-                return self.schedule[name]
-        return "plain"
+        asked = self.asked_structure(origin)
+        return "plain" if asked is None else asked
 
 
 @dataclass(kw_only=True)

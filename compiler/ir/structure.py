@@ -54,10 +54,8 @@ OPTIONS = "disable this fusion, keep the original graph, or change grouping"
 
 
 def _asked(site: Site, ctx) -> str | None:
-    for name in site.compute.origin:
-        if name in ctx.config.schedule:
-            return str(ctx.config.schedule[name])
-    return None
+    asked = ctx.config.asked_structure(site.compute.origin)
+    return None if asked is None else str(asked)
 
 
 def scheduler_structure(g: Graph, n: Node, y_name: str, ctx) -> str:
