@@ -65,6 +65,13 @@ def _step_tensors(step) -> tuple[str, ...]:
     return tuple(getattr(step, k) for k in names if getattr(step, k, None) is not None)
 
 
+def _one_node_step(name: str, node, x: Value, consts: dict, y: Value, n: Node) -> HostOnnx:
+    """A host step running one ONNX node from `x` to `y` (a layout step around an NPU op)."""
+    m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17})
+    spec = (TensorSpec(y.name, y.dtype, tuple(y.shape)),)
+    return HostOnnx(name, m.SerializeToString(), (x.name,), (y.name,), spec, tuple(n.origin))
+
+
 # ONNX ops cleanup may bypass (plus Constant): a host fallback re-includes them.
 _VALUE_PRESERVING = ("Identity", "Reshape", "Transpose", "Constant")
 
@@ -206,16 +213,7 @@ class Lowerer:
 
     def transpose_step(self, n: Node, x: Value, y: Value, perm) -> HostOnnx:
         node = oh.make_node("Transpose", [x.name], [y.name], perm=list(perm))
-        m = submodel([node], {x.name: x}, {}, {y.name: y}, {"": 17})
-        spec = (TensorSpec(y.name, y.dtype, tuple(y.shape)),)
-        return HostOnnx(
-            f"{y.name}.transpose",
-            m.SerializeToString(),
-            (x.name,),
-            (y.name,),
-            spec,
-            tuple(n.origin),
-        )
+        return _one_node_step(f"{y.name}.transpose", node, x, {}, y, n)
 
     def lut(self, n: Node) -> None:
         a = n.attrs
@@ -342,11 +340,7 @@ class Lowerer:
         shape_name = f"{y.name}.shape"
         node = oh.make_node("Reshape", [x.name, shape_name], [y.name])
         consts = {shape_name: np.asarray(y.shape, dtype=np.int64)}
-        m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17})
-        spec = (TensorSpec(y.name, y.dtype, tuple(y.shape)),)
-        return HostOnnx(
-            f"{n.name}.reshape", m.SerializeToString(), (x.name,), (y.name,), spec, tuple(n.origin)
-        )
+        return _one_node_step(f"{n.name}.reshape", node, x, consts, y, n)
 
     def layout(self, n: Node) -> None:
         """Reshape/Transpose/Identity run on the host as a one-node ONNX model."""
