@@ -16,8 +16,8 @@ import numpy as np
 from .domain import KernelError
 
 
-def _clip(x, lo, hi) -> np.ndarray:
-    """np.clip for int64 arrays and int bounds, without its per-call dtype-limit lookups."""
+def fast_clip(x, lo, hi) -> np.ndarray:
+    """np.clip with int bounds (made int64), without its per-call dtype-limit lookups."""
     return np.minimum(np.maximum(x, np.int64(lo)), np.int64(hi))
 
 
@@ -63,8 +63,8 @@ def first_at_least(
     a = np.full(n, lo, dtype=np.int64)  # invariant: the answer lies in [a, b]
     b = np.full(n, hi + 1, dtype=np.int64)
     if guess is not None and n:
-        g = _clip(np.asarray(guess, dtype=np.int64), lo, hi + 1)
-        pts = _clip(np.concatenate([g - 1, g]), lo, hi)
+        g = fast_clip(np.asarray(guess, dtype=np.int64), lo, hi + 1)
+        pts = fast_clip(np.concatenate([g - 1, g]), lo, hi)
         fv = np.asarray(f(pts), dtype=np.int64)
         below = (g == lo) | (fv[:n] < levels)  # f(g-1) < q
         above = (g == hi + 1) | (fv[n:] >= levels)  # f(g) >= q

@@ -23,12 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from .staircase import fast_clip
+
 CAP = 1 << 62  # guesses are clipped here (the caller clips to its interval anyway)
-
-
-def _clip(x, lo, hi) -> np.ndarray:
-    """np.clip for int64 arrays and int bounds, without its per-call dtype-limit lookups."""
-    return np.minimum(np.maximum(x, np.int64(lo)), np.int64(hi))
 
 
 def _ceil_div(num: np.ndarray, den: int) -> np.ndarray:
@@ -38,7 +35,7 @@ def _ceil_div(num: np.ndarray, den: int) -> np.ndarray:
 def _to_int64(v: np.ndarray) -> np.ndarray:
     if v.dtype == object:
         return np.array([min(max(int(x), -CAP), CAP) for x in v], dtype=np.int64)
-    return _clip(v, -CAP, CAP).astype(np.int64)
+    return fast_clip(v, -CAP, CAP).astype(np.int64)
 
 
 def _exact(y: np.ndarray, extra_bits: int) -> np.ndarray:
@@ -117,12 +114,12 @@ def inv_float_scale(v: np.ndarray, s32: Any) -> np.ndarray:
     big = np.where(np.floor(mid) == mid, tie, np.ceil(mid))
     x = np.where(np.abs(a64) <= float(1 << 24), np.ceil(a64), big)
     x = np.nan_to_num(x, nan=0.0, posinf=CAP, neginf=-CAP)
-    return _clip(x, -CAP, CAP).astype(np.int64)
+    return fast_clip(x, -CAP, CAP).astype(np.int64)
 
 
 def _inv_mul(y: np.ndarray, p: dict) -> np.ndarray:
     c = int(p["c"])
-    return _ceil_div(_clip(y, -CAP, CAP), c) if c > 0 else np.zeros_like(y)
+    return _ceil_div(fast_clip(y, -CAP, CAP), c) if c > 0 else np.zeros_like(y)
 
 
 Inverse = Callable[[np.ndarray, dict], np.ndarray]
@@ -130,9 +127,11 @@ Inverse = Callable[[np.ndarray, dict], np.ndarray]
 # The smallest input reaching each level, per monotone primitive (levels outside a
 # clamp's range give guesses the caller's clip and check sort out).
 INVERSE: dict[str, Inverse] = {
-    "add_const": lambda y, p: _clip(y, -CAP, CAP) - int(p["c"]),
+    "add_const": lambda y, p: fast_clip(y, -CAP, CAP) - int(p["c"]),
     "mul_const": _inv_mul,
-    "floordiv_const": lambda y, p: _clip(y, -CAP // int(p["c"]), CAP // int(p["c"])) * int(p["c"]),
+    "floordiv_const": lambda y, p: (
+        fast_clip(y, -CAP // int(p["c"]), CAP // int(p["c"])) * int(p["c"])
+    ),
     "clip": lambda y, p: y,
     "saturate": lambda y, p: y,
     "requant_double": _inv_requant_double,
@@ -143,10 +142,10 @@ INVERSE: dict[str, Inverse] = {
 
 def chain_guess(chain: Sequence[Any], levels: np.ndarray) -> np.ndarray | None:
     """Closed-form thresholds of the chain (ops innermost first) for `levels`; None if unknown."""
-    y = _clip(np.asarray(levels, dtype=np.int64), -CAP, CAP)
+    y = fast_clip(np.asarray(levels, dtype=np.int64), -CAP, CAP)
     for o in reversed(chain):
         inv = INVERSE.get(o.prim)
         if inv is None:
             return None
-        y = _clip(inv(y, o.kwargs), -CAP, CAP).astype(np.int64)
+        y = fast_clip(inv(y, o.kwargs), -CAP, CAP).astype(np.int64)
     return y
