@@ -79,7 +79,7 @@ def apply_site(
         list(compute.inputs),
         [act.output],
         attrs,
-        _origin([compute, *chain, *extra]),
+        fused_origin(site),
     )
     pos = g.index(act)
     g.nodes[pos] = fused
