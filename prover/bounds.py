@@ -116,17 +116,13 @@ def magnitude(ob: Obligation) -> int | None:
     return peak if known else None
 
 
-def _bound(ob: Obligation) -> int | None:
-    return magnitude(ob)
-
-
 def fits(ob: Obligation, limit: int = 1 << 62) -> bool:
     """Every value the evaluation forms is below `limit` in magnitude.
 
     False where some primitive has no bound rule: an unknown bound never counts as fitting
     (numpy procedures then decline instead of risking a silent int64 wrap).
     """
-    m = _bound(ob)
+    m = magnitude(ob)
     return m is not None and m < limit
 
 
@@ -137,28 +133,10 @@ def bits_needed(ob: Obligation, default: int = 64) -> int:
     without a bound rule is a kernel bug (every primitive needs one: a test checks it), so
     it raises rather than guess a width that might wrap.
     """
-    m = _bound(ob)
+    m = magnitude(ob)
     if m is None:
         raise KernelError("a primitive of this obligation has no bound rule (prover.bounds)")
     need = (2 * m + 1).bit_length() + 1
     if need <= default:
         return default
     return -(-need // 32) * 32
-
-
-def _consts(ob: Obligation) -> list[int]:
-    out: list[int] = []
-
-    def go(t: T.Term) -> None:
-        if isinstance(t, T.Const):
-            out.append(int(t.value))
-        elif isinstance(t, T.Op):
-            for _k, v in t.params:
-                if isinstance(v, int) and not isinstance(v, bool):
-                    out.append(v)
-            for a in t.args:
-                go(a)
-
-    for t in ob.outputs_before + ob.outputs_after:
-        go(t)
-    return out
