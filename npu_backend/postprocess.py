@@ -371,8 +371,10 @@ def apply_columns(post: Post, acc: np.ndarray) -> np.ndarray:
     return out
 
 
-def _tail_key(p: PostProcess) -> tuple:
-    return (p.requant.out_type, p.add, p.clip, p.function, p.lut, p.out_type, p.out_zp)
+def _tail_key(p: PostProcess) -> tuple[str, Term]:
+    """What a float32 group shares: the requantized type and the stages after it (as a
+    term, so every field that changes the value is in the key and no other)."""
+    return (p.requant.out_type, _tail_term(p))
 
 
 def _apply_float_group(
