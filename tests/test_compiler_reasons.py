@@ -324,3 +324,22 @@ def test_the_reason_code_scan_sees_bare_strings(src):
 def test_the_reason_code_scan_passes_enum_members_and_other_words():
     assert not _literal_codes('site.decide(Status.REFUTED, ReasonCode.REFUTED, "m")')
     assert not _literal_codes('Outcome(cols, "refuted", "a synthesis outcome, not a code")')
+
+
+def test_only_the_recognised_float_bias_group_counts_as_adjacent():
+    """The float DQ -> Add -> Q bias passes `rule_adjacent` only as the group `float_bias_of`
+    recognised: unrecognised, or with its range moved off those three nodes, it is rejected."""
+    import dataclasses
+
+    g, ctx = _proposed(str(ROOT / "examples/digits/digits_matmul_qdq_s8s8_pt.onnx"), FLOAT)
+    site = ctx.sites[0]
+    fb = legality.float_bias_of(g, site)
+    assert fb is not None
+    site.float_bias = fb
+    assert legality.rule_adjacent(g, site, ctx) is None
+    site.float_bias = None
+    got = legality.rule_adjacent(g, site, ctx)
+    assert isinstance(got, str) and "(DequantizeLinear, Add, QuantizeLinear)" in got
+    site.float_bias = dataclasses.replace(fb, start=fb.start + 1)  # leaves the Dequantize out
+    got = legality.rule_adjacent(g, site, ctx)
+    assert isinstance(got, str) and "DequantizeLinear" in got and "Add," not in got
