@@ -48,15 +48,15 @@ class CheckOptions:
             target=args.target,
             proofs=args.proofs,
             proofs_mode=args.proofs_mode,
-            proof_key_file=getattr(args, "proof_key_file", None),
-            recheck_budget_s=getattr(args, "recheck_budget", None),
+            proof_key_file=args.proof_key_file,
+            recheck_budget_s=args.recheck_budget,
             timeout_s=args.timeout,
             solver=args.solver,
-            jobs=getattr(args, "jobs", 1),
+            jobs=getattr(args, "jobs", 1),  # `npuc compile` has no --jobs
             progress=not args.no_progress,
-            reference=getattr(args, "reference", None) or "onnx",
-            schedule_strategy=getattr(args, "schedule_strategy", None) or "early",
-            synthesis=bool(getattr(args, "synthesize", True)),
+            reference=args.reference,
+            schedule_strategy=args.schedule_strategy,
+            synthesis=args.synthesize,
         )
 
 
