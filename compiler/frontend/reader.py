@@ -336,7 +336,6 @@ class _Builder:
         prod = self.producer_map()
         groups: dict[str, tuple[str, list[onnx.NodeProto]]] = {}
         # float16 groups as ORT runs them, with its float32 casts (the integer QDQ reading)
-        self.f16_dq_types: dict[str, str] = {}
         for out, (members, dq_type) in decorated_groups(self.m.graph, self.single_use).items():
             q = members[-1]
             groups[q.name or q.output[0]] = ("act", members)
