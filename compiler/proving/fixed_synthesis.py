@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from compiler.ir.npu_step import compute_kind
 from npu_backend.postprocess import LutParams, PostProcess, RequantParams
 from npu_backend.target import SYNTHESIS_PARAMS
 from prover.domain import KernelError
@@ -27,6 +28,7 @@ from prover.synthesis import (
     synthesize,
     synthesize_shared,
 )
+from prover.terms import Var
 from prover.verdict import ReasonCode, Status
 
 CHOOSABLE = SYNTHESIS_PARAMS
@@ -123,11 +125,6 @@ def describe(s: Synthesis | Exception) -> str:
     return f"no {'/'.join(CHOOSABLE)} on this target works: {why}"
 
 
-def _compute_kind(node) -> str:
-    k = node.attrs.get("kind") or "MatMul"
-    return "MatMul" if k == "Gemm" else k
-
-
 def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
     """Replace each refuted epilogue verdict by a synthesised group's, where one is proven.
 
@@ -139,7 +136,7 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
     one table shared by all is searched (the postprocessor holds one per MatMul).
     Targets that declare no synthesis space are left alone. Returns the new verdict list.
     """
-    caps = ctx.target.compute(_compute_kind(site.compute))
+    caps = ctx.target.compute(compute_kind(site.compute))
     if caps is None or not caps.synthesis:
         return verdicts
     order = ctx.target.lut_builder.index_order
@@ -226,7 +223,7 @@ def _reject_unlowerable(site, verdicts: list, caps) -> None:
 
 
 def _prove(ob, new, check_fn, ctx):
-    ob2 = dataclasses.replace(ob, after=new.after(_acc()), note=f"{ob.note} synthesised")
+    ob2 = dataclasses.replace(ob, after=new.after(Var("acc")), note=f"{ob.note} synthesised")
     return ob2, check_fn(ob2, ctx)
 
 
@@ -330,9 +327,3 @@ def _split(site, grp, new) -> None:
     i = site.post.index(grp)
     repl = [new] if not rest else [dataclasses.replace(grp, columns=rest), new]
     site.post[i : i + 1] = repl
-
-
-def _acc():
-    from prover.terms import Var
-
-    return Var("acc")
