@@ -72,16 +72,25 @@ def qdq_table_model(
     )
 
 
-def ort_run(m: onnx.ModelProto, feeds: dict, level: str = "off") -> list[np.ndarray]:
-    """ONNX Runtime CPU at optimisation level `off` or `all` (its default)."""
+def ort_outputs(
+    m: onnx.ModelProto | Path, feeds: dict, level: str = "off"
+) -> dict[str, np.ndarray]:
+    """ONNX Runtime CPU at optimisation level `off` or `all` (its default): outputs by name."""
     so = ort.SessionOptions()
     so.graph_optimization_level = {
         "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[level]
     so.log_severity_level = 3
-    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return s.run(None, feeds)
+    data = m.SerializeToString() if isinstance(m, onnx.ModelProto) else str(m)
+    s = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in s.get_outputs()]
+    return dict(zip(names, s.run(names, feeds), strict=True))
+
+
+def ort_run(m: onnx.ModelProto, feeds: dict, level: str = "off") -> list[np.ndarray]:
+    """ONNX Runtime CPU at optimisation level `off` or `all` (its default)."""
+    return list(ort_outputs(m, feeds, level).values())
 
 
 def check_end_to_end(

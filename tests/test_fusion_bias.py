@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from qdq_models import ort_outputs
 
 from compiler.api import compile_model
 from compiler.ir.epilogue import build_columns
@@ -43,11 +43,8 @@ def digits() -> np.ndarray:
 
 
 def _ort(path, x):
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, {"input": x}), strict=True))
+    """ORT at its default optimisation level on the digits input `x`."""
+    return ort_outputs(path, {"input": x}, "all")
 
 
 @pytest.mark.parametrize(
