@@ -216,17 +216,11 @@ def _drops(instructions: list[Any]) -> list[list[tuple[str, str]]]:
     drops: list[list[tuple[str, str]]] = [[] for _ in instructions]
     next_kind: dict[tuple[str, str], str] = {}
     for idx in range(len(instructions) - 1, -1, -1):
-        seen = set()
-        for mem, name, _ in per[idx]:
-            key = (mem, name)
-            if key not in seen and next_kind.get(key, "w") == "w":
-                drops[idx].append(key)
-            seen.add(key)
-        for mem, name, kind in per[idx]:  # the first event of this instruction wins
-            next_kind[(mem, name)] = kind
-        for mem, name, kind in per[idx]:
-            if kind == "r":
-                next_kind[(mem, name)] = "r"
+        keys = list(dict.fromkeys((mem, name) for mem, name, _ in per[idx]))
+        drops[idx] = [key for key in keys if next_kind.get(key, "w") == "w"]
+        reads = {(mem, name) for mem, name, kind in per[idx] if kind == "r"}
+        for key in keys:  # an instruction that reads a tensor needs it live before it runs
+            next_kind[key] = "r" if key in reads else "w"
     return drops
 
 
