@@ -28,14 +28,13 @@ from prover.inttypes import int_type
 from prover.lut import build_lut, reorder_table
 from prover.qlinear_binary import (
     BinaryOp,
-    QLinearBinaryParams,
     SpanMode,
     qlinear_binary_table,
 )
 from prover.terms import Term, Var, op, term_hash
 
 from .graph import Node
-from .semantics import node_term, requant_term
+from .semantics import node_term, qlinear_binary_params, requant_term
 from .site import Site
 
 SCHEME_OF = {"double": "fixed_double", "single": "fixed_single", "float": "float32"}
@@ -116,7 +115,7 @@ def bias_view(site: Site) -> BiasView | None:
         )
     for i, n in enumerate(site.chain):
         if n.op == "qlinear_binary":
-            a, p = n.attrs, binary_params(n)
+            a, p = n.attrs, qlinear_binary_params(n)
             x = (p.a_scale, p.a_zp) if a["x_is_a"] else (p.b_scale, p.b_zp)
             k = (p.b_scale, p.b_zp) if a["x_is_a"] else (p.a_scale, p.a_zp)
             mode = SpanMode(a["mode"])
@@ -146,11 +145,6 @@ def bias_index(site: Site) -> int | None:
     return None if b is None else b.end
 
 
-def binary_params(n: Node) -> QLinearBinaryParams:
-    """The `QLinearBinaryParams` of a `qlinear_binary` node."""
-    return QLinearBinaryParams(**n.attrs["params"])
-
-
 def binary_const(n: Node, j: int) -> int:
     """The constant operand of a `qlinear_binary` node for output column `j`."""
     c = n.attrs["const"]
@@ -163,7 +157,7 @@ def binary_table(n: Node, j: int) -> tuple[int, ...]:
     return qlinear_binary_table(
         BinaryOp(a["binary"]),
         binary_const(n, j),
-        binary_params(n),
+        qlinear_binary_params(n),
         x_is_a=bool(a["x_is_a"]),
         mode=SpanMode(a["mode"]),
         fma=bool(a.get("fma", True)),
