@@ -99,6 +99,15 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
 
     `host` is this machine's resolved profile (or None when unknown).
     """
+    ref_sat = saturating_reference(reference)
+    host_sat = None if host is None else saturating_reference(host)
+    host_text = (
+        "unknown on this host"
+        if host_sat is None
+        else (
+            "this host's ONNX Runtime does too" if host_sat else "this host's ONNX Runtime does not"
+        )
+    )
     out = []
     for n in g.nodes:
         if n.op != "matmul":
@@ -110,17 +119,6 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
         w, w_zp, a_zp, bias = _col_params(n, j)
         row = saturating_row(w)
         exact, sat = column_accs(row, w, a_zp, w_zp, bias)
-        ref_sat = saturating_reference(reference)
-        host_sat = None if host is None else saturating_reference(host)
-        host_text = (
-            "unknown on this host"
-            if host_sat is None
-            else (
-                "this host's ONNX Runtime does too"
-                if host_sat
-                else "this host's ONNX Runtime does not"
-            )
-        )
         shown = str(list(row)) if len(row) <= 32 else "`input_row` in the JSON report"
         out.append(
             {
