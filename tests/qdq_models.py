@@ -88,7 +88,7 @@ def ort_outputs(
     return dict(zip(names, s.run(names, feeds), strict=True))
 
 
-def ort_run(m: onnx.ModelProto, feeds: dict, level: str = "off") -> list[np.ndarray]:
+def ort_run(m: onnx.ModelProto | Path, feeds: dict, level: str = "off") -> list[np.ndarray]:
     """ONNX Runtime CPU at optimisation level `off` or `all` (its default)."""
     return list(ort_outputs(m, feeds, level).values())
 

@@ -17,6 +17,7 @@ from cli_helpers import npuc, prover
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper
+from qdq_models import ort_run
 
 from compiler.api import compile_model
 from compiler.errors import FrontendError
@@ -106,15 +107,10 @@ QDQ_SAMPLE = {
 )
 def test_qdq_digits_integer_reading_equals_ort_default_level(path, digits, host_profile):
     """Under the integer QDQ reading the IR computes what ORT runs at its default level."""
-    import onnxruntime as ort
-
     assert str(host_profile.qdq_reading) == "integer"
     g, m = to_ir(path, reference=host_profile, batch=len(digits))
     assert any(n.op == "matmul" for n in g.nodes)  # the groups became integer kernels
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    ref = sess.run(None, {"input": digits})
+    ref = ort_run(path, {"input": digits}, "all")
     got = run_graph(g, {"input": digits}, reference=host_profile)
     for name, r in zip(g.outputs, ref, strict=True):
         assert np.array_equal(got[name], r), (name, int((got[name] != r).sum()))
