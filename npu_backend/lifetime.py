@@ -42,9 +42,12 @@ def check_lifetimes(program: Program, slots: int) -> None:
     killed: dict[int, int] = {}  # pmem address -> index of the load that overwrote it
     evicted: dict[int, int] = {}  # slot -> index of the load that replaced its table
     consts = program.constants
+    contents: dict[str, tuple[int, ...]] = {}  # each table constant converted once
 
     def content(name: str) -> tuple[int, ...]:
-        return tuple(int(v) for v in consts[name])
+        if name not in contents:
+            contents[name] = tuple(int(v) for v in consts[name])
+        return contents[name]
 
     def need_table(k: int, who: str, slot: int | None, table: tuple[int, ...]) -> None:
         if slot is None or slot not in tables:
