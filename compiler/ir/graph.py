@@ -84,10 +84,6 @@ class Graph:
     def users(self, value: str) -> list[Node]:
         return [n for n in self.nodes if value in n.inputs]
 
-    def use_count(self, value: str) -> int:
-        """Number of consumers, a graph output counting as one."""
-        return len(self.users(value)) + (1 if value in self.outputs else 0)
-
     def node(self, name: str) -> Node:
         for n in self.nodes:
             if n.name == name:

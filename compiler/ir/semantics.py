@@ -96,12 +96,6 @@ def _frozen_table(table: tuple[int, ...]) -> tuple[int, ...]:
     return op("lut", Var("x"), table=table, in_type="int8", index_order="offset").kwargs["table"]
 
 
-def chain_term(x: Term, chain: list[Node]) -> Term:
-    for n in chain:
-        x = node_term(n, x)
-    return x
-
-
 def is_u8s8(node: Node) -> bool:
     """A matmul of uint8 activations by int8 weights (where ORT's x86 kernels differ)."""
     at = node.attrs
