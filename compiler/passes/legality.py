@@ -391,12 +391,6 @@ def judge(g: Graph, site: Site, ctx) -> Judgement:
     return Judgement(None, groups)
 
 
-def check_site(g: Graph, site: Site, ctx) -> tuple[str, str] | None:
-    """(code, message) of why the site is not legal, or None (pure)."""
-    reason = judge(g, site, ctx).reason
-    return None if reason is None else (reason.code.value, reason.message)
-
-
 def float_bias_of(g: Graph, site: Site):
     """ORT's float bias group right after the compute op's own requantization, with its
     per-column tables (`compiler.frontend.float_bias`), or None."""
