@@ -168,18 +168,6 @@ PRE_INPUT: dict[str, Callable[[dict], Interval]] = {
 }
 
 
-def _first_at_least(f, level: int, a: int, b: int) -> int:
-    """Smallest x in [a, b] with f(x) >= level for a non-decreasing f (b + 1 if none)."""
-    hi = b + 1
-    while a < hi:
-        mid = a + (hi - a) // 2
-        if int(np.asarray(f(np.array([mid], dtype=np.int64))).reshape(-1)[0]) >= level:
-            hi = mid
-        else:
-            a = mid + 1
-    return a
-
-
 def _chain_ops(cut: T.Term) -> list[T.Op]:
     """The ops of a monotone chain, innermost first."""
     chain: list[T.Op] = []
@@ -209,13 +197,10 @@ def valid_interval(
         def f(x, inner=inner):
             return T.evaluate(inner, NUMPY, {var: x})
 
-        if closed_form:
-            levels = np.array([pa, pb + 1], dtype=np.int64)
-            t = first_at_least(f, levels, va, vb, chain_guess(chain[:i], levels))
-            a, b = int(t[0]), int(t[1]) - 1
-        else:
-            a = _first_at_least(f, pa, va, vb)
-            b = _first_at_least(f, pb + 1, va, vb) - 1
+        levels = np.array([pa, pb + 1], dtype=np.int64)
+        guess = chain_guess(chain[:i], levels) if closed_form else None
+        t = first_at_least(f, levels, va, vb, guess)
+        a, b = int(t[0]), int(t[1]) - 1
         va, vb = max(va, a), min(vb, b)
         if va > vb:
             return None
