@@ -65,6 +65,7 @@ from .schedule import (
     ScheduleError,
     aligned,
     choose_schedule,
+    resident_fits,
     smallest_tile_fits,
     staging,
     staging_sizes,
@@ -334,7 +335,8 @@ def _schedules(
             continue
         a, w = specs[st.a], specs[st.w]
         assert a is not None and w is not None
-        resident = not _resident_issues(st.name, [st.a, st.out], [st.w, st.bias], sizes, target)
+        # the rule the compiler's structure pass uses too, so the proven structure is this one
+        resident = resident_fits(st, sizes, target)
         try:
             out[i] = choose_schedule(st, a.shape, w.shape[1], resident, target)
         except ScheduleError as e:
