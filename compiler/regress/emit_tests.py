@@ -66,12 +66,10 @@ def site_key(site: SiteReport, model_bytes: bytes, policy: str) -> str:
 
 
 def ort_outputs(model_path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the model in ONNX Runtime (CPU, graph optimisations off)."""
-    import onnxruntime as ort
+    """Run the model in ONNX Runtime (CPU, graph optimisations off: the compiler's session)."""
+    from compiler.ort.tables import session
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+    sess = session(Path(model_path).read_bytes())
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, inputs), strict=True))
 
