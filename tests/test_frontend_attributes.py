@@ -229,6 +229,21 @@ def test_qlinear_conv_kernel_shape_attribute_is_interpreted():
     to_ir(m)  # interpreted: pointwise
 
 
+def test_qlinear_conv_kernel_shape_other_than_pointwise_stays_on_the_host():
+    """[1, 1] is read as the integer kernel; a kernel_shape that disagrees with the 1x1
+    weights keeps the conv on the host, saying why (the test above only checks no error)."""
+    from models import conv_activation
+
+    m = conv_activation()
+    conv = next(n for n in m.graph.node if n.op_type == "QLinearConv")
+    conv.attribute.append(oh.make_attribute("kernel_shape", [1, 1]))
+    assert [n.op for n in to_ir(m)[0].nodes] == ["matmul", "lut"]
+    conv.attribute[-1].CopyFrom(oh.make_attribute("kernel_shape", [3, 3]))
+    first = to_ir(m)[0].nodes[0]
+    assert first.op == "host_onnx" and first.attrs["onnx_op"] == "QLinearConv"
+    assert "kernel_shape [3, 3] is not [1, 1]" in first.attrs["placement"]
+
+
 # -- Constant: every value attribute (issue 10 finding 6: value_ints crashed) ----------------
 
 
