@@ -157,3 +157,19 @@ def test_scale_not_representable_in_its_type_is_a_kernel_error():
         build_ort_qdq_table(
             "sigmoid", 0.5, 0, "int8", 0.25, 0, "int8", quantize_precision="float16"
         )
+
+
+def test_dequantize_type_must_fit_the_scale_type():
+    # a float32 scale never yields a float16 DequantizeLinear output; unknown types refused
+    with pytest.raises(KernelError, match="unsupported dequantize type 'float16'"):
+        build_ort_qdq_table("sigmoid", 0.5, 0, "int8", 0.25, 0, "int8", dequantize_type="float16")
+    with pytest.raises(KernelError, match="unsupported dequantize type 'bfloat16'"):
+        build_ort_qdq_table(
+            "sigmoid", 0.5, 0, "int8", 0.25, 0, "int8", scale_type="float16",
+            dequantize_type="bfloat16",
+        )  # fmt: skip
+    # float32 (the cast on the scale) is accepted with float16 scales
+    t = build_ort_qdq_table(
+        "sigmoid", 0.5, 0, "int8", 0.25, 0, "int8", scale_type="float16", dequantize_type="float32"
+    )
+    assert t.shape == (256,)
