@@ -15,7 +15,7 @@ from npu_backend.lowered import LoweredModel, NpuMatMul, TensorSpec, unfuse_mode
 from npu_backend.postprocess import PostProcess
 from npu_backend.program import Program
 from npu_backend.schedule import choose_schedule
-from npu_backend.simulator import run
+from npu_backend.simulator import SimulatorError, run
 from npu_backend.target import TargetError, load_target, parse_target, requant_from_scale
 
 FLOAT = load_target()
@@ -172,6 +172,35 @@ def test_the_column_invariant_rejects_a_tile_with_another_tiles_parameters():
         check_column_tiles(st, sch, mms[:2])
     with pytest.raises(CodegenError, match="does not continue"):
         check_column_tiles(st, sch, [mms[0], mms[2]])
+
+
+def test_the_column_invariant_rejects_a_tile_with_another_tiles_weight_zero_points():
+    n = 20
+    m = model(
+        per_channel_post(FLOAT, n, lut=False), 4, 16, n, tile=(4, 8, 16), w_zp=tuple(range(n))
+    )
+    st = m.steps[0]
+    sch = choose_schedule(st, (4, 16), n, True, FLOAT)
+    mms = generate(m, FLOAT).ops(MatMul)
+    check_column_tiles(st, sch, mms)  # as emitted: fine
+    shifted = [mms[0], dataclasses.replace(mms[1], w_zp=tuple(range(8))), mms[2]]
+    with pytest.raises(CodegenError, match=r"\[8, 16\) carries the weight zero points"):
+        check_column_tiles(st, sch, shifted)
+
+
+def test_the_simulator_rejects_tiled_columns_computed_twice_or_left_out():
+    n = 20
+    m = model(per_channel_post(FLOAT, n, lut=False), 4, 16, n, tile=(4, 8, 16))
+    prog = generate(m, FLOAT)
+    run(prog, x_of(4, 16))  # as emitted: fine
+    k = next(i for i, ins in enumerate(prog.instructions) if isinstance(ins, MatMul))
+    twice = [*prog.instructions[: k + 1], *prog.instructions[k:]]
+    with pytest.raises(SimulatorError, match=r"columns \(0, 8\) of 'y' computed twice"):
+        run(dataclasses.replace(prog, instructions=twice), x_of(4, 16))
+    last = max(i for i, ins in enumerate(prog.instructions) if isinstance(ins, MatMul))
+    short = [ins for i, ins in enumerate(prog.instructions) if i != last]  # columns 16..20
+    with pytest.raises(SimulatorError, match=r"tiled output\(s\) \['y'\] were left incomplete"):
+        run(dataclasses.replace(prog, instructions=short), x_of(4, 16))
 
 
 # --- bit-exact tiled execution -----------------------------------------------------------
