@@ -104,7 +104,8 @@ def _check(args: argparse.Namespace) -> int:
     if args.emit_tests:
         from compiler.regress.emit_tests import emit_tests
 
-        emit_tests(report, args.model, args.emit_tests, opts)
+        target_file = str(run.target.path) if opts.target else None  # loaded once, by the run
+        emit_tests(report, args.model, args.emit_tests, target_file)
     if args.format == "html":
         from compiler.report import html as report_html
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from compiler.cli.common import resolve_target
 from compiler.errors import InternalError
 from compiler.report.model import Report, SiteReport, Status
 
@@ -170,11 +169,11 @@ def emit_site(
     return test
 
 
-def emit_tests(report: Report, model_path: str, out_dir: str, opts: Any) -> list[Path]:
-    """Emit replay tests for every refuted site of `report` under `out_dir`."""
-    target_file = None
-    if getattr(opts, "target", None):
-        target_file = str(resolve_target(opts.target).path)
+def emit_tests(
+    report: Report, model_path: str, out_dir: str, target_file: str | None
+) -> list[Path]:
+    """Emit replay tests for every refuted site of `report` under `out_dir`; `target_file`:
+    the TOML the run loaded when the user named one (copied beside each test), else None."""
     written = []
     for site in report.sites:
         if site.verdict is not Status.REFUTED:
