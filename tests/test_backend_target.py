@@ -105,3 +105,15 @@ def test_bad_files_rejected(tmp_path):
     ok = tmp_path / "ok.toml"
     ok.write_text(open(DEFAULT_TARGET).read().replace('name = "npu_float"', 'name = "mine"'))
     assert load_target(ok).name == "mine"
+
+
+@pytest.mark.parametrize(
+    "chosen", [["multiplier"], ["multiplier", "shift"], ["shift", "table", "zero_point"]]
+)
+def test_synthesis_without_multiplier_shift_and_table_is_rejected(chosen):
+    data = _data(FIXED_PATH)
+    data["compute"]["MatMul"]["synthesis"] = chosen
+    with pytest.raises(TargetError, match="synthesis must include multiplier, shift and table"):
+        parse_target(data)
+    data["compute"]["MatMul"]["synthesis"] = ["multiplier", "shift", "table"]
+    assert parse_target(data).compute("MatMul").synthesis == {"multiplier", "shift", "table"}
