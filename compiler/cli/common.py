@@ -202,26 +202,24 @@ def add_schedule_strategy_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a float > 0."""
+def _float_where(text: str, ok: Callable[[float], bool], rule: str) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    if not ok(v):  # NaN fails every comparison, so it is refused too
+        raise argparse.ArgumentTypeError(f"must be {rule}: {text!r}")
     return v
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a float > 0."""
+    return _float_where(text, lambda v: v > 0, "> 0")
 
 
 def non_negative_float(text: str) -> float:
     """argparse type: a float >= 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
-    return v
+    return _float_where(text, lambda v: v >= 0, ">= 0")
 
 
 PROOFS_HELP = """proof store (the CI gate):
