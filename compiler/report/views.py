@@ -183,7 +183,7 @@ def _ledger(run: Any) -> tuple[list[dict[str, Any]], str]:
         entries = ledger(run.result.lowered, run.target)
     except Exception as e:  # noqa: BLE001 - the report says why there is no ledger
         return [], f"ledger not measured: {type(e).__name__}: {e}"
-    return [e.to_json() if hasattr(e, "to_json") else dict(e) for e in entries], ""
+    return [e.to_json() for e in entries], ""
 
 
 def _epilogues(result: Any, site: Any, sv: SiteView) -> None:
