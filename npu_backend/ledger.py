@@ -388,7 +388,8 @@ def _merge(parts: Iterable[Flat]) -> Flat:
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
-    return a is None or b is None or np.array_equal(a, b)
+    """Both runs hold the tensor and its values are equal (a missing one is not a match)."""
+    return a is not None and b is not None and np.array_equal(a, b)
 
 
 def _entry(split: _Split, specs: Mapping[str, TensorSpec | None], u: Flat, f: Flat) -> FusionEntry:
