@@ -343,3 +343,48 @@ def test_only_the_recognised_float_bias_group_counts_as_adjacent():
     site.float_bias = dataclasses.replace(fb, start=fb.start + 1)  # leaves the Dequantize out
     got = legality.rule_adjacent(g, site, ctx)
     assert isinstance(got, str) and "DequantizeLinear" in got and "Add," not in got
+
+
+@pytest.mark.parametrize(
+    "target,edit,words",
+    [
+        (FLOAT, "two_adds", "2 adds; the postprocessor has one"),
+        (FLOAT, "clip_first", "'Clip_0' sits between the requantization and the bias"),
+        (FLOAT, "no_requant", "adds before any requantization of"),
+        (FIXED, "standalone_requant", "no post-requantization add stage"),
+    ],
+)
+def test_bias_placement_rejects_each_misplaced_bias(target, edit, words):
+    """Each way `bias_placement` refuses a QLinearAdd bias, on the digits site (QLinearMatMul
+    -> QLinearAdd -> QLinearSigmoid) edited in its chain; the site as read passes, and a bias
+    after a standalone requantize passes where the target has a post-requantization add."""
+    import dataclasses
+
+    from compiler.ir.graph import Node
+
+    model = str(ROOT / "examples/digits/digits_matmul_qop_s8s8_pc.onnx")
+    g, ctx = _proposed(model, target)
+    site = ctx.sites[0]
+    add, act = site.chain
+    assert add.op == "qlinear_binary" and legality.bias_placement(site, ctx) is None
+    no_requant = dataclasses.replace(
+        site.compute, attrs={k: v for k, v in site.compute.attrs.items() if k != "requant"}
+    )
+    requantize = Node("r", "requantize", [], [], {}, ("Requantize_0",))
+    if edit == "two_adds":
+        site.chain = [add, add, act]
+    elif edit == "clip_first":
+        site.chain = [Node("c", "clip", [], [], {}, ("Clip_0",)), add, act]
+    elif edit == "no_requant":
+        site.compute = no_requant
+    else:
+        site.compute, site.chain = no_requant, [requantize, add, act]
+    got = legality.bias_placement(site, ctx)
+    assert isinstance(got, str) and words in got, got
+    assert legality.rule_requantize_reproducible(g, site, ctx) == got
+    if edit == "standalone_requant":
+        g2, ctx2 = _proposed(model, FLOAT)
+        ok = ctx2.sites[0]
+        ok.compute = dataclasses.replace(ok.compute, attrs=no_requant.attrs)
+        ok.chain = [requantize, *ok.chain]
+        assert legality.bias_placement(ok, ctx2) is None
