@@ -388,3 +388,21 @@ def test_bias_placement_rejects_each_misplaced_bias(target, edit, words):
         ok.compute = dataclasses.replace(ok.compute, attrs=no_requant.attrs)
         ok.chain = [requantize, *ok.chain]
         assert legality.bias_placement(ok, ctx2) is None
+
+
+def test_second_requantize_and_wide_output_encoding_are_rejected():
+    """MatMulInteger -> Requantize -> Sigmoid passes on npu_fixed; a second requantize, or an
+    activation writing int16, is refused by its rule (neither had a negative test)."""
+    import dataclasses
+
+    g, ctx = _proposed(matmul_activation(form="integer"), FIXED)
+    site = ctx.sites[0]
+    rq, act = site.chain
+    assert rq.op == "requantize" and act.op == "lut"
+    assert legality.rule_requantize_reproducible(g, site, ctx) is None
+    assert legality.rule_intermediate_type(g, site, ctx) is None
+    site.chain = [rq, rq, act]
+    got = legality.rule_requantize_reproducible(g, site, ctx)
+    assert got == "'rq', 'rq': 2 requantizations; the postprocessor has one stage"
+    site.chain = [rq, dataclasses.replace(act, attrs={**act.attrs, "out_type": "int16"})]
+    assert legality.rule_intermediate_type(g, site, ctx) == "output encoding int16 is not supported"
