@@ -157,12 +157,13 @@ def smallest_tile_fits(step: NpuMatMul, target: Target) -> bool:
 
 
 def choose_schedule(
-    step: NpuMatMul, a_shape: tuple[int, ...], n: int, resident_fits: bool, target: Target
+    step: NpuMatMul, a_shape: tuple[int, ...], n: int, resident: bool, target: Target
 ) -> MatMulSchedule:
-    """The schedule of `step` with input shape `a_shape` and N output columns (see module doc)."""
+    """The schedule of `step` with input shape `a_shape` and N output columns (see module doc);
+    `resident`: whether its whole operands fit (`resident_fits`)."""
     rows, k = int(math.prod(a_shape[:-1])), int(a_shape[-1])
     sz = staging_sizes(step)
-    if step.tile is None and resident_fits and step.structure != "tiled":
+    if step.tile is None and resident and step.structure != "tiled":
         return MatMulSchedule(rows, n, k, rows, n, k, tiled=False)
     if not tiling_allowed(step, target):
         why = f"tile {step.tile} was asked for" if step.tile else "its buffers do not fit"
