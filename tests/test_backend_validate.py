@@ -46,6 +46,44 @@ def test_lut_without_metadata():
     assert e.value.code == "incomplete_parameters"
 
 
+def test_lut_with_a_bad_function_or_table():
+    """Each LUT check alone: unknown function, out-of-range entry, wrong entry count, an
+    input type other than the intermediate type (none had a negative test)."""
+    post = fused_post(FLOAT)
+
+    def issues(**lut_changes):
+        lut = dataclasses.replace(post.lut, **lut_changes)
+        return [
+            (i.code, i.message)
+            for i in validate_step(_step(dataclasses.replace(post, lut=lut)), FLOAT)
+        ]
+
+    got = validate_step(_step(dataclasses.replace(post, function="nonsense")), FLOAT)
+    assert [(i.code, i.message) for i in got] == [
+        ("unsupported_function", "unknown function 'nonsense'")
+    ]
+    table = list(post.lut.table)
+    table[5] = 300
+    assert issues(table=tuple(table)) == [
+        (
+            "incomplete_parameters",
+            "LUT entries outside the range of int8; rebuild the table for the LUT",
+        )
+    ]
+    short = issues(table=post.lut.table[:255])
+    assert ("incomplete_parameters", "table has 255 entries; table slots hold 256") in short
+    assert all(code == "incomplete_parameters" for code, _ in short)
+    small = tuple(abs(v) % 128 for v in post.lut.table)  # valid as uint8 and as int8
+    assert issues(table=small, in_type="uint8") == [
+        (
+            "incomplete_parameters",
+            "LUT input type 'uint8' differs from the intermediate type 'int8'; rebuild the "
+            "table for the intermediate encoding",
+        )
+    ]
+    assert issues(table=small) == []
+
+
 def test_fusion_attributes_without_lut():
     post = dataclasses.replace(fused_post(FLOAT), lut=None)
     issues = validate_step(_step(post), FLOAT)
