@@ -3,7 +3,7 @@
 import dataclasses
 
 import pytest
-from test_backend_support import fused_post, matmul_model, x_input
+from test_backend_support import N, fused_post, matmul_model, x_input
 
 from npu_backend.codegen import generate
 from npu_backend.isa import MatMul, ParamLoad, TableLoad
@@ -82,6 +82,22 @@ def test_lut_with_a_bad_function_or_table():
         )
     ]
     assert issues(table=small) == []
+
+
+def test_columns_with_different_tables_and_a_lutless_encoding_change():
+    """Per-column epilogues must share one table; without a LUT the output encoding is the
+    requantization's (both checks had no negative test)."""
+    post = fused_post(FLOAT)
+    assert validate_step(_step((post,) * N), FLOAT) == []
+    mixed = (post,) * (N - 1) + (fused_post(FLOAT, function="tanh"),)
+    got = validate_step(_step(mixed), FLOAT)
+    assert [i.code for i in got] == ["incomplete_parameters"]
+    assert got[0].message.startswith("columns use different LUTs or functions")
+    plain = dataclasses.replace(post, lut=None, function=None)
+    assert validate_step(_step(plain), FLOAT) == []
+    got = validate_step(_step(dataclasses.replace(plain, out_zp=5)), FLOAT)
+    assert [i.code for i in got] == ["incomplete_parameters"]
+    assert "without a LUT the output encoding must be the requantization's" in got[0].message
 
 
 def test_fusion_attributes_without_lut():
