@@ -46,6 +46,7 @@ from .errors import (
 from .obligation import LiftSpec, Obligation
 from .policy import Policy
 from .proofstore import ProofStore, StoredRecord
+from .solver_names import ALIASES, PROCEDURE_NAMES, SOLVERS
 from .solvers import Budget
 from .verdict import Counterexample, Status, Verdict
 
@@ -79,8 +80,8 @@ PROCEDURES: dict[str, Procedure] = {
     "cvc5": lambda ob, b, dl: _smt.decide(ob, "cvc5", b, deadline=dl),
 }
 PORTFOLIO = ("segments", "enumerate", "bitwuzla", "z3", "cvc5")
-ALIASES = {"enum": "enumerate"}
-SOLVERS = ("auto", *PROCEDURES, *ALIASES)  # every name `--solver` accepts
+if tuple(PROCEDURES) != PROCEDURE_NAMES:  # the CLI offers PROCEDURE_NAMES without this module
+    raise ImportError("prover.solver_names.PROCEDURE_NAMES is out of step with PROCEDURES")
 
 
 def solver_name(name: str) -> str:

@@ -18,7 +18,6 @@ the user, e.g. env `NPUFUSION_PROOF_KEY`); otherwise it counts as missing.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import os
 import tempfile
@@ -31,44 +30,15 @@ from typing import Any
 from .errors import StoreCorrupt, StoreMiss
 from .obligation import Obligation
 from .terms import canonical
+from .trust import DEFAULT_RECHECK_BUDGET_S, sign, verify
 from .verdict import Verdict
 
 FORMAT = "npu-prover-proof/1"
 MODES = ("rw", "ro", "off")
-KEY_ENV = "NPUFUSION_PROOF_KEY"
-SIGNATURE_ALG = "HMAC-SHA256"
-DEFAULT_RECHECK_BUDGET_S = 5.0
 
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def key_id(key: bytes) -> str:
-    """A short public name of a key (sha256 prefix), recorded next to each signature."""
-    return hashlib.sha256(b"npu-prover-proof-key:" + key).hexdigest()[:16]
-
-
-def _mac(key: bytes, body: dict[str, Any]) -> str:
-    return hmac.new(key, canonical(body).encode(), hashlib.sha256).hexdigest()
-
-
-def resolve_key(key_file: str | os.PathLike | None = None) -> bytes | None:
-    """The signing key: the contents of `key_file`, else env `NPUFUSION_PROOF_KEY`, else None.
-
-    Surrounding whitespace is stripped; an empty key is an error (it would sign nothing).
-    """
-    if key_file is not None:
-        key = Path(key_file).read_bytes().strip()
-        if not key:
-            raise ValueError(f"proof key file is empty: {key_file}")
-        return key
-    env = os.environ.get(KEY_ENV)
-    if env is None:
-        return None
-    if not env.strip():
-        raise ValueError(f"{KEY_ENV} is set but empty")
-    return env.strip().encode()
 
 
 @dataclass(frozen=True)
@@ -165,12 +135,7 @@ class ProofStore:
         if self.key is None:
             return "no key"
         unsigned = {k: v for k, v in rec.items() if k not in ("digest", "signature")}
-        good = (
-            sig.get("alg") == SIGNATURE_ALG
-            and sig.get("key_id") == key_id(self.key)
-            and hmac.compare_digest(str(sig["mac"]), _mac(self.key, unsigned))
-        )
-        return "valid" if good else "invalid"
+        return "valid" if verify(self.key, sig, unsigned) else "invalid"
 
     def put(self, ob: Obligation, v: Verdict, extra: dict[str, Any] | None = None) -> Path | None:
         """Write the record of a decided verdict (rw mode only; signed if the store has a key)."""
@@ -192,11 +157,7 @@ class ProofStore:
         body.pop("signature", None)
         body.pop("digest", None)
         if self.key is not None:
-            body["signature"] = {
-                "alg": SIGNATURE_ALG,
-                "key_id": key_id(self.key),
-                "mac": _mac(self.key, body),
-            }
+            body["signature"] = sign(self.key, body)
         body["digest"] = _sha(canonical(body))
         p = self.path(ob.hash)
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,10 @@ import pytest
 from prover.api import check
 from prover.errors import StoreCorrupt, StoreMiss
 from prover.obligation import Obligation
-from prover.proofstore import KEY_ENV, ProofStore, resolve_key
+from prover.proofstore import ProofStore
 from prover.samples import lut_of, requant, sigmoid_table
 from prover.terms import Var, canonical
+from prover.trust import KEY_ENV, resolve_key
 
 ACC = Var("acc")
 TABLE = sigmoid_table()

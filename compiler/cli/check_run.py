@@ -95,7 +95,8 @@ def open_store(
         raise UsageError(f"--proofs is not a directory: {directory}")
     if mode == "ro" and not p.is_dir():
         raise UsageError(f"proof store not found (--proofs-mode ro): {directory}")
-    from prover.proofstore import DEFAULT_RECHECK_BUDGET_S, ProofStore, resolve_key
+    from prover.proofstore import ProofStore
+    from prover.trust import DEFAULT_RECHECK_BUDGET_S, resolve_key
 
     if key_file is not None and not Path(key_file).is_file():
         raise UsageError(f"proof key file not found: {key_file}")

@@ -234,8 +234,8 @@ PROOFS_HELP = """proof store (the CI gate):
 
 def add_proof_store_options(p: argparse.ArgumentParser) -> None:
     """--proofs, --proofs-mode, --proof-key-file, --recheck-budget and --solver."""
-    from prover.api import SOLVERS
-    from prover.proofstore import DEFAULT_RECHECK_BUDGET_S, KEY_ENV
+    from prover.solver_names import SOLVERS
+    from prover.trust import DEFAULT_RECHECK_BUDGET_S, KEY_ENV
 
     p.add_argument(
         "--proofs", metavar="DIR", default=None, help="proof store directory (default: none)"
