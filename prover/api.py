@@ -201,6 +201,7 @@ def check(
         )
     else:
         cex = replay(ob, first.violation(), lift=lift)
+        replaced = False  # by a reachable witness: not the domain's simplest violation
         if lift and ob.lift is not None and cex.lifted_input is None:
             found = _liftable_witness(
                 ob, solver, budget, cex.assignment[ob.lift.var], t0 + budget.timeout_s
@@ -217,11 +218,11 @@ def check(
                     details=details,
                 )
             cex = found
-            details["minimal"] = False
+            replaced = True
         for other in made[1:]:
             if other.status == VIOLATED:  # a cross-checking witness must reproduce as well
                 replay(ob, other.violation(), lift=lift)
-        details["minimal"] = first.minimal
+        details["minimal"] = first.minimal and not replaced
         v = Verdict(
             Status.REFUTED,
             ob.policy,
@@ -299,6 +300,7 @@ def lift_refutation(
                 Status.UNKNOWN, ob.policy, ob.hash, v.solver, ms, reason=why, details=details
             )
         cex = found
+        details["minimal"] = False  # another witness than the procedure's minimal one
     out = Verdict(
         Status.REFUTED,
         ob.policy,
