@@ -26,15 +26,16 @@ from npu_backend.postprocess import AddParams, LutParams, PostProcess, RequantPa
 from npu_backend.target import requant_from_scale
 from prover.inttypes import int_type
 from prover.lut import build_lut, reorder_table
-from prover.qlinear_binary import (
-    BinaryOp,
-    SpanMode,
-    qlinear_binary_table,
-)
+from prover.qlinear_binary import SpanMode
 from prover.terms import Term, Var, op, term_hash
 
 from .graph import Node
-from .semantics import node_term, qlinear_binary_params, requant_term
+from .semantics import (
+    node_term,
+    qlinear_binary_column_table,
+    qlinear_binary_params,
+    requant_term,
+)
 from .site import Site
 
 SCHEME_OF = {"double": "fixed_double", "single": "fixed_single", "float": "float32"}
@@ -90,7 +91,7 @@ class BiasView:
         """The reference's value for every x (offset order), column `j`."""
         if self.tables is not None:
             return self.tables[j if len(self.tables) > 1 else 0]
-        return binary_table(self.node, j)
+        return qlinear_binary_column_table(self.node, j)
 
 
 def bias_view(site: Site) -> BiasView | None:
@@ -143,25 +144,6 @@ def bias_index(site: Site) -> int | None:
     """Last index in `site.chain` covered by the site's bias, if any."""
     b = bias_view(site)
     return None if b is None else b.end
-
-
-def binary_const(n: Node, j: int) -> int:
-    """The constant operand of a `qlinear_binary` node for output column `j`."""
-    c = n.attrs["const"]
-    return int(c[j] if len(c) > 1 else c[0])
-
-
-def binary_table(n: Node, j: int) -> tuple[int, ...]:
-    """ORT's QLinearAdd/QLinearMul as a function of the varying operand, column `j`."""
-    a = n.attrs
-    return qlinear_binary_table(
-        BinaryOp(a["binary"]),
-        binary_const(n, j),
-        qlinear_binary_params(n),
-        x_is_a=bool(a["x_is_a"]),
-        mode=SpanMode(a["mode"]),
-        fma=bool(a.get("fma", True)),
-    )
 
 
 def before_term(site: Site, x: Term, j: int, start: int = 0) -> Term:
