@@ -56,20 +56,16 @@ from .domain import NUMPY
 from .inttypes import int_type
 from .lut import reorder_table
 from .synthesis import (
-    _ENUMERATE_BELOW,
     FixedEpilogue,
     FixedPointSpace,
     Intervals,
-    _enumerate,
     _level_sets,
     _Problem,
     _q,
     _shift_fits,
-    _size,
-    _step,
-    _window,
     change_points,
     reference_of,
+    valid_multipliers,
 )
 from .terms import Term, Var, evaluate
 
@@ -118,16 +114,9 @@ def _deadline_check(deadline: float) -> None:
         raise TimeoutError("time budget exhausted")
 
 
-def _to_intervals(ms: np.ndarray) -> Intervals:
-    if not len(ms):
-        return []
-    cut = np.flatnonzero(np.diff(ms) != 1) + 1
-    return [(int(p[0]), int(p[-1]) + 1) for p in np.split(ms, cut)]
-
-
 def _valid_intervals(p: _Problem) -> Intervals:
     """Every multiplier of `p`'s scheme and shift for which a zero point separates all
-    change points (the set `synthesis._solve_shift` samples), as intervals."""
+    change points (`synthesis.valid_multipliers`), as intervals."""
     pts = p.points
     n = len(pts)
     cmin, cmax = int(pts.min()), int(pts.max())
@@ -138,15 +127,7 @@ def _valid_intervals(p: _Problem) -> Intervals:
     bottom = _q(p.scheme, p.shift, np.array([cmin - 1, cmin - 1]), ends).min()
     if top - bottom < n:
         return []
-    x = _window(p, cmin, cmax, n)
-    for j, c in enumerate(pts.tolist()):
-        if not x:
-            return []
-        if _size(x) <= _ENUMERATE_BELOW:
-            ms = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in x])
-            return _to_intervals(ms[_enumerate(p, ms, pts[j:]) == n - j])
-        x = _step(p, c, x)
-    return x
+    return valid_multipliers(p)[0]
 
 
 def _contiguous(scheme: str, shift: int, m_max: int) -> bool:

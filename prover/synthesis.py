@@ -527,28 +527,45 @@ def _enumerate(p: _Problem, ms: np.ndarray, points: np.ndarray) -> np.ndarray:
     return first
 
 
-def _solve_shift(p: _Problem) -> tuple[np.ndarray, int]:
-    """Valid multipliers of this shift (all, or each interval's ends and its point nearest
-    the ideal when the set stays large) and the length of the failing prefix."""
+def _to_intervals(ms: np.ndarray) -> Intervals:
+    """Sorted distinct multipliers as half-open intervals of consecutive values."""
+    if not len(ms):
+        return []
+    cut = np.flatnonzero(np.diff(ms) != 1) + 1
+    return [(int(p[0]), int(p[-1]) + 1) for p in np.split(ms, cut)]
+
+
+def valid_multipliers(p: _Problem) -> tuple[Intervals, int]:
+    """Every multiplier of `p`'s scheme and shift for which a zero point separates all
+    change points, exactly (module docstring, 3.-4.), and the length of the failing prefix
+    of `p.points` (`len(p.points)` when some multiplier is valid)."""
     pts = p.points
     n = len(pts)
     x = _window(p, int(pts.min()), int(pts.max()), n)
     if not x:
-        return np.empty(0, dtype=np.int64), 0
+        return [], 0
     for j, c in enumerate(pts.tolist()):
         if _size(x) <= _ENUMERATE_BELOW:
             ms = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in x])
             first = _enumerate(p, ms, pts[j:])
             ok = ms[first == n - j]
-            return ok, (n if len(ok) else j + int(first.max()) + 1)
+            return _to_intervals(ok), (n if len(ok) else j + int(first.max()) + 1)
         x = _step(p, c, x)
         if not x:
-            return np.empty(0, dtype=np.int64), j + 1
+            return [], j + 1
+    return x, n
+
+
+def _solve_shift(p: _Problem) -> tuple[np.ndarray, int]:
+    """Valid multipliers of this shift (all, or each interval's ends and its point nearest
+    the ideal when the set stays large) and the length of the failing prefix."""
+    x, fail = valid_multipliers(p)
     if _size(x) <= _ALL_BELOW:
-        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in x]), n
+        ms = [np.arange(a, b, dtype=np.int64) for a, b in x]
+        return (np.concatenate(ms) if ms else np.empty(0, dtype=np.int64)), fail
     # Still a large set after every change point: every multiplier in it works.
     near = [min(max(round(p.ideal), a), b - 1) for a, b in x]
-    return np.array([v for (a, b), m in zip(x, near, strict=True) for v in (a, b - 1, m)]), n
+    return np.array([v for (a, b), m in zip(x, near, strict=True) for v in (a, b - 1, m)]), fail
 
 
 def _npu_index(params: FixedEpilogue, acc: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from prover.domain import NUMPY, KernelError
 from prover.inttypes import INT32_MAX, int_type
 from prover.lut import build_ort_sigmoid_table
 from prover.requant import quantize_multiplier
+from prover.shared_table import _valid_intervals
 from prover.terms import Var, evaluate, op, to_json
 
 ACC = Var("acc")
@@ -306,6 +307,9 @@ def test_valid_multipliers_exact_per_shift(seed, enumerate_below, monkeypatch):
                         want.append(m)
                         break
             assert sorted(got.tolist()) == want, (scheme, shift)
+            # the shared-table search reads the same set, as intervals
+            shared = [m for a, b in _valid_intervals(p) for m in range(a, b)]
+            assert shared == want, (scheme, shift)
 
 
 def test_proof_record_stores_the_synthesised_parameters(tmp_path):

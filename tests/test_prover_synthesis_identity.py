@@ -47,8 +47,7 @@ def _scalar(monkeypatch):
     """Inside: the search runs the scalar reference (binary search, per-point loop)."""
     with monkeypatch.context() as m:
         m.setattr(S, "_boundary", S._boundary_search)
-        m.setattr(S, "_enumerate", _enumerate_scalar)
-        m.setattr(ST, "_enumerate", _enumerate_scalar)
+        m.setattr(S, "_enumerate", _enumerate_scalar)  # shared_table reaches it through S
         yield
 
 
