@@ -229,17 +229,44 @@ def served_records(result: CompileResult) -> list[dict[str, str]]:
     return out
 
 
-def print_store_summary(prog: str, run: CheckRun, model: str) -> None:
-    """On stderr: how each served record was checked, and the gate's verdict (ro mode)."""
+def print_store_summary(prog: str, run: CheckRun, model: str) -> list[str]:
+    """On stderr: how each served record was checked, and the gate's verdict (ro mode);
+    returns the lines printed."""
+    lines = store_summary(prog, run, model)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return lines
+
+
+def store_summary(prog: str, run: CheckRun, model: str) -> list[str]:
+    """The lines `print_store_summary` prints."""
     if run.store is None:
-        return
-    for r in run.report.proof_records:
-        print(f"{prog}: proof record {r['record']}: {r['served']}", file=sys.stderr)
+        return []
+    lines = [f"{prog}: proof record {r['record']}: {r['served']}" for r in run.report.proof_records]
     misses = run.report.proof_misses
     if misses:
-        print(
+        lines.append(
             f"{prog}: proof gate failed (exit 5): {len(misses)} obligation(s) without a "
             f"trusted record in {run.store.root}; first: {misses[0]}; run `prover check "
-            f"{model} --proofs {run.store.root}` (rw) and commit the new records",
-            file=sys.stderr,
+            f"{model} --proofs {run.store.root}` (rw) and commit the new records"
         )
+    return lines
+
+
+def relied_on_records(run: CheckRun) -> list[Path]:
+    """The store's record files of every obligation this run decided or served."""
+    if run.store is None:
+        return []
+    paths = (run.store.path(h) for h in _verdicts(run.result))
+    return [p for p in paths if p.is_file()]
+
+
+def complete(run: CheckRun) -> bool:
+    """Whether every obligation was decided (no error in place of a verdict, nothing
+    unknown, no gate miss): a run whose report may be served again unchanged."""
+    s = run.report.summary
+    return (
+        not s.unknown
+        and not run.report.proof_misses
+        and not any(isinstance(v, Exception) for v in _verdicts(run.result).values())
+    )

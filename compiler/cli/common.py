@@ -12,7 +12,6 @@ import argparse
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -27,6 +26,8 @@ class UsageError(BadInput):
 
 def tool_version() -> str:
     """The installed package version ("0+unknown" when not installed)."""
+    from importlib import metadata  # lazy: it costs more than the rest of start-up
+
     try:
         return metadata.version(DIST_NAME)
     except metadata.PackageNotFoundError:

@@ -80,6 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(c)
     c.add_argument(
+        "--result-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --proofs in rw mode, a signing key and --recheck-budget 0: answer an "
+        "unchanged check (same model bytes, options, target file, tool sources, installed "
+        "packages, CPU and Python) from its signed run record in the store's runs/ "
+        "(local, git-ignored); --no-result-cache always checks",
+    )
+    c.add_argument(
         "--jobs",
         type=positive_int,
         default=1,
@@ -90,7 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from compiler.cli.check_run import CheckOptions, print_store_summary, run_pipeline
+    from compiler.cli import run_record
+    from compiler.cli.check_run import (
+        CheckOptions,
+        complete,
+        print_store_summary,
+        relied_on_records,
+        run_pipeline,
+    )
 
     if args.indent is not None and args.format != "json":
         raise UsageError(f"--indent applies to --format json, not {args.format}")
@@ -109,16 +125,18 @@ def _check(args: argparse.Namespace) -> int:
     if args.format == "html":
         from compiler.report import html as report_html
 
-        write_output(report_html.render(run), args.output)
+        text = report_html.render(run)
     elif args.format == "json":
         from compiler.report import json_form as report_json
 
-        write_output(report_json.render(report, args.indent), args.output)
+        text = report_json.render(report, args.indent)
     else:
-        renderer = importlib.import_module(f"compiler.report.{args.format}")
-        write_output(renderer.render(report), args.output)
-    print_store_summary(PROG, run, args.model)
-    return report.exit_code()
+        text = importlib.import_module(f"compiler.report.{args.format}").render(report)
+    write_output(text, args.output)
+    lines = print_store_summary(PROG, run, args.model)
+    code = report.exit_code()
+    run_record.save(args, text, code, lines, relied_on_records(run), complete(run))
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -128,6 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {tool_version()}")
         return 0
     args = build_parser().parse_args(argv)
+    from compiler.cli.run_record import serve
+
+    try:  # an unchanged check answered from its signed run record
+        served = serve(PROG, args)
+    except Exception:  # noqa: BLE001 - a record that cannot be served is a miss: check
+        served = None
+    if served is not None:
+        return served
     return run_main(PROG, _check, args)
 
 
