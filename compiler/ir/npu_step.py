@@ -18,8 +18,9 @@ from npu_backend.lowered import NpuMatMul
 
 
 def compute_kind(n: Node) -> str:
-    """The target compute unit of a matmul node (a Gemm/QGemm runs on the MatMul unit)."""
-    k = n.attrs.get("kind") or "MatMul"
+    """The target compute unit of a compute node: a `matmul`/`fused` node's `kind`, a host
+    QDQ group's `compute` op (a Gemm/QGemm runs on the MatMul unit)."""
+    k = n.attrs.get("kind") or n.attrs.get("compute") or "MatMul"
     return "MatMul" if k == "Gemm" else k
 
 

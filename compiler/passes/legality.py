@@ -22,6 +22,7 @@ from typing import Any
 
 from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
+from compiler.ir.npu_step import compute_kind
 from compiler.ir.reasons import Reason, Rule, RuleResult, rule, rules
 from compiler.ir.site import Site
 from compiler.proving.fixed_synthesis import chooses_index_type
@@ -34,12 +35,6 @@ SCHEME_FAMILY = {"double": "fixed_double", "single": "fixed_single", "float": "f
 
 def _names(nodes) -> str:
     return ", ".join(f"'{o}'" for n in nodes for o in n.origin)
-
-
-def _kind(site: Site) -> str:
-    """The target compute unit of the site's compute op (a Gemm runs on the MatMul unit)."""
-    k = site.compute.attrs.get("kind") or site.compute.attrs.get("compute") or "MatMul"
-    return "MatMul" if k == "Gemm" else k
 
 
 @rule(
@@ -124,7 +119,7 @@ def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
 def rule_function_supported(g: Graph, site: Site, ctx) -> str | None:
     """This compute path does not support this activation on this target (support on one
     path, e.g. Conv, says nothing about another, e.g. MatMul)."""
-    kind = _kind(site)
+    kind = compute_kind(site.compute)
     caps = ctx.target.compute(kind)
     f = site.activation.attrs["function"]
     if caps is None:
@@ -161,11 +156,11 @@ def rule_requantize_reproducible(g: Graph, site: Site, ctx) -> str | None:
     if len(rqs) > 1:
         return f"{_names(rqs)}: {len(rqs)} requantizations; the postprocessor has one stage"
     if rqs:
-        caps = ctx.target.compute(_kind(site))
+        caps = ctx.target.compute(compute_kind(site.compute))
         fam = SCHEME_FAMILY[rqs[0].attrs["scheme"]]
         if fam != caps.requant_scheme:
             return (
-                f"{_names(rqs)} rounds with scheme '{rqs[0].attrs['scheme']}' but the {_kind(site)} "
+                f"{_names(rqs)} rounds with scheme '{rqs[0].attrs['scheme']}' but the {compute_kind(site.compute)} "
                 f"postprocessor of '{ctx.target.name}' implements '{caps.requant_scheme}'"
             )
     return None
@@ -194,7 +189,7 @@ def bias_placement(site: Site, ctx) -> str | None:
     late = [n for n in site.chain[:i] if n.op in ("clip", "lut")]
     if late:
         return f"{_names(late)} sits between the requantization and the bias {_names([add])}"
-    caps = ctx.target.compute(_kind(site))
+    caps = ctx.target.compute(compute_kind(site.compute))
     if "requantized" not in caps.bias and not own:
         return (
             f"{_names([add])} follows the standalone requantize {_names([site.chain[rq[0]]])}; "
@@ -255,13 +250,13 @@ def rule_layout(g: Graph, site: Site, ctx) -> str | None:
 def rule_intermediate_type(g: Graph, site: Site, ctx) -> str | None:
     """The intermediate storage type (the table's input), the table size or the output
     encoding is not one the target's postprocessing supports."""
-    caps = ctx.target.compute(_kind(site))
+    caps = ctx.target.compute(compute_kind(site.compute))
     act = site.activation
     it = act.attrs["in_type"]
     # With synthesis the NPU index type is the compiler's choice (fixed_synthesis.index_type)
     if it not in caps.intermediate_types and not _index_type_chosen(site, ctx):
         return (
-            f"intermediate type {it} before {_names([act])} is not supported by {_kind(site)} "
+            f"intermediate type {it} before {_names([act])} is not supported by {compute_kind(site.compute)} "
             f"postprocessing (supported: {', '.join(sorted(caps.intermediate_types))})"
         )
     size = int_type(it).size
@@ -326,7 +321,7 @@ def descriptor(g: Graph, site: Site, ctx):
     from compiler.ir.npu_step import fused_step, validation_issues
 
     try:
-        groups = build_columns(site, ctx.target, _kind(site))
+        groups = build_columns(site, ctx.target, compute_kind(site.compute))
     except Exception as e:  # noqa: BLE001 - any failure to build the descriptor is incomplete
         return f"cannot build the postprocessing descriptor: {e}"
     issues = validation_issues(fused_step(g, site, groups, ctx), ctx.target)
@@ -336,7 +331,7 @@ def descriptor(g: Graph, site: Site, ctx):
 
 
 def _index_type_chosen(site: Site, ctx) -> bool:
-    caps = ctx.target.compute(_kind(site))
+    caps = ctx.target.compute(compute_kind(site.compute))
     return (
         ctx.config.synthesis
         and caps is not None
