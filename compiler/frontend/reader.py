@@ -592,6 +592,23 @@ class _Builder:
             if v.dtype.name != "float32":
                 raise self.fail(n, f"{what} has type {v.dtype.name}; supported: float32")
 
+    def positive_scales(self, n: onnx.NodeProto, names: dict[int, str]) -> None:
+        """Bad input (even on the host) if a constant float scale input holds a value that is
+        zero, negative or not finite in float32; absent or dynamic scales are left to the
+        handler."""
+        for idx, what in names.items():
+            name = n.input[idx] if idx < len(n.input) else ""
+            v = self.consts.get(name) if name else None
+            if v is None or v.dtype.kind != "f":
+                continue
+            with np.errstate(all="ignore"):
+                f = v.astype(np.float32).reshape(-1)
+            bad = f[~(np.isfinite(f) & (f > 0))]
+            if bad.size:
+                raise self.bad(
+                    n, f"{what} '{name}' holds {float(bad[0])}: a scale must be finite and positive"
+                )
+
     def out_type(self, n: onnx.NodeProto, zp: np.ndarray) -> str:
         t = zp.dtype.name
         if t not in EIGHT_BIT:
@@ -652,6 +669,7 @@ class _Builder:
         y_zero_point array), float32 scales and a scalar y_zero_point checked."""
         a, b = names
         self.float32_scales(n, {1: f"{a}_scale", 4: f"{b}_scale", 6: "y_scale"})
+        self.positive_scales(n, {1: f"{a}_scale", 4: f"{b}_scale", 6: "y_scale"})
         a_scale = self.scalar(n, 1, f"{a}_scale")
         a_zp = int(self.scalar(n, 2, f"{a}_zero_point"))
         b_scale = self.column_param(n, 4, f"{b}_scale", N)
@@ -761,8 +779,10 @@ class _Builder:
         """com.microsoft QLinearAdd/QLinearMul with one constant operand: `qlinear_binary`.
 
         Other forms (two dynamic operands, a constant that is not one value per output
-        column, a span mode that depends on the batch size) stay on the host.
+        column, a span mode that depends on the batch size) stay on the host; a zero, negative
+        or non-finite scale is bad input.
         """
+        self.positive_scales(n, {1: "A_scale", 4: "B_scale", 6: "C_scale"})
         try:
             self._qlinear_binary(n)
         except FrontendError as e:
@@ -844,9 +864,11 @@ class _Builder:
     def qgemm(self, n: onnx.NodeProto) -> None:
         """com.microsoft QGemm with y_scale: the integer `matmul` with bias and QGemm's scale.
 
-        transA, a float output (no y_scale) or a bias varying by row stay on the host.
+        transA, a float output (no y_scale) or a bias varying by row stay on the host; a zero,
+        negative or non-finite scale is bad input.
         """
         self.ort_kernel_types(n, 3, 8)
+        self.positive_scales(n, {1: "a_scale", 4: "b_scale", 7: "y_scale"})
         try:
             self._qgemm(n)
         except FrontendError as e:
