@@ -16,7 +16,7 @@ import numpy as np
 
 from compiler.errors import InternalError
 from compiler.frontend.reader import PROJECT_DOMAIN
-from compiler.ir.graph import Graph
+from compiler.ir.graph import Graph, Node
 from compiler.ir.semantics import from_natural, run_graph, to_natural
 from compiler.ir.site import Site, WholeModelCounterexample
 from compiler.ort.host import run_host
@@ -27,13 +27,13 @@ from prover.terms import PreconditionViolation
 from prover.verdict import Counterexample, ReasonCode
 
 
-def lift_spec(node, j: int) -> LiftSpec:
+def lift_spec(node: Node, j: int) -> LiftSpec:
+    """How the accumulator of column `j` of matmul `node` is produced by an input row: the
+    weights column, `w_zp` (one per column, or one for all), `a_zp`, input type, bias."""
     a = node.attrs
-    w_zp = a["w_zp"][j] if isinstance(a["w_zp"], tuple) else a["w_zp"]
+    w_zp = a["w_zp"] if np.ndim(a["w_zp"]) == 0 else a["w_zp"][j]
     bias = 0 if a["bias"] is None else int(a["bias"][j])
-    return LiftSpec(
-        "acc", tuple(int(v) for v in a["w"][:, j]), int(w_zp), int(a["a_zp"]), a["a_type"], bias
-    )
+    return LiftSpec("acc", a["w"][:, j], int(w_zp), int(a["a_zp"]), a["a_type"], bias)
 
 
 def find_row(

@@ -18,6 +18,7 @@ import numpy as np
 
 from compiler.ir.graph import Graph, Node
 from compiler.ir.semantics import is_u8s8
+from compiler.proving.cex import lift_spec
 from prover.domain import NUMPY
 from prover.pair_saturation import column_accs, divergent_row, reachable_columns, saturating_row
 from prover.reference import Accumulation
@@ -45,10 +46,9 @@ def saturable_columns(node: Node) -> list[int]:
 
 
 def _col_params(node: Node, j: int) -> tuple[np.ndarray, int, int, int]:
-    a = node.attrs
-    w_zp = a["w_zp"][j] if isinstance(a["w_zp"], tuple | list) else a["w_zp"]
-    bias = 0 if a["bias"] is None else int(a["bias"][j])
-    return np.asarray(a["w"][:, j], dtype=np.int64), int(w_zp), int(a["a_zp"]), bias
+    """(weights, w_zp, a_zp, bias) of column `j`, as `cex.lift_spec` reads them."""
+    s = lift_spec(node, j)
+    return np.asarray(s.weights, dtype=np.int64), s.w_zp, s.x_zp, s.bias
 
 
 def site_witness(site, bound: int) -> tuple[int, tuple[int, ...], int, int, int, int] | None:

@@ -31,7 +31,8 @@ from compiler.ir.graph import Graph
 from compiler.ir.layout import index_map_terms
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.site import Site
-from prover.obligation import LiftSpec, Obligation
+from compiler.proving.cex import lift_spec
+from prover.obligation import Obligation
 from prover.policy import Policy
 from prover.terms import Var
 from prover.verdict import Status
@@ -59,13 +60,6 @@ def components(cols, lo, hi) -> list[tuple[tuple[int, ...], int, int]]:
         else:
             out.append([[j], lo[j], hi[j]])
     return [(tuple(sorted(c)), a, b) for c, a, b in out]
-
-
-def lift_spec(node, j: int) -> LiftSpec:
-    """How the accumulator of column `j` of matmul `node` is produced by an input row."""
-    from compiler.proving.cex import lift_spec as spec
-
-    return spec(node, j)
 
 
 def site_obligations(g: Graph, site: Site, ctx: Context) -> list[SiteObligation]:
