@@ -264,10 +264,6 @@ class PostProcess:
             return None if self.lut.spec is None else int(self.lut.spec.out_zp)
         return int(self.requant.zp if self.add is None else self.add.c_zp)
 
-    @property
-    def has_lut(self) -> bool:
-        return self.lut is not None
-
     def epilogue_term(self, acc: Term) -> Term:
         """The fused semantics over the accumulator term `acc` (what the prover checks)."""
         return self.tail_term(self.requant.term(acc))

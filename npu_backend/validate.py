@@ -350,13 +350,6 @@ def validate_step(step: Step, target: Target) -> list[ValidationIssue]:
     return [ValidationIssue("incomplete_parameters", str(step), "unknown step kind")]
 
 
-def check_step(step: Step, target: Target) -> None:
-    """Raise `ValidationError` if `validate_step` reports anything."""
-    issues = validate_step(step, target)
-    if issues:
-        raise ValidationError(issues)
-
-
 def validate_program(program, target: Target) -> list[ValidationIssue]:
     """Check emitted instructions: descriptors complete, tables and parameters loaded before use.
 

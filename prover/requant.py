@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .domain import Domain, KernelError, NumpyDomain
-from .inttypes import INT32, INT32_MAX, INT32_MIN, IntType, saturate
+from .inttypes import INT32_MAX, INT32_MIN, IntType, saturate
 from .staircase import monotone_thresholds
 
 # --- parameter validation -------------------------------------------------------------
@@ -241,8 +241,3 @@ def _check_scale(scale: float) -> None:
     s = float(np.float32(scale))
     if not math.isfinite(s) or s <= 0.0:
         raise KernelError(f"requantization scale {scale} must be finite and positive in float32")
-
-
-def accumulator_type() -> IntType:
-    """The accumulator type of every integer matmul in the kernel."""
-    return INT32

@@ -80,7 +80,3 @@ def index_map_flatten(m: int, n: int, transposed: bool = False) -> Obligation:
     back = (op("floordiv_const", flat, c=n), op("mod_const", flat, c=n))
     after = back[::-1] if transposed else back
     return Obligation("index_map", (i, j), after, {"i": (0, m - 1), "j": (0, n - 1)})
-
-
-def epilogue_acc() -> Var:
-    return Var("acc")

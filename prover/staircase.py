@@ -33,13 +33,6 @@ def monotone_thresholds(
     return first_at_least(f, np.arange(vmin + 1, vmax + 1, dtype=np.int64), lo, hi)
 
 
-def check_monotone_samples(f: Callable[[np.ndarray], np.ndarray], xs: np.ndarray) -> None:
-    """Raise if `f` decreases anywhere on the sorted sample points `xs` (a cheap sanity check)."""
-    ys = np.asarray(f(np.sort(xs)), dtype=np.int64)
-    if np.any(np.diff(ys) < 0):
-        raise KernelError("function is not monotone non-decreasing on the sampled points")
-
-
 def first_at_least(
     f: Callable[[np.ndarray], np.ndarray],
     levels: np.ndarray,
