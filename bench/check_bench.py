@@ -13,15 +13,20 @@ CPU seconds (user+sys) of the child process, best of --repeat, unless marked wal
 
 - cold: `prover check --proofs-mode off`;
 - warm: a store filled by a first run (records are re-decided, never trusted on their word);
-- signed: a store filled with a proof key, read with `--recheck-budget 0` and the key (served
-  on signature: no decision at all);
+- signed: a store filled with a proof key, read with `--recheck-budget 0` and the key and
+  `--no-result-cache` (each obligation's record served on its signature: no decision at all,
+  but the model is still read and compiled);
+- served: the same command without `--no-result-cache`: the signed run record of the
+  unchanged check answers it at start-up (`compiler.cli.run_record`; trees without it
+  print the signed figure again);
 - j1w / j2w: wall seconds of cold with `--jobs 1` / `--jobs 2` (workers help wall time only;
   j2cpu is the CPU of the --jobs 2 run);
 - npuc: `npuc compile -o PROGRAM` (cold, no store);
 - decide: the decisions alone, the sum of the decided verdicts' own times in a
   `compile_model` run inside this process (no start-up, no frontend, no passes).
 
-Ratios printed: warm/cold, signed/cold, j2w/j1w, npuc/cold and cold/decide (the overhead
+Ratios printed: warm/cold, signed/cold, served/cold, j2w/j1w, npuc/cold and cold/decide
+(the overhead
 around the decisions), and with --baseline each figure against the same command run on a
 copy of the repository at that revision (`git archive`, in a temporary directory), in this
 run. Bytecode is cached under a temporary prefix for both (as an installed package has it),
@@ -174,13 +179,17 @@ def figures(
     _cpu([*check, "--proofs", str(store)], root, env, 1)
     _cpu([*check, "--proofs", str(signed), "--proof-key-file", str(key)], root, env, 1)
     sig = ["--proofs", str(signed), "--proof-key-file", str(key), "--recheck-budget", "0"]
+    has_records = (root / "compiler" / "cli" / "run_record.py").exists()
+    per_record = [*sig, "--no-result-cache"] if has_records else sig
+    _cpu([*check, *sig], root, env, 1)  # writes the run record (a later run serves it)
     j1 = _run([*off, "--jobs", "1"], root, env, repeat)
     j2 = _run([*off, "--jobs", "2"], root, env, repeat)
     npuc = [*cli, "compiler.cli.npuc", "compile", str(model), "--no-progress", *tgt]
     return {
         "cold": _cpu(off, root, env, repeat),
         "warm": _cpu([*check, "--proofs", str(store)], root, env, repeat),
-        "signed": _cpu([*check, *sig], root, env, repeat),
+        "signed": _cpu([*check, *per_record], root, env, repeat),
+        "served": _cpu([*check, *sig], root, env, repeat),
         "j1w": j1[1],
         "j2w": j2[1],
         "j2cpu": j2[0],
@@ -199,12 +208,13 @@ def _checkout(rev: str, into: Path) -> Path:
     return base
 
 
-COLS = ("cold", "warm", "signed", "j1w", "j2w", "j2cpu", "npuc")
+COLS = ("cold", "warm", "signed", "served", "j1w", "j2w", "j2cpu", "npuc")
 
 
 def _row(name: str, label: str, f: dict[str, float]) -> str:
     ratios = (
         f"  {f['warm'] / f['cold']:9.2f} {f['signed'] / f['cold']:11.2f}"
+        f" {f['served'] / f['cold']:11.3f}"
         f" {f['j2w'] / f['j1w']:7.2f} {f['npuc'] / f['cold']:9.2f}"
     )
     if "decide" in f:
@@ -228,7 +238,7 @@ def main() -> int:
         floor = _cpu(version, ROOT, env, args.repeat)
         print(f"floor: `prover --version` {floor:.2f}s CPU (start-up + CLI imports)")
         print(f"{'model':>7} {'tree':>8} " + " ".join(f"{c:>7}" for c in COLS)
-              + "  warm/cold signed/cold j2w/j1w npuc/cold  decide cold/decide")  # fmt: skip
+              + "  warm/cold signed/cold served/cold j2w/j1w npuc/cold  decide cold/decide")  # fmt: skip
         models: list[tuple[str, onnx.ModelProto, str | None]] = [
             (f"{n}", chain_model(n), None) for n in args.sites
         ]

@@ -34,6 +34,19 @@ def tool_version() -> str:
         return "0+unknown"
 
 
+class VersionAction(argparse.Action):
+    """`--version`: print "<prog> <version>" and exit 0, reading the version only then
+    (argparse's own action needs the string when the parser is built)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kw: Any) -> None:
+        kw.setdefault("help", "show the version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"{parser.prog} {tool_version()}")
+        parser.exit()
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with a single-line error message (and exit code 2)."""
 

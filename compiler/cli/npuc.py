@@ -22,13 +22,13 @@ from compiler.cli.common import (
     PROOFS_HELP,
     Parser,
     UsageError,
+    VersionAction,
     add_indent_option,
     add_model_options,
     add_run_options,
     argv_or_default,
     positive_int,
     run_main,
-    tool_version,
 )
 from compiler.report import json_form as report_json
 from compiler.report.model import ExitCode
@@ -46,7 +46,7 @@ EXIT_HELP = """exit codes:
 def build_parser() -> argparse.ArgumentParser:
     """The `npuc` argument parser (subcommands `compile` and `run`)."""
     p = Parser(prog=PROG, description="NPU compiler: only proven fusions reach the program.")
-    p.add_argument("--version", action="version", version=f"%(prog)s {tool_version()}")
+    p.add_argument("--version", action=VersionAction)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     c = sub.add_parser(

@@ -17,6 +17,7 @@ from compiler.cli.common import (
     PROOFS_HELP,
     Parser,
     UsageError,
+    VersionAction,
     add_indent_option,
     add_model_options,
     add_run_options,
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {tool_version()}")
+    p.add_argument("--version", action=VersionAction)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     c = sub.add_parser(

@@ -72,14 +72,17 @@ def tool_fingerprint() -> str:
     """sha256 over the relative path and bytes of every file of the tool's packages."""
     h = hashlib.sha256()
     for root in _package_dirs():
-        for d, subdirs, files in os.walk(root):
+        base = str(root)
+        for d, subdirs, files in os.walk(base):
             subdirs[:] = sorted(s for s in subdirs if s != "__pycache__")
+            rel = os.path.relpath(d, base).replace(os.sep, "/")
             for f in sorted(files):
                 if f.endswith((".pyc", ".pyo")):
                     continue
-                p = Path(d) / f
-                h.update(f"{root.name}/{p.relative_to(root).as_posix()}\0".encode())
-                h.update(hashlib.sha256(p.read_bytes()).digest())
+                with open(os.path.join(d, f), "rb") as fh:
+                    digest = hashlib.sha256(fh.read()).digest()
+                h.update(f"{root.name}/{rel}/{f}\0".encode())
+                h.update(digest)
     return h.hexdigest()
 
 
@@ -225,7 +228,7 @@ def _invalid(rec: Any, fp: dict[str, Any], key: bytes, store: Path) -> str | Non
         return "its fingerprint differs from this run's"
     if rec.get("exit_code") not in EXIT_CACHED or not isinstance(rec.get("output"), str):
         return "not the record of a complete check"
-    missing = [r for r in rec.get("records", []) if not (store / r).is_file()]
+    missing = [r for r in rec.get("records", []) if not os.path.isfile(os.path.join(store, r))]
     if missing:
         return f"{len(missing)} proof record(s) it relied on are gone from the store (first: {missing[0]})"
     return None
