@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from child_time import ChildRun, repeat_child, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "examples/matmul_sigmoid.onnx"
@@ -62,22 +61,15 @@ def _env(pycache: str | None) -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(CPU s of the child, wall s, the completed process)."""
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run(argv, capture_output=True, cwd=ROOT, env=env, text=True)
-    wall = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(argv)} exited {p.returncode}: {p.stderr.strip()[-500:]}")
-    return r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, wall, p
+def _run(argv: list[str], env: dict[str, str]) -> ChildRun:
+    """`argv` run in the repository with `env` (text output), timed."""
+    return run_child(argv, cwd=ROOT, env=env, text=True)
 
 
 def best_of(argv: list[str], env: dict[str, str], repeat: int) -> tuple[float, float]:
     """Best (smallest) CPU and wall seconds of `repeat` runs."""
-    runs = [_run(argv, env)[:2] for _ in range(repeat)]
-    return min(c for c, _ in runs), min(w for _, w in runs)
+    runs = repeat_child(argv, repeat, cwd=ROOT, env=env, text=True)
+    return min(r.cpu_s for r in runs), min(r.wall_s for r in runs)
 
 
 def parse_importtime(stderr: str) -> list[tuple[int, int, int, str]]:
@@ -129,10 +121,10 @@ def main() -> int:
         _run(check, cached)  # fills the private bytecode cache
         _run(version, cached)
         rows = parse_importtime(
-            _run([py, "-X", "importtime", "-c", f"import {mod}"], cached)[2].stderr
+            _run([py, "-X", "importtime", "-c", f"import {mod}"], cached).proc.stderr
         )
         report_imports(f"import {mod}", rows, args.top)
-        rows = parse_importtime(_run([py, "-X", "importtime", *check[1:]], cached)[2].stderr)
+        rows = parse_importtime(_run([py, "-X", "importtime", *check[1:]], cached).proc.stderr)
         report_imports("prover check, 1 site, --proofs-mode off", rows, args.top)
         figures = {"cached": cached, "off": _env(None)}
         print(f"\nbest of {args.repeat}, child CPU (user+sys) and wall seconds:")

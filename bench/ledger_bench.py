@@ -22,8 +22,6 @@ and their ratio (issue 15's target: `npuc compile` within 2x of `prover check`).
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from child_time import repeat_child  # noqa: E402
 from fusion_models import chain  # noqa: E402
 
 from npu_backend.codegen import generate  # noqa: E402
@@ -109,17 +108,7 @@ def onnx_chain(sites: int, path: Path, k: int = 16) -> None:
 
 def _child_cpu(argv: list[str], repeat: int) -> float:
     """Best CPU seconds (user + sys) of `python -m argv` over `repeat` runs."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = os.times()
-        p = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True)
-        t1 = os.times()
-        if p.returncode:
-            sys.exit(f"{' '.join(argv[:2])} failed: {p.stderr.strip()[-300:]}")
-        best = min(
-            best, t1.children_user - t0.children_user + t1.children_system - t0.children_system
-        )
-    return best
+    return min(r.cpu_s for r in repeat_child([sys.executable, "-m", *argv], repeat))
 
 
 def cli_figures(sites: int, repeat: int) -> tuple[float, float]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from child_time import repeat_child
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "examples" / "digits" / "digits_gemm_qop_s8s8_pc.onnx"
@@ -78,17 +78,8 @@ def batch_figures() -> dict[str, float]:
 
 def _timed(argv: list[str], repeat: int) -> tuple[float, float]:
     """Median wall and child CPU seconds of running `argv` `repeat` times."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        p = subprocess.run(argv, capture_output=True, cwd=ROOT)
-        walls.append(time.perf_counter() - t0)
-        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if p.returncode:
-            sys.exit(f"{argv} exited {p.returncode}: {p.stderr.decode().strip()}")
-        cpus.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
-    return statistics.median(walls), statistics.median(cpus)
+    runs = repeat_child(argv, repeat, cwd=ROOT)
+    return statistics.median(r.wall_s for r in runs), statistics.median(r.cpu_s for r in runs)
 
 
 def cli_figures(repeat: int) -> dict[str, tuple[float, float]]:
