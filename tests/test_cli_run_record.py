@@ -256,3 +256,41 @@ def test_only_the_newest_records_are_kept(env, capsys, monkeypatch):
     assert len(_runs(store)) == 2
     _, _, err = _signed(capsys, model, store, key, "--policy", "bounded:2")
     assert SERVED in err
+
+
+def _external_copy(tmp_path: Path) -> Path:
+    """matmul_sigmoid with every tensor in a side file `weights.bin`, in its own directory."""
+    d = tmp_path / "models"
+    d.mkdir()
+    m = onnx.load(ROOT / "examples" / "matmul_sigmoid.onnx")
+    onnx.save_model(m, d / "ext.onnx", save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)  # fmt: skip
+    return d / "ext.onnx"
+
+
+def test_external_data_is_read_from_the_models_directory(tmp_path, capsys, monkeypatch):
+    model = _external_copy(tmp_path)
+    monkeypatch.chdir(tmp_path)  # not the model's directory
+    rc = main(["check", str(model), "--no-progress", "--format", "json"])
+    out, _ = capsys.readouterr()
+    assert rc == 0 and json.loads(out)["summary"]["proven"] == 1
+    (model.parent / "weights.bin").unlink()
+    rc = main(["check", str(model), "--no-progress"])
+    _, err = capsys.readouterr()
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "weights.bin" in err
+
+
+def test_changed_external_data_is_checked_again(env, capsys, tmp_path):
+    _, store, key = env
+    model = _external_copy(tmp_path)
+    _signed(capsys, model, store, key)
+    rec = json.loads(_runs(store)[0].read_text())
+    assert list(rec["external"]) == ["weights.bin"]
+    _, _, err = _signed(capsys, model, store, key)
+    assert SERVED in err
+    data = model.parent / "weights.bin"
+    raw = bytearray(data.read_bytes())
+    raw[-1] ^= 1
+    data.write_bytes(bytes(raw))
+    _, _, err = _signed(capsys, model, store, key)
+    assert "external-data files changed" in err and SERVED not in err

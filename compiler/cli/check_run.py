@@ -8,7 +8,7 @@ store for the command-line tools; the report writers only see `compiler.report.m
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +70,7 @@ class CheckRun:
     policy: Any
     missing_proofs: list[str]
     store: Any = None
+    external_data: list[str] = field(default_factory=list)  # side files the model names
 
 
 def open_store(
@@ -134,7 +135,8 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
 
     policy = opts.policy if opts.policy is not None else Policy.parse("bitwise")
     solver = check_solver(opts.solver)
-    checked = check_model_file(model)
+    external: list[str] = []
+    checked = check_model_file(model, external)
     target = resolve_target(opts.target)
     profile = resolve_reference_option(opts.reference)
     store = open_store(opts.proofs, opts.proofs_mode, opts.proof_key_file, opts.recheck_budget_s)
@@ -163,7 +165,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     misses = missing_proofs(result, store)
     report.proof_misses = [why for _, why in misses]
     report.proof_records = served_records(result)
-    return CheckRun(report, result, target, policy, [h for h, _ in misses], store)
+    return CheckRun(report, result, target, policy, [h for h, _ in misses], store, external)
 
 
 def host_ops(result: CompileResult) -> list[Diagnostic]:

@@ -115,10 +115,13 @@ def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argpars
         return ExitCode.INTERNAL
 
 
-def check_model_file(path: str) -> Any:
+def check_model_file(path: str, external: list[str] | None = None) -> Any:
     """Load and validate an ONNX file once (`compiler.frontend.checked.CheckedModel`, which
     the compiler takes without checking again), raising `UsageError` naming what is wrong
-    (or `FrontendError` when strict shape inference fails, as the frontend would)."""
+    (or `FrontendError` when strict shape inference fails, as the frontend would).
+
+    Tensors stored in external-data files are read from the model's directory; their
+    locations are appended to `external` when it is given."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -140,6 +143,16 @@ def check_model_file(path: str) -> Any:
         ) from None
     if not model.HasField("graph") or len(model.graph.node) == 0:
         raise UsageError(f"not a valid ONNX model (no graph or no nodes; truncated?): {path}")
+    locations = external_data_locations(model)
+    if external is not None:
+        external.extend(locations)
+    if locations:  # weights in side files, named relative to the model
+        from onnx.external_data_helper import load_external_data_for_model
+
+        try:
+            load_external_data_for_model(model, str(p.parent))
+        except (OSError, ValueError, RuntimeError, onnx.checker.ValidationError) as e:
+            raise UsageError(f"external data of {path} cannot be read: {one_line(e)}") from None
     try:
         check_structure(model)
     except (onnx.checker.ValidationError, ValueError, RuntimeError) as e:
@@ -147,6 +160,34 @@ def check_model_file(path: str) -> Any:
         # of a corrupt file as UTF-8 before it can say anything about them.
         raise UsageError(f"invalid ONNX model {path}: {one_line(e)}") from None
     return infer(model)
+
+
+def external_data_locations(model: Any) -> list[str]:
+    """The side files (as named in the model, relative to its directory) holding tensors of
+    `model` (an `onnx.ModelProto`): initializers, Constant values and subgraphs' tensors."""
+    from onnx import AttributeProto, TensorProto
+
+    def tensors(graph: Any) -> Any:
+        yield from graph.initializer
+        for node in graph.node:
+            for a in node.attribute:
+                if a.type == AttributeProto.TENSOR:
+                    yield a.t
+                elif a.type == AttributeProto.TENSORS:
+                    yield from a.tensors
+                elif a.type == AttributeProto.GRAPH:
+                    yield from tensors(a.g)
+                elif a.type == AttributeProto.GRAPHS:
+                    for g in a.graphs:
+                        yield from tensors(g)
+
+    out = []
+    for t in tensors(model.graph):
+        if t.data_location == TensorProto.EXTERNAL:
+            loc = next((e.value for e in t.external_data if e.key == "location"), "")
+            if loc not in out:
+                out.append(loc)
+    return out
 
 
 def resolve_target(spec: str | None) -> Any:

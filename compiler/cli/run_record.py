@@ -9,7 +9,8 @@ fingerprint of everything the result depends on, HMAC-signed with the key
 (`prover.trust`). A later run with the same fingerprint prints that report instead of
 checking again. The fingerprint holds:
 
-- the model file's bytes (sha256) and the target file's, when a path names it;
+- the model file's bytes (sha256), those of every external-data file it names, and the
+  target file's, when a path names it;
 - every option that can change the report (policy, target, reference, solver, timeout,
   format, indent, synthesis, schedule strategy, proofs mode, recheck budget);
 - the tool: a hash of every file of `compiler/`, `prover/` and `npu_backend/` (sources,
@@ -33,6 +34,7 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +173,18 @@ def fingerprint(args: argparse.Namespace, key: bytes) -> dict[str, Any]:
     }
 
 
+def external_data(model: Path, locations: Sequence[str]) -> dict[str, str] | None:
+    """sha256 of each external-data file of `model` ("missing" if absent); None if none.
+    Serving takes the locations from the record (same model bytes, same locations)."""
+    if not locations:
+        return None
+    out = {}
+    for loc in locations:
+        p = model.parent / loc
+        out[loc] = _sha_file(p) if p.is_file() else "missing"
+    return out
+
+
 def _path(store: Path, fp: dict[str, Any]) -> Path:
     return (
         store / RUNS_DIR / (hashlib.sha256(canonical_json(fp).encode()).hexdigest()[:32] + ".json")
@@ -200,7 +214,7 @@ def serve(prog: str, args: argparse.Namespace) -> int | None:
         rec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    why = _invalid(rec, fp, key, Path(args.proofs))
+    why = _invalid(rec, fp, key, Path(args.proofs), Path(args.model))
     if why is not None:
         print(f"{prog}: ignoring run record {path}: {why}; checking again", file=sys.stderr)
         return None
@@ -217,7 +231,7 @@ def serve(prog: str, args: argparse.Namespace) -> int | None:
     return int(rec["exit_code"])
 
 
-def _invalid(rec: Any, fp: dict[str, Any], key: bytes, store: Path) -> str | None:
+def _invalid(rec: Any, fp: dict[str, Any], key: bytes, store: Path, model: Path) -> str | None:
     """Why `rec` must not be served for `fp` (None: serve it)."""
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
         return "not a run record of this format"
@@ -228,6 +242,9 @@ def _invalid(rec: Any, fp: dict[str, Any], key: bytes, store: Path) -> str | Non
         return "its fingerprint differs from this run's"
     if rec.get("exit_code") not in EXIT_CACHED or not isinstance(rec.get("output"), str):
         return "not the record of a complete check"
+    stored = rec.get("external")
+    if stored is not None and stored != external_data(model, list(stored)):
+        return "the model's external-data files changed"
     missing = [r for r in rec.get("records", []) if not os.path.isfile(os.path.join(store, r))]
     if missing:
         return f"{len(missing)} proof record(s) it relied on are gone from the store (first: {missing[0]})"
@@ -241,9 +258,11 @@ def save(
     stderr: list[str],
     records: list[Path],
     complete: bool,
+    locations: Sequence[str] = (),
 ) -> Path | None:
     """Write the signed run record of a finished check, where `applies` and the check is
-    `complete` (every site decided: nothing unknown, no gate miss) with exit 0 or 1."""
+    `complete` (every site decided: nothing unknown, no gate miss) with exit 0 or 1.
+    `locations`: the external-data files the model names (`common.external_data_locations`)."""
     if not (applies(args) and complete and exit_code in EXIT_CACHED):
         return None
     import tempfile
@@ -264,6 +283,7 @@ def save(
         "output": output,
         "stderr": list(stderr),
         "records": sorted(p.relative_to(store).as_posix() for p in records),
+        "external": external_data(Path(args.model), locations),
         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     body["signature"] = sign(key, body)
