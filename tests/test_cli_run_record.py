@@ -294,3 +294,12 @@ def test_changed_external_data_is_checked_again(env, capsys, tmp_path):
     data.write_bytes(bytes(raw))
     _, _, err = _signed(capsys, model, store, key)
     assert "external-data files changed" in err and SERVED not in err
+
+
+def test_the_same_model_under_another_path_is_checked_again(env, capsys, tmp_path):
+    model, store, key = env
+    _signed(capsys, model, store, key)
+    copy = tmp_path / "copy.onnx"
+    copy.write_bytes(model.read_bytes())
+    _, out, err = _signed(capsys, copy, store, key)
+    assert SERVED not in err and json.loads(out)["model"] == str(copy)

@@ -10,7 +10,8 @@ fingerprint of everything the result depends on, HMAC-signed with the key
 checking again. The fingerprint holds:
 
 - the model file's bytes (sha256), those of every external-data file it names, and the
-  target file's, when a path names it;
+  target file's, when a path names it; the model and store paths as given (reports name
+  them);
 - every option that can change the report (policy, target, reference, solver, timeout,
   format, indent, synthesis, schedule strategy, proofs mode, recheck budget);
 - the tool: a hash of every file of `compiler/`, `prover/` and `npu_backend/` (sources,
@@ -163,6 +164,7 @@ def fingerprint(args: argparse.Namespace, key: bytes) -> dict[str, Any]:
 
     return {
         "model": _sha_file(Path(args.model)),
+        "paths": {"model": args.model, "proofs": args.proofs},  # reports name them as given
         "options": _options(args),
         "target": _target(args.target),
         "tool": tool_fingerprint(),
