@@ -28,6 +28,7 @@ from compiler.ir.context import CheckOptions, CompileConfig, Context, PipelineSt
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.site import Diagnostic, Site
 from compiler.passes.pipeline import run_pipeline
+from compiler.proving.prove import start_workers
 from prover.verdict import Status
 
 
@@ -129,6 +130,7 @@ def compile_model(
         synthesis=bool(opts.pop("synthesis", synthesis)),
         progress=progress,
     )
+    start_workers(config.jobs)  # their start-up overlaps the frontend and legality work
     g, m = to_ir(model, reference=config.reference)
     return _run(g, Context(config, PipelineState(model=m, original=_snapshot(g))))
 

@@ -5,77 +5,285 @@ runs ONNX Runtime's thread pools is not safe either, so workers are *spawned*
 processes. Each obligation is decided exactly as `api.check` decides it alone:
 the verdicts (and counterexamples) do not depend on `jobs`.
 
-Starting a worker costs a fresh interpreter and the prover's imports, so the pool is
-started once per process and size and reused by every later call (shut down at exit);
-whether a batch is worth sending to it is the caller's choice (`compiler.proving.prove`).
+A spawned worker needs a fresh interpreter and the prover's imports (~0.15-0.3 s), so
+the workers are started once per process (`start`, which returns at once: a caller that
+knows it will have work starts them early, e.g. before reading a model) and reused by
+every later call. `check_many` never waits for a worker that is still starting: this
+process decides from the end of the batch while each *ready* worker is handed chunks
+from the front, shrinking as the batch runs out, so a slow or absent worker costs
+nothing but its own CPU. Workers are daemons, terminated (never awaited) at exit: one
+that was never used, or is still importing, does not delay the process's exit.
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
 import multiprocessing
+import signal
+import time
+import traceback
+from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from typing import Any
 
+from . import segments
 from .api import check
 from .errors import ProverError
 from .obligation import Obligation
 from .verdict import Verdict
 
-_pool: ProcessPoolExecutor | None = None
-_pool_size = 0
+Result = Verdict | ProverError
+
+MAX_CHUNK = 64  # obligations per hand-out at most (smaller as the batch runs out)
+SERVICE_S = 0.001  # how often this process looks for finished chunks while deciding its own
+_READY = "ready"
+
+# obligations decided "here" (in this process) and by "workers", over the process's life
+COUNTS: Counter[str] = Counter()
 
 
-def _decide(item: tuple[Obligation, dict[str, Any]]) -> Verdict | ProverError:
-    ob, options = item
+def prefetch(obligations: Sequence[Obligation]) -> int:
+    """Let `segments` compute the float-requantizer thresholds of a batch's epilogues in one
+    vectorised pass (`segments.prefetch`; verdicts do not depend on it); the chains cached."""
+    epilogues = [ob for ob in obligations if ob.kind == "epilogue"]
+    return segments.prefetch(epilogues) if len(epilogues) > 1 else 0
+
+
+def _decide(ob: Obligation, options: dict[str, Any]) -> Result:
     try:
         return check(ob, **options)
     except ProverError as e:  # returned, so the caller decides which errors are loud
         return e
 
 
-def pool(jobs: int) -> ProcessPoolExecutor:
-    """The process's worker pool of `jobs` spawned processes (started on first use)."""
-    global _pool, _pool_size
-    if _pool is None or _pool_size != jobs:
-        shutdown()
-        _pool = ProcessPoolExecutor(
-            max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
-        )
-        _pool_size = jobs
-    return _pool
+def decide_chunk(
+    obligations: Sequence[Obligation], options: dict[str, Any], pre: bool = False
+) -> list[Result]:
+    """`check(ob, **options)` for each obligation here (thresholds prefetched if `pre`)."""
+    if pre:
+        prefetch(obligations)
+    return [_decide(ob, options) for ob in obligations]
+
+
+@dataclass
+class _Failure:
+    """An exception a worker raised that is not a `ProverError` (a bug): re-raised here."""
+
+    error: BaseException | None
+    text: str
+
+
+def _serve(conn: Connection) -> None:
+    """A worker: say ready (the prover is imported with this module), then decide the
+    chunks sent until told to stop (None) or the parent goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    conn.send(_READY)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        key, obligations, options, pre = msg
+        try:
+            out: Any = decide_chunk(obligations, options, pre)
+        except BaseException as e:  # noqa: BLE001 - sent to the parent, which re-raises it
+            out = _Failure(e, traceback.format_exc())
+            try:
+                conn.send((key, out))
+            except Exception:  # noqa: BLE001 - the exception itself does not pickle
+                conn.send((key, _Failure(None, out.text)))
+            continue
+        conn.send((key, out))
+
+
+@dataclass
+class _Worker:
+    process: BaseProcess
+    conn: Connection
+    ready: bool = False
+    chunk: tuple[int, int] | None = None  # [lo, hi) of the batch being decided there
+
+
+_workers: list[_Worker] = []
+
+
+def start(workers: int) -> None:
+    """Start `workers` spawned worker processes unless that many are already running;
+    returns without waiting for them to be ready."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if len(_workers) == workers and all(w.process.is_alive() for w in _workers):
+        return
+    shutdown()
+    ctx = multiprocessing.get_context("spawn")
+    for _ in range(workers):
+        mine, theirs = ctx.Pipe(duplex=True)
+        p = ctx.Process(target=_serve, args=(theirs,), daemon=True, name="prover-worker")
+        p.start()
+        theirs.close()
+        _workers.append(_Worker(p, mine))
+
+
+def running() -> int:
+    """The number of worker processes started and not yet stopped."""
+    return len(_workers)
+
+
+def ready() -> int:
+    """The number of workers that have finished starting (polled, never waited for)."""
+    for w in _workers:
+        if not w.ready and w.conn.poll():
+            _receive(w, [])
+    return sum(w.ready for w in _workers)
+
+
+def wait_ready(timeout_s: float) -> int:
+    """Wait up to `timeout_s` for every worker to be ready; the number ready (for callers
+    that want a warm pool before timing or testing, never on the deciding path)."""
+    deadline = time.monotonic() + timeout_s
+    while (n := ready()) < len(_workers) and time.monotonic() < deadline:
+        wait([w.conn for w in _workers if not w.ready], deadline - time.monotonic())
+    return n
 
 
 def shutdown() -> None:
-    """Stop the worker pool, if one was started."""
-    global _pool, _pool_size
-    if _pool is not None:
-        _pool.shutdown(wait=True, cancel_futures=True)
-    _pool, _pool_size = None, 0
+    """Stop every worker at once (terminated: none is waited for while it starts)."""
+    for w in _workers:
+        if w.process.is_alive():
+            w.process.terminate()
+    for w in _workers:
+        w.process.join(timeout=5)
+        w.conn.close()
+    _workers.clear()
 
 
 atexit.register(shutdown)
 
 
+def _drop(w: _Worker) -> None:
+    """Forget a worker that died (its chunk, if any, is decided here by the caller)."""
+    if w.process.is_alive():
+        w.process.terminate()
+    w.process.join(timeout=5)
+    w.conn.close()
+    _workers.remove(w)
+
+
+def _receive(w: _Worker, results: list[Any]) -> tuple[int, int] | None:
+    """Read one message from `w` (it must have one): a chunk's results are stored into
+    `results`. Returns the chunk to decide here instead if `w` died."""
+    try:
+        msg = w.conn.recv()
+    except (EOFError, OSError):
+        lost = w.chunk
+        _drop(w)
+        return lost
+    if msg == _READY:
+        w.ready = True
+        return None
+    (lo, hi), out = msg
+    if isinstance(out, _Failure):
+        if out.error is not None:
+            raise out.error
+        raise RuntimeError(f"a prover worker failed:\n{out.text}")
+    results[lo:hi] = out
+    w.chunk = None
+    return None
+
+
+def _size(left: int, jobs: int) -> int:
+    """Guided chunk size: large while much is left, down to 1 at the end (balance)."""
+    return max(1, min(MAX_CHUNK, left // (2 * jobs)))
+
+
+class _Batch:
+    """One `check_many` call: workers take chunks from the front, this process from the back."""
+
+    def __init__(
+        self, items: list[Obligation], jobs: int, options: dict[str, Any], pre: bool
+    ) -> None:
+        self.items, self.jobs, self.options, self.pre = items, jobs, options, pre
+        self.results: list[Any] = [None] * len(items)
+        self.front, self.back = 0, len(items)
+        self.lost: list[tuple[int, int]] = []  # chunks of workers that died
+        self.next_service = 0.0
+
+    def service(self) -> None:
+        """Collect what workers have finished; hand each ready, idle worker a chunk."""
+        self.next_service = time.perf_counter() + SERVICE_S
+        for w in [w for w in _workers if w.conn.poll()]:
+            if (lost := _receive(w, self.results)) is not None:
+                self.lost.append(lost)
+        for w in _workers:
+            if w.ready and w.chunk is None and self.front < self.back:
+                n = _size(self.back - self.front, self.jobs)
+                w.chunk = (self.front, self.front + n)
+                chunk = [_slim(ob) for ob in self.items[self.front : self.front + n]]
+                w.conn.send((w.chunk, chunk, self.options, self.pre))
+                self.front += n
+                COUNTS["workers"] += n
+
+    def decide_here(self, lo: int, hi: int) -> None:
+        """Decide items [lo, hi) in this process, servicing the workers between them."""
+        if self.pre:
+            prefetch(self.items[lo:hi])
+        for i in range(lo, hi):
+            self.results[i] = _decide(self.items[i], self.options)
+            if time.perf_counter() >= self.next_service:
+                self.service()
+        COUNTS["here"] += hi - lo
+
+    def run(self) -> list[Any]:
+        while True:
+            self.service()
+            if self.lost:
+                self.decide_here(*self.lost.pop())
+            elif self.front < self.back:
+                n = _size(self.back - self.front, self.jobs)
+                self.back -= n
+                self.decide_here(self.back, self.back + n)
+            elif busy := [w.conn for w in _workers if w.chunk is not None]:
+                wait(busy)
+            else:
+                return self.results
+
+
+def _slim(ob: Obligation) -> Obligation:
+    """`ob` without its cached canonical text (most of its pickle; rebuilt if needed),
+    keeping the cached hash."""
+    if "canonical" not in vars(ob):
+        return ob
+    c = copy.copy(ob)
+    del vars(c)["canonical"]
+    return c
+
+
 def check_many(
-    obligations: Sequence[Obligation], jobs: int = 1, **options: Any
+    obligations: Sequence[Obligation], jobs: int = 1, *, prefetch: bool = False, **options: Any
 ) -> list[Verdict | ProverError]:
     """`check(ob, **options)` for each obligation, in `jobs` processes (this one and
-    `jobs - 1` workers); results in order.
+    `jobs - 1` workers, started here if `start` was not called); results in order.
+    `prefetch`: compute the float-requantizer thresholds of each chunk in one vectorised
+    pass first (for `segments`; verdicts do not depend on it).
 
     A `ProverError` is returned in place of its verdict (never swallowed: the
-    caller sees it); any other exception propagates.
+    caller sees it); any other exception propagates. This process never waits for a
+    worker that is not ready: the batch may well be decided here alone.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    items = [(ob, dict(options)) for ob in obligations]
+    items = list(obligations)
     if jobs == 1 or len(items) < 2:
-        return [_decide(it) for it in items]
-    # The calling process is one of the `jobs`: it decides the first share itself while
-    # `jobs - 1` workers (one fewer to start) decide the rest.
-    own = len(items) // jobs
-    chunk = max(1, (len(items) - own) // (4 * (jobs - 1)))  # few round trips, balanced
-    theirs = pool(jobs - 1).map(_decide, items[own:], chunksize=chunk)
-    mine = [_decide(it) for it in items[:own]]
-    return mine + list(theirs)
+        return decide_chunk(items, options, prefetch)
+    start(jobs - 1)
+    try:
+        return _Batch(items, jobs, options, prefetch).run()
+    except BaseException:
+        shutdown()  # workers may hold chunks of this batch: none may answer a later one
+        raise

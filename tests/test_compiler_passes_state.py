@@ -80,14 +80,20 @@ def test_kept_obligations_follow_the_site_groups_not_their_ids():
     assert [ob.hash for ob, *_ in again] == [ob.hash for ob, *_ in first]
 
 
-def test_small_work_never_starts_workers(monkeypatch):
+def test_small_work_never_starts_workers_that_were_not_started_early(monkeypatch):
+    import prover.parallel as par
+
     def no_pool(*a, **k):
         raise AssertionError("worker pool started for a few millisecond obligations")
 
-    monkeypatch.setattr("prover.parallel.check_many", no_pool)
+    par.shutdown()
+    monkeypatch.setattr("compiler.api.start_workers", lambda jobs: None)
+    monkeypatch.setattr(par, "check_many", no_pool)
+    monkeypatch.setattr(par, "start", no_pool)
     one = compile_model(two_sites(), "bitwise", FLOAT, jobs=1)
     two = compile_model(two_sites(), "bitwise", FLOAT, jobs=2)
     assert [s.verdict for s in one.sites] == [s.verdict for s in two.sites]
+    assert par.running() == 0
 
 
 def test_large_work_goes_to_workers_with_the_same_verdicts(monkeypatch):
@@ -95,22 +101,22 @@ def test_large_work_goes_to_workers_with_the_same_verdicts(monkeypatch):
     import prover.parallel as par
 
     real_many, real_check = par.check_many, par.check
-    monkeypatch.setattr(prove, "SAMPLE_S", 0.0)
-    monkeypatch.setattr(prove, "WORKER_START_S", 0.0)
     monkeypatch.setattr(
         par, "check_many", lambda obs, j, **o: sent.append(len(obs)) or real_many(obs, j, **o)
     )
     monkeypatch.setattr(
         par, "check", lambda ob, **o: decided_by.add(ob.hash) or real_check(ob, **o)
     )
+    par.start(1)
+    assert par.wait_ready(60) == 1  # a ready worker is always handed the first chunk
     # per-channel scales: one obligation per column; refuted on the fixed-point target
     m = matmul_activation(K=16, N=6, M=1, per_channel=True)
     two = compile_model(m, "bitwise", FIXED, jobs=2, synthesis=False)
     one = compile_model(m, "bitwise", FIXED, jobs=1, synthesis=False)
     n = len(two.sites[0].obligations)
-    assert n >= 4 and sent == [n - 1]  # the first measured in process, the rest shared
-    # this process took its share; a spawned worker (whose calls are not seen here) the rest
-    assert 0 < len(decided_by) < n - 1 and par._pool is not None
+    assert n >= 4 and sent == [n]  # workers started early: the whole batch is shared
+    # this process took its share; the spawned worker (whose calls are not seen here) the rest
+    assert 0 < len(decided_by) < n and par.running() == 1
     for a, b in zip(one.sites, two.sites, strict=True):
         assert (a.verdict, a.obligation_hash, a.max_diff, a.obligations) == (
             b.verdict,

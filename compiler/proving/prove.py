@@ -6,8 +6,9 @@
 - `check`: one obligation decided (store lookup, then the decision procedures) through
   `prover.api.check`, once per hash per run (`state.verdicts`).
 - `decide_all`: many obligations at once, their float-requantizer thresholds prefetched
-  in one vectorised pass (`prefetch`); worker processes only when the work measured on
-  the first ones says they pay for themselves (`prover.parallel`).
+  in one vectorised pass (`prefetch`); shared with worker processes when they were started
+  early (`start_workers`), else only when the work measured on the first ones says they
+  pay for starting them (`prover.parallel`).
 - `lift_reported`: refutations are decided without lifting their witness to an input
   row; only the one a site reports is lifted (and stored), in obligation order.
 - `COUNTS`: how many obligations this process decided ("decided"), served from the
@@ -164,7 +165,7 @@ def _count(v: Any) -> None:
 
 def workers_pay(per_s: float, rest: int, jobs: int) -> bool:
     """Whether `rest` obligations at `per_s` seconds each finish sooner with `jobs - 1`
-    workers started (`WORKER_START_S` each, in parallel) than all decided here."""
+    workers started now (`WORKER_START_S`, in parallel) than all decided here."""
     return jobs > 1 and per_s * rest * (1 - 1 / jobs) > WORKER_START_S
 
 
@@ -180,35 +181,56 @@ def prefetch(obligations: Sequence[Obligation], ctx: Context) -> int:
     return seg_prefetch(epilogues)
 
 
+def start_workers(jobs: int) -> None:
+    """Start the `jobs - 1` worker processes now, without waiting for them (a caller that
+    will decide obligations starts them early so their start-up overlaps its own work)."""
+    if jobs > 1:
+        from prover.parallel import start
+
+        start(jobs - 1)
+
+
 def decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
     """Decide every obligation not yet decided (results in `ctx.state.verdicts`).
 
-    With `jobs > 1`, obligations are decided here until `SAMPLE_S` has passed; the rest
-    goes to the worker pool only if, at the rate measured, it would take longer than
-    starting the workers. Verdicts do not depend on where an obligation was decided.
+    With `jobs > 1` and workers already started (`start_workers`), the batch is shared
+    with them (`prover.parallel.check_many`: this process never waits for one that is
+    still starting). Without, obligations are decided here until `SAMPLE_S` has passed;
+    the rest goes to workers started then only if, at the rate measured, it would take
+    longer than starting them. Verdicts do not depend on where an obligation was decided.
     """
     todo = list({ob.hash: ob for ob in obligations if ob.hash not in ctx.state.verdicts}.values())
-    prefetch(todo, ctx)
     jobs = ctx.config.jobs
-    t0 = time.perf_counter()
-    done = 0
-    while done < len(todo):
-        if jobs > 1 and done and time.perf_counter() - t0 >= SAMPLE_S:
-            break
-        check(todo[done], ctx)
-        done += 1
-    rest = todo[done:]
-    if not rest:
+    if jobs > 1 and len(todo) > 1:
+        from prover import parallel
+
+        rest = todo
+        if parallel.running() != jobs - 1:
+            prefetch(todo, ctx)
+            t0 = time.perf_counter()
+            done = 0
+            while done < len(todo) and (not done or time.perf_counter() - t0 < SAMPLE_S):
+                check(todo[done], ctx)
+                done += 1
+            rest = todo[done:]
+            if not workers_pay((time.perf_counter() - t0) / done, len(rest), jobs):
+                for ob in rest:
+                    check(ob, ctx)
+                return
+        for ob, v in zip(rest, _share(rest, jobs, ctx), strict=True):
+            _count(v)
+            ctx.state.verdicts[ob.hash] = _loud(v)
         return
-    if not workers_pay((time.perf_counter() - t0) / done, len(rest), jobs):
-        for ob in rest:
-            check(ob, ctx)
-        return
+    prefetch(todo, ctx)
+    for ob in todo:
+        check(ob, ctx)
+
+
+def _share(obligations: list[Obligation], jobs: int, ctx: Context) -> list[Any]:
     from prover.parallel import check_many
 
-    for ob, v in zip(rest, check_many(rest, jobs, **_options(ctx)), strict=True):
-        _count(v)
-        ctx.state.verdicts[ob.hash] = _loud(v)
+    pre = ctx.config.check.solver in PREFETCHING_SOLVERS
+    return check_many(obligations, jobs, prefetch=pre, **_options(ctx))
 
 
 def lift_reported(verdicts: list[tuple[Any, Any, Any, Any]], ctx: Context) -> list:
