@@ -34,6 +34,7 @@ from .semantics import (
     node_term,
     qlinear_binary_column_table,
     qlinear_binary_params,
+    requant_scale,
     requant_term,
 )
 from .site import Site
@@ -257,11 +258,10 @@ def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]
     # A column's epilogue depends on j only through its requantization scale and its bias
     # (constant, reference table): columns sharing those are built once, not once each.
     built: dict[tuple, tuple[str, PostProcess, int]] = {}
-    per_col_scale = stage == -1 and isinstance(c.attrs["requant"]["scale"], tuple | list)
     per_col_table = bias is not None and bias.tables is not None and len(bias.tables) > 1
     for j in range(n_cols):
         key = (
-            c.attrs["requant"]["scale"][j] if per_col_scale else None,
+            requant_scale(c.attrs["requant"], j) if stage == -1 else None,
             None if bias is None else bias.const_of(j),
             j if per_col_table else None,
         )
@@ -273,7 +273,7 @@ def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]
         if stage == -1:
             rq_ir = c.attrs["requant"]
             before = requant_term(acc, rq_ir, j)
-            scale = rq_ir["scale"][j] if isinstance(rq_ir["scale"], tuple) else rq_ir["scale"]
+            scale = requant_scale(rq_ir, j)
             if bias is not None and not two_rounding:
                 offset, scale = folded_bias(bias, scale, j)
                 rq = requant_from_scale(scale, bias.c_zp, rq_ir["out"], caps.requant_scheme)

@@ -26,13 +26,19 @@ from .graph import Graph, Node
 ELEMENTWISE = ("requantize", "clip", "lut", "identity", "reshape", "transpose")
 
 
+def requant_scale(rq: Mapping[str, Any], column: int = 0) -> float:
+    """The float scale of requantization dict `rq` for output `column` (`scale` holds one
+    per column, or one for every column)."""
+    scale = rq["scale"]
+    return float(scale[column] if np.ndim(scale) else scale)
+
+
 def requant_term(x: Term, rq: Mapping[str, Any], column: int = 0) -> Term:
     """A requantization dict (`scheme`, params, `zp`, `out`) as a kernel term."""
     scheme = rq["scheme"]
     if scheme == "float":
-        scale = rq["scale"]
-        s = scale[column] if isinstance(scale, tuple | list) else scale
-        return op("requant_float", x, scale=float(s), zp=int(rq["zp"]), out=rq["out"])
+        s = requant_scale(rq, column)
+        return op("requant_float", x, scale=s, zp=int(rq["zp"]), out=rq["out"])
     prim = {"double": "requant_double", "single": "requant_single"}[scheme]
     return op(
         prim,
@@ -125,12 +131,11 @@ def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarra
 
 def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
     """Columns grouped by identical requantization parameters (per-channel scales)."""
-    scale = rq.get("scale")
-    if not isinstance(scale, tuple | list):
+    if np.ndim(rq.get("scale")) == 0:
         return [tuple(range(n_cols))]
     groups: dict[float, list[int]] = {}
     for j in range(n_cols):
-        groups.setdefault(float(scale[j]), []).append(j)
+        groups.setdefault(requant_scale(rq, j), []).append(j)
     return [tuple(v) for v in groups.values()]
 
 

@@ -27,7 +27,7 @@ from compiler.ir.context import Context
 from compiler.ir.epilogue import SCHEME_OF, lut_spec_of
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
-from compiler.ir.semantics import node_term, requant_groups, requant_term
+from compiler.ir.semantics import node_term, requant_groups, requant_scale, requant_term
 from compiler.ir.site import Diagnostic
 from compiler.ort.host import host_model, submodel
 from compiler.proving import prove
@@ -151,7 +151,7 @@ class Lowerer:
         posts: list[PostProcess | None] = [None] * N
         ok, code, msg = True, "", ""
         for cols in requant_groups(rq, N):
-            scale = rq["scale"][cols[0]] if isinstance(rq["scale"], tuple) else rq["scale"]
+            scale = requant_scale(rq, cols[0])
             try:
                 p = PostProcess(requant_from_scale(scale, rq["zp"], rq["out"], caps.requant_scheme))
             except KernelError as e:

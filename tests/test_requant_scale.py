@@ -1,0 +1,60 @@
+"""`compiler.ir.semantics.requant_scale`: a requantization's scale for one output column,
+read the same way by the IR's meaning (`requant_term`, `requant_groups`), both sides of a
+fused epilogue (`epilogue.build_columns`) and lowering. The copies it replaced differed:
+the `before` side took a list of per-column scales, the `after` side and lowering only a
+tuple (a list would have reached the target's requantizer whole)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler.api import compile_model
+from compiler.ir.epilogue import build_columns
+from compiler.ir.semantics import requant_groups, requant_scale, requant_term
+from npu_backend.target import load_target
+from prover.terms import Var
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits"
+FORMS = {"tuple": tuple, "list": list, "array": np.array}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_per_column_forms_agree(form):
+    scales = (0.5, 0.25, 0.5, 0.125)
+    rq = {"scheme": "float", "scale": FORMS[form](scales), "zp": 3, "out": "int8"}
+    assert [requant_scale(rq, j) for j in range(4)] == list(scales)
+    assert requant_groups(rq, 4) == [(0, 2), (1,), (3,)]
+    terms = [requant_term(Var("acc"), rq, j) for j in range(4)]
+    assert terms[0] == terms[2] and terms[0] != terms[1]
+
+
+def test_one_scale_for_every_column():
+    rq = {"scheme": "float", "scale": 0.5, "zp": 0, "out": "uint8"}
+    assert [requant_scale(rq, j) for j in (0, 7)] == [0.5, 0.5]
+    assert requant_groups(rq, 3) == [(0, 1, 2)]
+    fixed = {"scheme": "double", "multiplier": 1 << 30, "shift": 0, "zp": 0, "out": "int8"}
+    assert requant_groups(fixed, 2) == [(0, 1)]
+
+
+@pytest.mark.parametrize("target", ["npu_float", "npu_fixed"])
+def test_fused_epilogue_reads_per_column_scales_in_any_form(target):
+    """The per-channel digits site's column groups (both sides) are the same whether its
+    scales are a tuple (as the frontend stores them), a list or an array."""
+    t = load_target(ROOT / "npu_backend" / "targets" / f"{target}.toml")
+    r = compile_model(DIGITS / "digits_matmul_qop_s8s8_pc.onnx", "bitwise", t, synthesis=False)
+    site = next(s for s in r.sites if s.compute.attrs.get("requant") is not None)
+    rq = site.compute.attrs["requant"]
+    assert isinstance(rq["scale"], tuple) and len(set(rq["scale"])) > 1
+    want = build_columns(site, t)
+    assert len(want) > 1  # per-channel scales: more than one group
+    for form in ("list", "array"):
+        site.compute.attrs["requant"] = {**rq, "scale": FORMS[form](rq["scale"])}
+        got = build_columns(site, t)
+        assert [(g.columns, g.before, g.post, g.acc_offset) for g in got] == [
+            (g.columns, g.before, g.post, g.acc_offset) for g in want
+        ], form
+    site.compute.attrs["requant"] = rq
