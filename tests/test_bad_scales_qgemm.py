@@ -50,7 +50,10 @@ def _model(
     inputs = [oh.make_tensor_value_info("x", TP.INT8, [4, 2] if trans_a else [2, 4])]
     ms = {"domain": "com.microsoft"}
     if op in ("QGemm", "QLinearMatMul"):
-        inits.append(init("W", np.arange(12).reshape(4, 3) % 5 - 2, np.int8))
+        if dynamic_b:
+            inputs.append(oh.make_tensor_value_info("W", TP.INT8, [4, 3]))
+        else:
+            inits.append(init("W", np.arange(12).reshape(4, 3) % 5 - 2, np.int8))
         ins = ["x", "s_a", "z_a", "W", "s_b", "z_b"]
         if op == "QGemm":
             attrs = {"transA": 1} if trans_a else {}
@@ -98,16 +101,49 @@ def test_good_scales_are_read(op):
     assert any("n" in node.origin for node in g.nodes)
 
 
+def _conv3x3(y_scale: float) -> onnx.ModelProto:
+    """QLinearConv with a 3x3 kernel (no NPU form: the host runs it) named 'n'."""
+    f32, i8 = np.float32, np.int8
+    inits = [
+        nh.from_array(np.asarray(v, dtype=t), name)
+        for name, v, t in [
+            ("s_a", 0.1, f32), ("z_a", 0, i8), ("W", np.ones((2, 3, 3, 3)), i8),
+            ("s_b", 0.05, f32), ("z_b", 0, i8), ("s_y", y_scale, f32), ("z_y", 0, i8),
+        ]
+    ]  # fmt: skip
+    ins = ["x", "s_a", "z_a", "W", "s_b", "z_b", "s_y", "z_y"]
+    g = oh.make_graph(
+        [oh.make_node("QLinearConv", ins, ["o"], name="n")],
+        "g",
+        [oh.make_tensor_value_info("x", TP.INT8, [1, 3, 4, 4])],
+        [oh.make_tensor_value_info("o", TP.INT8, [1, 2, 2, 2])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 20)])
+    m.ir_version = 10
+    return m
+
+
 @pytest.mark.parametrize(
-    "op,kw", [("QGemm", {"trans_a": True}), ("QLinearAdd", {"dynamic_b": True})]
+    "op,kw",
+    [
+        ("QGemm", {"trans_a": True}),
+        ("QLinearAdd", {"dynamic_b": True}),
+        ("QLinearMatMul", {"dynamic_b": True}),
+        ("QLinearConv", {}),
+    ],
 )
 def test_bad_scale_is_bad_input_on_a_form_the_host_runs(op, kw):
     """With valid scales this form is kept on the host; a zero scale is still bad input."""
-    g, _ = to_ir(_model(op, OK, **kw))
+
+    def build(scales):
+        return _conv3x3(scales["y"]) if op == "QLinearConv" else _model(op, scales, **kw)
+
+    g, _ = to_ir(build(OK))
     hosted = [x for x in g.nodes if x.op == "host_onnx"]
     assert hosted and "placement" in hosted[0].attrs
     with pytest.raises(FrontendError, match=r"node 'n' .*'s_y' holds 0\.0") as e:
-        to_ir(_model(op, {**OK, "y": 0.0}, **kw))
+        to_ir(build({**OK, "y": 0.0}))
     assert getattr(e.value, "bad_input", False)
 
 

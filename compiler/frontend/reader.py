@@ -643,6 +643,7 @@ class _Builder:
 
     def qlinear_matmul(self, n: onnx.NodeProto) -> None:
         self.ort_kernel_types(n, 3, 7)
+        self.positive_scales(n, {1: "a_scale", 4: "b_scale", 6: "y_scale"})  # before any form
         self.attrs(n)
         at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
         a = self.value(n, n.input[0])
@@ -669,7 +670,6 @@ class _Builder:
         y_zero_point array), float32 scales and a scalar y_zero_point checked."""
         a, b = names
         self.float32_scales(n, {1: f"{a}_scale", 4: f"{b}_scale", 6: "y_scale"})
-        self.positive_scales(n, {1: f"{a}_scale", 4: f"{b}_scale", 6: "y_scale"})
         a_scale = self.scalar(n, 1, f"{a}_scale")
         a_zp = int(self.scalar(n, 2, f"{a}_zero_point"))
         b_scale = self.column_param(n, 4, f"{b}_scale", N)
@@ -702,6 +702,7 @@ class _Builder:
     def qlinear_conv(self, n: onnx.NodeProto) -> None:
         """Pointwise (1x1) QLinearConv: a matmul over channels, channel axis 1 (NCHW)."""
         self.ort_kernel_types(n, 3, 7)
+        self.positive_scales(n, {1: "x_scale", 4: "w_scale", 6: "y_scale"})  # before any form
         at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
         x = self.value(n, n.input[0])
         W = self.const(n, 3, "weights")
