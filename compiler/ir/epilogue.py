@@ -42,6 +42,20 @@ from .site import Site
 SCHEME_OF = {"double": "fixed_double", "single": "fixed_single", "float": "float32"}
 
 
+def requant_params(n: Node) -> RequantParams:
+    """The NPU requantizer computing `requantize` node `n` as it is (its own scheme and
+    parameters), for a fused epilogue stage or the standalone unit."""
+    a = n.attrs
+    return RequantParams(
+        SCHEME_OF[a["scheme"]],
+        int(a["zp"]),
+        a["out"],
+        scale=a.get("scale"),
+        multiplier=a.get("multiplier"),
+        shift=a.get("shift"),
+    )
+
+
 @dataclass
 class ColumnGroup:
     """Output columns sharing one epilogue: `before`/`post` over `Var('acc')`."""
@@ -281,15 +295,7 @@ def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]
                 rq = requant_from_scale(scale, rq_ir["zp"], rq_ir["out"], caps.requant_scheme)
         else:
             before = acc
-            a = site.chain[stage].attrs
-            rq = RequantParams(
-                SCHEME_OF[a["scheme"]],
-                int(a["zp"]),
-                a["out"],
-                scale=a.get("scale"),
-                multiplier=a.get("multiplier"),
-                shift=a.get("shift"),
-            )
+            rq = requant_params(site.chain[stage])
         before = before_term(site, before, j)
         add_p = add_stage(bias, j, caps.add_fma) if two_rounding else None
         post = PostProcess(

@@ -24,7 +24,7 @@ from compiler.errors import CompilerError
 from compiler.ir import npu_step
 from compiler.ir.accumulator import acc_range
 from compiler.ir.context import Context
-from compiler.ir.epilogue import SCHEME_OF, lut_spec_of
+from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, requant_params
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import node_term, requant_groups, requant_scale, requant_term
@@ -43,7 +43,7 @@ from npu_backend.lowered import (
     NpuRequant,
     TensorSpec,
 )
-from npu_backend.postprocess import LutParams, PostProcess, RequantParams
+from npu_backend.postprocess import LutParams, PostProcess
 from npu_backend.target import requant_from_scale
 from npu_backend.validate import validate_step
 from prover.domain import KernelError
@@ -263,14 +263,7 @@ class Lowerer:
             )
             self.steps.append(host)
             return
-        rq = RequantParams(
-            scheme,
-            int(a["zp"]),
-            a["out"],
-            scale=a.get("scale"),
-            multiplier=a.get("multiplier"),
-            shift=a.get("shift"),
-        )
+        rq = requant_params(n)
         ok, code, msg = self.prove(
             n, "lowering", node_term(n, Var("x")), rq.term(Var("x")), {"x": (it.min, it.max)}
         )
