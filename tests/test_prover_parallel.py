@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import onnx
+import pytest
+from models import matmul_activation
+
+import prover.parallel as par
+from compiler.api import compile_model
 from prover.errors import VacuousObligation
 from prover.obligation import Obligation
 from prover.parallel import check_many
@@ -77,3 +87,135 @@ def test_cli_jobs_does_not_change_the_report(tmp_path):
         reports.append(sites)
     assert reports[0] == reports[1]
     assert [s["verdict"] for s in reports[0]] == ["proven", "refuted", "rejected", "rejected"]
+
+
+# --- workers started early (`start`), shared batches, exit --------------------------------
+
+SLOW_START = """
+import sys, time
+if "--multiprocessing-fork" in sys.argv:  # a spawned worker: as if its imports took a minute
+    time.sleep(60)
+"""
+
+
+def _slow_start_env(tmp_path: Path) -> dict[str, str]:
+    """An environment in which every spawned worker needs 60 s to start."""
+    (tmp_path / "sitecustomize.py").write_text(SLOW_START)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+
+
+def test_a_worker_still_starting_delays_neither_the_batch_nor_the_exit(tmp_path):
+    """--jobs 2 on a 1-site model and on a 64-column one: the early-started worker never
+    becomes ready; the process decides everything itself and exits at once (terminating
+    it), with the verdicts --jobs 1 gives."""
+    model = tmp_path / "pc64.onnx"
+    onnx.save(matmul_activation(K=16, N=64, M=1, per_channel=True), model)
+    reports = {}
+    for name, jobs, env in (("one", "1", None), ("two", "2", _slow_start_env(tmp_path))):
+        out = tmp_path / f"{name}.json"
+        argv = [sys.executable, "-m", "compiler.cli.prover", "check", str(model)]
+        argv += ["--target", "npu_backend/targets/npu_float.toml", "--proofs-mode", "off"]
+        argv += ["--format", "json", "-o", str(out), "--jobs", jobs, "--no-progress"]
+        # 60 s per worker start: finishing well within it means nobody waited for one
+        p = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=45)
+        assert p.returncode == 0, p.stderr
+        sites = json.loads(out.read_text())["sites"]
+        for s in sites:
+            s.pop("time_ms")
+        reports[name] = sites
+    assert reports["one"] == reports["two"]
+    assert [s["verdict"] for s in reports["one"]] == ["proven"]
+
+
+def test_an_unused_early_worker_is_terminated_at_exit_not_awaited(tmp_path):
+    script = (
+        "import prover.parallel as par\n"
+        "par.start(1)\n"
+        "print(par._workers[0].process.pid, flush=True)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=_slow_start_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=45,
+    )
+    assert p.returncode == 0, p.stderr
+    pid = int(p.stdout.split()[0])
+    try:  # terminated and reaped by its parent: no such process any more
+        os.kill(pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive
+
+
+def _verdict_keys(r):
+    (s,) = r.sites
+    vs = [r.context.state.verdicts[h] for h in s.obligations]
+    return [s.verdict, s.obligation_hash, *(_key(v) for v in vs)]
+
+
+def _shared_per_channel(n: int, target: str) -> None:
+    m = matmul_activation(K=16, N=n, M=1, per_channel=True)
+    par.start(1)
+    assert par.wait_ready(60) == 1
+    before = par.COUNTS["workers"]
+    two = compile_model(m, "bitwise", target, jobs=2, synthesis=False)
+    shared = par.COUNTS["workers"] - before
+    one = compile_model(m, "bitwise", target, jobs=1, synthesis=False)
+    assert len(one.sites[0].obligations) == n  # one obligation per column
+    assert 0 < shared < n  # the worker and this process both decided some
+    assert _verdict_keys(one) == _verdict_keys(two)
+
+
+def test_a_shared_per_channel_batch_gives_the_verdicts_of_one_process():
+    _shared_per_channel(128, "npu_backend/targets/npu_fixed.toml")  # refuted columns
+
+
+@pytest.mark.slow
+def test_the_2048_column_model_gives_the_same_verdicts_with_a_worker():
+    _shared_per_channel(2048, "npu_backend/targets/npu_float.toml")
+
+
+def test_a_worker_that_dies_holding_a_chunk_is_replaced_by_this_process(monkeypatch):
+    obs = _obligations()[:4] * 8  # 32 obligations, four distinct
+    par.start(1)
+    assert par.wait_ready(60) == 1
+    real = par._Batch.service
+    killed = []
+
+    def service(self):
+        real(self)
+        held = [w for w in par._workers if w.chunk is not None]
+        if held and not killed:
+            os.kill(held[0].process.pid, signal.SIGKILL)
+            held[0].process.join()
+            killed.append(held[0].chunk)
+
+    monkeypatch.setattr(par._Batch, "service", service)
+    got = check_many(obs, jobs=2, timeout_s=10.0)
+    assert killed and par.running() == 0  # the dead worker was dropped
+    assert [_key(v) for v in got] == [_key(v) for v in check_many(obs, jobs=1, timeout_s=10.0)]
+
+
+def test_an_exception_in_a_worker_reaches_the_caller():
+    """The worker loop itself (`_serve`, here in a thread over a pipe): a chunk whose
+    options make `check` raise a TypeError comes back as a failure that re-raises it."""
+    mine, theirs = multiprocessing.Pipe()
+    t = threading.Thread(target=par._serve, args=(theirs,), daemon=True)
+    monkey_sigint = par.signal.signal
+    par.signal.signal = lambda *a: None  # only the main thread may set a handler
+    try:
+        t.start()
+        assert mine.recv() == "ready"
+        mine.send(((0, 1), _obligations()[:1], {"no_such_option": 1}, False))
+        w = par._Worker(process=None, conn=mine, ready=True, chunk=(0, 1))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="no_such_option"):
+            par._receive(w, [None])
+        mine.send(None)
+        t.join(10)
+    finally:
+        par.signal.signal = monkey_sigint
+    assert not t.is_alive()
