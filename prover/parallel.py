@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import copy
 import multiprocessing
+import os
 import signal
 import time
 import traceback
@@ -39,6 +40,7 @@ from .verdict import Verdict
 Result = Verdict | ProverError
 
 MAX_CHUNK = 64  # obligations per hand-out at most (smaller as the batch runs out)
+NICE = 10  # a worker's priority below this process's (nice increment)
 SERVICE_S = 0.001  # how often this process looks for finished chunks while deciding its own
 _READY = "ready"
 
@@ -102,15 +104,19 @@ def _serve(conn: Connection) -> None:
         conn.send((key, out))
 
 
+Chunk = tuple[int, int, int]  # (batch number, lo, hi): items [lo, hi) of that batch
+
+
 @dataclass
 class _Worker:
     process: BaseProcess
     conn: Connection
     ready: bool = False
-    chunk: tuple[int, int] | None = None  # [lo, hi) of the batch being decided there
+    chunk: Chunk | None = None  # being decided there (its answer may outlive its batch)
 
 
 _workers: list[_Worker] = []
+_batches = 0  # batches begun in this process (a chunk's answer names its batch)
 
 
 def start(workers: int) -> None:
@@ -127,7 +133,18 @@ def start(workers: int) -> None:
         p = ctx.Process(target=_serve, args=(theirs,), daemon=True, name="prover-worker")
         p.start()
         theirs.close()
+        _lower_priority(p.pid)
         _workers.append(_Worker(p, mine))
+
+
+def _lower_priority(pid: int | None) -> None:
+    """Make a worker yield to this process (and the rest of the machine) where CPUs are
+    busy: on a saturated machine its start-up must not slow the run it should speed up;
+    on an idle core it changes nothing."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid or 0, os.getpriority(os.PRIO_PROCESS, 0) + NICE)
+    except (AttributeError, OSError):  # no setpriority here, or not allowed: run as is
+        pass
 
 
 def running() -> int:
@@ -139,7 +156,7 @@ def ready() -> int:
     """The number of workers that have finished starting (polled, never waited for)."""
     for w in _workers:
         if not w.ready and w.conn.poll():
-            _receive(w, [])
+            _receive(w, None)
     return sum(w.ready for w in _workers)
 
 
@@ -167,7 +184,7 @@ atexit.register(shutdown)
 
 
 def _drop(w: _Worker) -> None:
-    """Forget a worker that died (its chunk, if any, is decided here by the caller)."""
+    """Forget a worker that died (what it held is decided here: `_Batch.run`)."""
     if w.process.is_alive():
         w.process.terminate()
     w.process.join(timeout=5)
@@ -175,26 +192,28 @@ def _drop(w: _Worker) -> None:
     _workers.remove(w)
 
 
-def _receive(w: _Worker, results: list[Any]) -> tuple[int, int] | None:
-    """Read one message from `w` (it must have one): a chunk's results are stored into
-    `results`. Returns the chunk to decide here instead if `w` died."""
+def _receive(w: _Worker, batch: _Batch | None) -> None:
+    """Read one message from `w` (it must have one): ready, or the answer to its chunk,
+    kept only if that chunk belongs to `batch` and is not yet decided here."""
     try:
         msg = w.conn.recv()
     except (EOFError, OSError):
-        lost = w.chunk
         _drop(w)
-        return lost
+        return
     if msg == _READY:
         w.ready = True
-        return None
-    (lo, hi), out = msg
+        return
+    (number, lo, hi), out = msg
+    w.chunk = None
+    if batch is None or number != batch.number:
+        return  # a chunk of an earlier batch that this process decided itself meanwhile
     if isinstance(out, _Failure):
         if out.error is not None:
             raise out.error
         raise RuntimeError(f"a prover worker failed:\n{out.text}")
-    results[lo:hi] = out
-    w.chunk = None
-    return None
+    for i, v in enumerate(out, lo):
+        if batch.results[i] is None:
+            batch.results[i] = v
 
 
 def _size(left: int, jobs: int) -> int:
@@ -203,55 +222,58 @@ def _size(left: int, jobs: int) -> int:
 
 
 class _Batch:
-    """One `check_many` call: workers take chunks from the front, this process from the back."""
+    """One `check_many` call: ready workers take chunks from the front, this process
+    decides from the back; when they meet, this process also decides whatever a worker
+    still holds (the first answer for an item is kept: both are the same verdict), so it
+    never waits for a slow, starting or dead worker."""
 
     def __init__(
         self, items: list[Obligation], jobs: int, options: dict[str, Any], pre: bool
     ) -> None:
+        global _batches
+        _batches += 1
+        self.number = _batches
         self.items, self.jobs, self.options, self.pre = items, jobs, options, pre
-        self.results: list[Any] = [None] * len(items)
+        self.results: list[Any] = [None] * len(items)  # None: not decided yet
         self.front, self.back = 0, len(items)
-        self.lost: list[tuple[int, int]] = []  # chunks of workers that died
         self.next_service = 0.0
 
     def service(self) -> None:
         """Collect what workers have finished; hand each ready, idle worker a chunk."""
         self.next_service = time.perf_counter() + SERVICE_S
         for w in [w for w in _workers if w.conn.poll()]:
-            if (lost := _receive(w, self.results)) is not None:
-                self.lost.append(lost)
+            _receive(w, self)
         for w in _workers:
             if w.ready and w.chunk is None and self.front < self.back:
-                n = _size(self.back - self.front, self.jobs)
-                w.chunk = (self.front, self.front + n)
-                chunk = [_slim(ob) for ob in self.items[self.front : self.front + n]]
-                w.conn.send((w.chunk, chunk, self.options, self.pre))
-                self.front += n
-                COUNTS["workers"] += n
+                lo, hi = self.front, self.front + _size(self.back - self.front, self.jobs)
+                w.chunk = (self.number, lo, hi)
+                w.conn.send(
+                    (w.chunk, [_slim(ob) for ob in self.items[lo:hi]], self.options, self.pre)
+                )
+                self.front = hi
+                COUNTS["workers"] += hi - lo
 
-    def decide_here(self, lo: int, hi: int) -> None:
-        """Decide items [lo, hi) in this process, servicing the workers between them."""
+    def decide_here(self, indices: Sequence[int]) -> None:
+        """Decide the items at `indices` not decided yet, servicing the workers between."""
+        todo = [i for i in indices if self.results[i] is None]
         if self.pre:
-            prefetch(self.items[lo:hi])
-        for i in range(lo, hi):
-            self.results[i] = _decide(self.items[i], self.options)
+            prefetch([self.items[i] for i in todo])
+        for i in todo:
+            if self.results[i] is None:
+                self.results[i] = _decide(self.items[i], self.options)
+                COUNTS["here"] += 1
             if time.perf_counter() >= self.next_service:
                 self.service()
-        COUNTS["here"] += hi - lo
 
     def run(self) -> list[Any]:
-        while True:
+        while self.front < self.back:
             self.service()
-            if self.lost:
-                self.decide_here(*self.lost.pop())
-            elif self.front < self.back:
-                n = _size(self.back - self.front, self.jobs)
-                self.back -= n
-                self.decide_here(self.back, self.back + n)
-            elif busy := [w.conn for w in _workers if w.chunk is not None]:
-                wait(busy)
-            else:
-                return self.results
+            n = _size(self.back - self.front, self.jobs)
+            self.back -= n
+            self.decide_here(range(self.back, self.back + n))
+        # the rest is in workers' hands: decide here what they have not answered yet
+        self.decide_here(range(len(self.items) - 1, -1, -1))
+        return self.results
 
 
 def _slim(ob: Obligation) -> Obligation:
@@ -274,7 +296,7 @@ def check_many(
 
     A `ProverError` is returned in place of its verdict (never swallowed: the
     caller sees it); any other exception propagates. This process never waits for a
-    worker that is not ready: the batch may well be decided here alone.
+    worker: the batch may well be decided here alone.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")

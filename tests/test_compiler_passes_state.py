@@ -109,14 +109,16 @@ def test_large_work_goes_to_workers_with_the_same_verdicts(monkeypatch):
     )
     par.start(1)
     assert par.wait_ready(60) == 1  # a ready worker is always handed the first chunk
+    handed = par.COUNTS["workers"]
     # per-channel scales: one obligation per column; refuted on the fixed-point target
     m = matmul_activation(K=16, N=6, M=1, per_channel=True)
     two = compile_model(m, "bitwise", FIXED, jobs=2, synthesis=False)
     one = compile_model(m, "bitwise", FIXED, jobs=1, synthesis=False)
     n = len(two.sites[0].obligations)
     assert n >= 4 and sent == [n]  # workers started early: the whole batch is shared
-    # this process took its share; the spawned worker (whose calls are not seen here) the rest
-    assert 0 < len(decided_by) < n and par.running() == 1
+    # the worker was handed a share (decided there, or here too if it was slower); this
+    # process decided the rest (the worker's calls are not seen here)
+    assert 0 < par.COUNTS["workers"] - handed < n and decided_by and par.running() == 1
     for a, b in zip(one.sites, two.sites, strict=True):
         assert (a.verdict, a.obligation_hash, a.max_diff, a.obligations) == (
             b.verdict,

@@ -200,6 +200,37 @@ def test_a_worker_that_dies_holding_a_chunk_is_replaced_by_this_process(monkeypa
     assert [_key(v) for v in got] == [_key(v) for v in check_many(obs, jobs=1, timeout_s=10.0)]
 
 
+def test_a_stopped_worker_holding_a_chunk_delays_nothing_and_its_late_answer_is_ignored(
+    monkeypatch,
+):
+    """This process decides what a worker holds rather than wait for it; the answer the
+    worker sends once resumed belongs to the old batch and is dropped in the next one."""
+    obs = _obligations()[:4] * 8
+    par.start(1)
+    assert par.wait_ready(60) == 1
+    (w,) = par._workers
+    real = par._Batch.service
+    stopped = []
+
+    def service(self):
+        real(self)
+        if w.chunk is not None and not stopped:
+            os.kill(w.process.pid, signal.SIGSTOP)
+            stopped.append(w.chunk)
+
+    monkeypatch.setattr(par._Batch, "service", service)
+    try:
+        got = check_many(obs, jobs=2, timeout_s=10.0)
+    finally:
+        os.kill(w.process.pid, signal.SIGCONT)
+    monkeypatch.setattr(par._Batch, "service", real)
+    alone = [_key(v) for v in check_many(obs, jobs=1, timeout_s=10.0)]
+    assert stopped and [_key(v) for v in got] == alone
+    assert w.conn.poll(30)  # the late answer to the first batch is waiting...
+    again = check_many(obs[::-1], jobs=2, timeout_s=10.0)  # ...and must not fill this one
+    assert [_key(v) for v in again] == alone[::-1] and par.running() == 1
+
+
 def test_an_exception_in_a_worker_reaches_the_caller():
     """The worker loop itself (`_serve`, here in a thread over a pipe): a chunk whose
     options make `check` raise a TypeError comes back as a failure that re-raises it."""
@@ -210,10 +241,11 @@ def test_an_exception_in_a_worker_reaches_the_caller():
     try:
         t.start()
         assert mine.recv() == "ready"
-        mine.send(((0, 1), _obligations()[:1], {"no_such_option": 1}, False))
-        w = par._Worker(process=None, conn=mine, ready=True, chunk=(0, 1))  # type: ignore[arg-type]
+        batch = par._Batch(_obligations()[:1], 2, {}, False)
+        mine.send(((batch.number, 0, 1), _obligations()[:1], {"no_such_option": 1}, False))
+        w = par._Worker(process=None, conn=mine, ready=True)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="no_such_option"):
-            par._receive(w, [None])
+            par._receive(w, batch)
         mine.send(None)
         t.join(10)
     finally:
