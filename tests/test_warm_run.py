@@ -97,7 +97,7 @@ def test_a_warm_signed_run_starts_no_ort_session_and_no_solver(chain, tmp_path):
     ("per_s", "rest", "jobs", "pay"),
     [
         (0.001, 2048, 1, False),  # one job: never
-        (0.0004, 2048, 2, False),  # 0.41 s of work left, half of it < starting a worker
+        (0.0002, 2048, 2, False),  # 0.41 s of work left, half of it < starting a worker
         (0.001, 2048, 2, True),  # 1 s of work saved > starting a worker
         (0.5, 1, 2, False),  # one obligation cannot be split
         (0.5, 4, 2, True),
