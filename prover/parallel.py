@@ -1,34 +1,39 @@
 """Deciding many obligations at once, in worker processes.
 
 Z3's Python API is not thread-safe and a forked copy of a process that already
-runs ONNX Runtime's thread pools is not safe either, so workers are *spawned*
-processes. Each obligation is decided exactly as `api.check` decides it alone:
-the verdicts (and counterexamples) do not depend on `jobs`.
+runs ONNX Runtime's thread pools is not safe either, so a worker is a fresh
+interpreter (`subprocess`: fork and exec, as multiprocessing's "spawn") that imports
+the prover and nothing of its parent: not its `__main__` (a caller's script is never
+re-run) and no multiprocessing machinery (no resource-tracker process). Each
+obligation is decided exactly as `api.check` decides it alone: the verdicts (and
+counterexamples) do not depend on `jobs`.
 
-A spawned worker needs a fresh interpreter and the prover's imports (~0.15-0.3 s), so
-the workers are started once per process (`start`, which returns at once: a caller that
-knows it will have work starts them early, e.g. before reading a model) and reused by
-every later call. `check_many` never waits for a worker that is still starting: this
+A worker needs ~0.15-0.45 s to start, so workers are started once per process (`start`,
+which returns at once: a caller that knows it will have work starts them early, e.g.
+before reading a model) and reused by every later call. They run at a lower priority
+(`NICE`): on an idle core that changes nothing, on a saturated machine they take only
+spare CPU instead of slowing this process. `check_many` never waits for a worker: this
 process decides from the end of the batch while each *ready* worker is handed chunks
-from the front, shrinking as the batch runs out, so a slow or absent worker costs
-nothing but its own CPU. Workers are daemons, terminated (never awaited) at exit: one
-that was never used, or is still importing, does not delay the process's exit.
+from the front, shrinking as the batch runs out, and when they meet it decides what a
+worker still holds. Workers are terminated (never awaited) at exit: one that was never
+used, or is still importing, does not delay the process's exit.
 """
 
 from __future__ import annotations
 
 import atexit
 import copy
-import multiprocessing
-import os
+import json
 import signal
+import socket
+import subprocess
+import sys
 import time
 import traceback
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from . import segments
@@ -79,6 +84,24 @@ class _Failure:
     text: str
 
 
+# A worker's first lines: lower its priority before its imports, take the parent's
+# sys.path, then serve the socket it inherited (argv: marker, nice, sys.path, fd).
+_BOOT = """import json, os, sys
+try:
+    os.nice(int(sys.argv[2]))
+except OSError:
+    pass
+sys.path[:] = json.loads(sys.argv[3])
+from prover.parallel import serve
+serve(int(sys.argv[4]))
+"""
+
+
+def serve(fd: int) -> None:
+    """A worker's loop on the connection at file descriptor `fd` (see `_serve`)."""
+    _serve(Connection(fd))
+
+
 def _serve(conn: Connection) -> None:
     """A worker: say ready (the prover is imported with this module), then decide the
     chunks sent until told to stop (None) or the parent goes away."""
@@ -98,10 +121,15 @@ def _serve(conn: Connection) -> None:
             out = _Failure(e, traceback.format_exc())
             try:
                 conn.send((key, out))
+            except (EOFError, OSError):
+                return
             except Exception:  # noqa: BLE001 - the exception itself does not pickle
                 conn.send((key, _Failure(None, out.text)))
             continue
-        conn.send((key, out))
+        try:
+            conn.send((key, out))
+        except (EOFError, OSError):  # the parent went away
+            return
 
 
 Chunk = tuple[int, int, int]  # (batch number, lo, hi): items [lo, hi) of that batch
@@ -109,7 +137,7 @@ Chunk = tuple[int, int, int]  # (batch number, lo, hi): items [lo, hi) of that b
 
 @dataclass
 class _Worker:
-    process: BaseProcess
+    process: subprocess.Popen
     conn: Connection
     ready: bool = False
     chunk: Chunk | None = None  # being decided there (its answer may outlive its batch)
@@ -120,31 +148,28 @@ _batches = 0  # batches begun in this process (a chunk's answer names its batch)
 
 
 def start(workers: int) -> None:
-    """Start `workers` spawned worker processes unless that many are already running;
-    returns without waiting for them to be ready."""
+    """Start `workers` worker processes unless that many are already running; returns
+    without waiting for them to be ready (none is started where there is no interpreter
+    to run: then everything is decided here)."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    if len(_workers) == workers and all(w.process.is_alive() for w in _workers):
+    if len(_workers) == workers and all(w.process.poll() is None for w in _workers):
         return
     shutdown()
-    ctx = multiprocessing.get_context("spawn")
+    if not sys.executable:
+        return
     for _ in range(workers):
-        mine, theirs = ctx.Pipe(duplex=True)
-        p = ctx.Process(target=_serve, args=(theirs,), daemon=True, name="prover-worker")
-        p.start()
-        theirs.close()
-        _lower_priority(p.pid)
-        _workers.append(_Worker(p, mine))
-
-
-def _lower_priority(pid: int | None) -> None:
-    """Make a worker yield to this process (and the rest of the machine) where CPUs are
-    busy: on a saturated machine its start-up must not slow the run it should speed up;
-    on an idle core it changes nothing."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid or 0, os.getpriority(os.PRIO_PROCESS, 0) + NICE)
-    except (AttributeError, OSError):  # no setpriority here, or not allowed: run as is
-        pass
+        mine, theirs = socket.socketpair()
+        with theirs:
+            fd = theirs.fileno()
+            argv = ["prover-worker", str(NICE), json.dumps(sys.path), str(fd)]
+            p = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, *argv],
+                pass_fds=[fd],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # terminal signals are the parent's to handle
+            )
+        _workers.append(_Worker(p, Connection(mine.detach())))
 
 
 def running() -> int:
@@ -172,23 +197,30 @@ def wait_ready(timeout_s: float) -> int:
 def shutdown() -> None:
     """Stop every worker at once (terminated: none is waited for while it starts)."""
     for w in _workers:
-        if w.process.is_alive():
+        if w.process.poll() is None:
             w.process.terminate()
     for w in _workers:
-        w.process.join(timeout=5)
-        w.conn.close()
+        _reap(w)
     _workers.clear()
 
 
 atexit.register(shutdown)
 
 
+def _reap(w: _Worker) -> None:
+    try:
+        w.process.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # ignoring SIGTERM: as its parent leaves, so does it
+        w.process.kill()
+        w.process.wait()
+    w.conn.close()
+
+
 def _drop(w: _Worker) -> None:
     """Forget a worker that died (what it held is decided here: `_Batch.run`)."""
-    if w.process.is_alive():
+    if w.process.poll() is None:
         w.process.terminate()
-    w.process.join(timeout=5)
-    w.conn.close()
+    _reap(w)
     _workers.remove(w)
 
 

@@ -93,7 +93,7 @@ def test_cli_jobs_does_not_change_the_report(tmp_path):
 
 SLOW_START = """
 import sys, time
-if "--multiprocessing-fork" in sys.argv:  # a spawned worker: as if its imports took a minute
+if "prover-worker" in sys.argv:  # a worker (`prover.parallel._BOOT`): as if its imports took a minute
     time.sleep(60)
 """
 
@@ -191,7 +191,7 @@ def test_a_worker_that_dies_holding_a_chunk_is_replaced_by_this_process(monkeypa
         held = [w for w in par._workers if w.chunk is not None]
         if held and not killed:
             os.kill(held[0].process.pid, signal.SIGKILL)
-            held[0].process.join()
+            held[0].process.wait()
             killed.append(held[0].chunk)
 
     monkeypatch.setattr(par._Batch, "service", service)
