@@ -380,8 +380,7 @@ def check_column_tiles(step: NpuMatMul, sch: MatMulSchedule, emitted: list[MatMu
             raise CodegenError(
                 f"{step.name}: column tile [{n0}, {n1}) carries the epilogue of other columns"
             )
-        want_zp = step.w_zp if isinstance(step.w_zp, int) else tuple(step.w_zp[n0:n1])
-        if ins.w_zp != want_zp:
+        if ins.w_zp != step.w_zp_columns(n0, n1):
             raise CodegenError(
                 f"{step.name}: column tile [{n0}, {n1}) carries the weight zero points of "
                 "other columns"
@@ -565,7 +564,6 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         emitted = []
         for n0, n1 in sch.column_groups():
             post = None if st.post is None else columns_of(st.post, n0, n1)
-            w_zp = st.w_zp if isinstance(st.w_zp, int) else tuple(st.w_zp[n0:n1])
             ins = MatMul(
                 name=st.name,
                 a=st.a,
@@ -573,7 +571,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 bias=st.bias,
                 out=st.out,
                 a_zp=int(st.a_zp),
-                w_zp=w_zp,
+                w_zp=st.w_zp_columns(n0, n1),
                 a_type=st.a_type,
                 w_type=st.w_type,
                 a_addr=a_addr,

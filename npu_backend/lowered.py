@@ -82,6 +82,12 @@ class NpuMatMul:
         posts = self.post if isinstance(self.post, tuple) else (self.post,)
         return any(p.lut is not None or p.function is not None for p in posts)
 
+    def w_zp_columns(self, n0: int, n1: int) -> int | tuple[int, ...]:
+        """The weight zero point(s) of output columns [n0, n1): a scalar is the same for all."""
+        if np.ndim(self.w_zp) == 0:
+            return int(self.w_zp)  # type: ignore[arg-type]
+        return tuple(int(z) for z in self.w_zp[n0:n1])  # type: ignore[index]
+
 
 @dataclass(frozen=True, kw_only=True)
 class NpuLut:

@@ -62,17 +62,13 @@ def schedule_of(
     return choose_schedule(step, a.shape, w.shape[1], resident, target)
 
 
-def _w_zp(w_zp: Any, n0: int, n1: int) -> int | tuple[int, ...]:
-    return int(w_zp) if np.ndim(w_zp) == 0 else tuple(int(z) for z in w_zp[n0:n1])
-
-
 def planned_tiles(step: NpuMatMul, sch: MatMulSchedule) -> list[ColumnTile]:
     """The column tiles codegen emits for `step` under `sch` (its own slicing)."""
     return [
         ColumnTile(
             (n0, n1),
             None if step.post is None else columns_of(step.post, n0, n1),
-            _w_zp(step.w_zp, n0, n1),
+            step.w_zp_columns(n0, n1),
         )
         for n0, n1 in sch.column_groups()
     ]
