@@ -45,7 +45,7 @@ from .verdict import Verdict
 Result = Verdict | ProverError
 
 MAX_CHUNK = 64  # obligations per hand-out at most (smaller as the batch runs out)
-NICE = 10  # a worker's priority below this process's (nice increment)
+NICE = 19  # a worker's nice increment: on a saturated machine it takes ~1.5% from this one
 SERVICE_S = 0.001  # how often this process looks for finished chunks while deciding its own
 _READY = "ready"
 
@@ -84,9 +84,11 @@ class _Failure:
     text: str
 
 
-# A worker's first lines: lower its priority before its imports, take the parent's
-# sys.path, then serve the socket it inherited (argv: marker, nice, sys.path, fd).
-_BOOT = """import json, os, sys
+# A worker's first lines: leave Ctrl-C to the parent, lower its priority before its
+# imports, take the parent's sys.path, then serve the socket it inherited (argv: marker,
+# nice, sys.path, fd).
+_BOOT = """import json, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 try:
     os.nice(int(sys.argv[2]))
 except OSError:
@@ -144,6 +146,7 @@ class _Worker:
 
 
 _workers: list[_Worker] = []
+_stopped: list[subprocess.Popen] = []  # terminated, maybe not yet exited
 _batches = 0  # batches begun in this process (a chunk's answer names its batch)
 
 
@@ -156,6 +159,7 @@ def start(workers: int) -> None:
     if len(_workers) == workers and all(w.process.poll() is None for w in _workers):
         return
     shutdown()
+    _reap()
     if not sys.executable:
         return
     for _ in range(workers):
@@ -163,12 +167,15 @@ def start(workers: int) -> None:
         with theirs:
             fd = theirs.fileno()
             argv = ["prover-worker", str(NICE), json.dumps(sys.path), str(fd)]
-            p = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, *argv],
-                pass_fds=[fd],
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # terminal signals are the parent's to handle
-            )
+            try:
+                p = subprocess.Popen(
+                    [sys.executable, "-c", _BOOT, *argv],
+                    pass_fds=[fd],
+                    stdin=subprocess.DEVNULL,
+                )  # in this session: with autogroup scheduling, a new one would void NICE
+            except (OSError, ValueError):  # cannot start one here: decide in this process
+                mine.close()
+                return
         _workers.append(_Worker(p, Connection(mine.detach())))
 
 
@@ -195,33 +202,31 @@ def wait_ready(timeout_s: float) -> int:
 
 
 def shutdown() -> None:
-    """Stop every worker at once (terminated: none is waited for while it starts)."""
-    for w in _workers:
-        if w.process.poll() is None:
-            w.process.terminate()
-    for w in _workers:
-        _reap(w)
-    _workers.clear()
+    """Stop every worker at once: terminated, never waited for (a starved low-priority
+    worker can take a second to die on a saturated machine); reaped later or by init."""
+    for w in list(_workers):
+        _stop(w)
 
 
 atexit.register(shutdown)
 
 
-def _reap(w: _Worker) -> None:
-    try:
-        w.process.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # ignoring SIGTERM: as its parent leaves, so does it
-        w.process.kill()
-        w.process.wait()
+def _stop(w: _Worker) -> None:
+    if w.process.poll() is None:
+        w.process.terminate()
     w.conn.close()
+    _workers.remove(w)
+    _stopped.append(w.process)
+
+
+def _reap() -> None:
+    """Forget stopped workers that have exited (`poll` reaps them; never blocks)."""
+    _stopped[:] = [p for p in _stopped if p.poll() is None]
 
 
 def _drop(w: _Worker) -> None:
     """Forget a worker that died (what it held is decided here: `_Batch.run`)."""
-    if w.process.poll() is None:
-        w.process.terminate()
-    _reap(w)
-    _workers.remove(w)
+    _stop(w)
 
 
 def _receive(w: _Worker, batch: _Batch | None) -> None:
