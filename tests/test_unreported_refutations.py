@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import onnx
-import pytest
 from cli_helpers import npuc, prover
 from models import matmul_activation
 
@@ -56,12 +55,6 @@ def test_the_json_report_carries_only_the_lifted_counterexample(tmp_path):
     assert site["verdict"] == "refuted" and site["counterexample"]["inputs"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open since c39e00c: rw never stores the unreported (unlifted) refutations, so in "
-    "ro they are StoreMiss errors and the gate (compiler/cli/check_run.missing_proofs) counts "
-    "them as missing records although the site's verdict relies only on the reported one",
-)
 def test_a_store_written_by_rw_passes_the_ro_gate(tmp_path):
     p = tmp_path / "m.onnx"
     onnx.save(_model(), str(p))
@@ -71,3 +64,16 @@ def test_a_store_written_by_rw_passes_the_ro_gate(tmp_path):
     ro = npuc("compile", p, "-o", tmp_path / "b.npuprog", *args, "--proofs-mode", "ro")
     assert ro.returncode == 0, ro.stderr
     assert "proof gate failed" not in ro.stderr
+
+
+def test_the_ro_gate_still_asks_for_the_reported_refutations_record(tmp_path):
+    p = tmp_path / "m.onnx"
+    onnx.save(_model(), str(p))
+    store = tmp_path / "proofs"
+    args = ["--target", "npu_fixed", "--no-synthesize", "--no-progress", "--proofs", store]
+    r = prover("check", p, *args, "--format", "json")
+    assert r.returncode == 1, r.stderr
+    (site,) = json.loads(r.stdout)["sites"]
+    ProofStore(store, "ro").path(site["obligation"]).unlink()  # the one the verdict rests on
+    ro = prover("check", p, *args, "--proofs-mode", "ro")
+    assert ro.returncode == 5 and "proof gate failed" in ro.stderr

@@ -16,6 +16,7 @@ from compiler.cli.common import UsageError, check_model_file, resolve_target, to
 from compiler.ir.site import Diagnostic
 from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
+from prover.verdict import Status
 
 if TYPE_CHECKING:
     from compiler.api import CompileResult
@@ -205,18 +206,37 @@ def _verdicts(result: CompileResult) -> dict[str, Any]:
 
 
 def missing_proofs(result: CompileResult, store: Any) -> list[tuple[str, str]]:
-    """In `ro` mode: (hash, why) of every obligation checked without a trusted record."""
+    """In `ro` mode: (hash, why) of every obligation the report relies on that was checked
+    without a trusted record (`unrelied_obligations` are not asked for)."""
     from prover.errors import StoreMiss
 
     if store is None or getattr(store, "mode", None) != "ro":
         return []
+    skip = unrelied_obligations(result)
     out = []
     for h, v in _verdicts(result).items():
+        if h in skip:
+            continue
         if isinstance(v, StoreMiss):
             out.append((h, str(v)))
         elif not isinstance(v, Exception) and not getattr(v, "cached", False):
             out.append((h, f"no proof record for obligation {h} in {store.root}"))
     return out
+
+
+def unrelied_obligations(result: CompileResult) -> set[str]:
+    """Obligations no reported verdict depends on: the other column groups of a refuted
+    site (its verdict rests on the one refutation it reports, replayed; the others are
+    neither lifted nor stored), unless another site relies on the same obligation."""
+    relied: set[str] = set()
+    others: set[str] = set()
+    for s in result.sites:
+        if s.verdict == Status.REFUTED and s.obligation_hash is not None:
+            relied.add(s.obligation_hash)
+            others.update(h for h in s.obligations if h != s.obligation_hash)
+        else:
+            relied.update(s.obligations)
+    return others - relied
 
 
 def served_records(result: CompileResult) -> list[dict[str, str]]:
