@@ -24,10 +24,10 @@ from __future__ import annotations
 import atexit
 import copy
 import json
-import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -107,7 +107,6 @@ def serve(fd: int) -> None:
 def _serve(conn: Connection) -> None:
     """A worker: say ready (the prover is imported with this module), then decide the
     chunks sent until told to stop (None) or the parent goes away."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     conn.send(_READY)
     while True:
         try:
@@ -147,6 +146,7 @@ class _Worker:
 
 _workers: list[_Worker] = []
 _stopped: list[subprocess.Popen] = []  # terminated, maybe not yet exited
+_lock = threading.RLock()  # one batch (and one start) at a time per process
 _batches = 0  # batches begun in this process (a chunk's answer names its batch)
 
 
@@ -156,6 +156,11 @@ def start(workers: int) -> None:
     to run: then everything is decided here)."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    with _lock:
+        _start(workers)
+
+
+def _start(workers: int) -> None:
     if len(_workers) == workers and all(w.process.poll() is None for w in _workers):
         return
     shutdown()
@@ -340,9 +345,10 @@ def check_many(
     items = list(obligations)
     if jobs == 1 or len(items) < 2:
         return decide_chunk(items, options, prefetch)
-    start(jobs - 1)
-    try:
-        return _Batch(items, jobs, options, prefetch).run()
-    except BaseException:
-        shutdown()  # workers may hold chunks of this batch: none may answer a later one
-        raise
+    with _lock:
+        start(jobs - 1)
+        try:
+            return _Batch(items, jobs, options, prefetch).run()
+        except BaseException:
+            shutdown()  # workers may hold chunks of this batch: none may answer a later one
+            raise

@@ -240,18 +240,13 @@ def test_an_exception_in_a_worker_reaches_the_caller():
     options make `check` raise a TypeError comes back as a failure that re-raises it."""
     mine, theirs = multiprocessing.Pipe()
     t = threading.Thread(target=par._serve, args=(theirs,), daemon=True)
-    monkey_sigint = par.signal.signal
-    par.signal.signal = lambda *a: None  # only the main thread may set a handler
-    try:
-        t.start()
-        assert mine.recv() == "ready"
-        batch = par._Batch(_obligations()[:1], 2, {}, False)
-        mine.send(((batch.number, 0, 1), _obligations()[:1], {"no_such_option": 1}, False))
-        w = par._Worker(process=None, conn=mine, ready=True)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="no_such_option"):
-            par._receive(w, batch)
-        mine.send(None)
-        t.join(10)
-    finally:
-        par.signal.signal = monkey_sigint
+    t.start()
+    assert mine.recv() == "ready"
+    batch = par._Batch(_obligations()[:1], 2, {}, False)
+    mine.send(((batch.number, 0, 1), _obligations()[:1], {"no_such_option": 1}, False))
+    w = par._Worker(process=None, conn=mine, ready=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="no_such_option"):
+        par._receive(w, batch)
+    mine.send(None)
+    t.join(10)
     assert not t.is_alive()
