@@ -31,7 +31,8 @@ def lift_spec(node: Node, j: int) -> LiftSpec:
     """How the accumulator of column `j` of matmul `node` is produced by an input row: the
     weights column, `w_zp` (one per column, or one for all), `a_zp`, input type, bias."""
     a = node.attrs
-    w_zp = a["w_zp"] if np.ndim(a["w_zp"]) == 0 else a["w_zp"][j]
+    zp = a["w_zp"]  # np.ndim would copy a per-column tuple: O(columns) per call
+    w_zp = zp[j] if isinstance(zp, tuple | list) or getattr(zp, "ndim", 0) > 0 else zp
     bias = 0 if a["bias"] is None else int(a["bias"][j])
     return LiftSpec("acc", a["w"][:, j], int(w_zp), int(a["a_zp"]), a["a_type"], bias)
 
