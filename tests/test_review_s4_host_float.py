@@ -1,0 +1,182 @@
+"""Soundness review s4: host float steps must compute what ONNX Runtime computes.
+
+Two reachable gaps found by `bench/fuzz_review.py` (no "proven" verdict is wrong in
+either: every differing value comes from a host step, and `prover check` reports no
+candidate; but `npuc compile` places the ops on the host with the promise that the
+program equals the reference, and `npuc run` then differs from ONNX Runtime):
+
+- a dynamic-batch model whose float MatMul reads a weight dequantized at run time (a QDQ
+  DequantizeLinear -> MatMul ORT does not rewrite): the simulator runs host ONNX steps one
+  row at a time (`npu_backend/simulator.py` `_host_rows`), and ORT's float MatMul with a
+  non-constant B gives other float results for one row than for several (measured: 612 of
+  2,000 outputs for K=2, N=4), so a batch differs from ORT on that batch;
+- a QDQ model with int16 activations and int8/int4 weights (quantize_static QInt16 x
+  QInt8/QInt4): ORT's default level turns no group into an integer kernel, so the integer
+  reading keeps the float graph, which the host runs with optimisations off; ORT's default
+  level computes other values (about 90% of outputs differ).
+
+Each case has a control that passes (static batch; 8-bit / int16 x int16 types), so the
+comparison can fail and can pass.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+
+from compiler.api import compile_model
+from npu_backend.codegen import generate
+from npu_backend.runner import run_batched
+from npu_backend.target import load_target
+
+TARGET = "npu_backend/targets/npu_float.toml"
+LEVELS = {
+    "onnx": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    "onnx-qdq-float": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+}
+
+
+def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray], level) -> np.ndarray:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 4
+    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)[0]
+
+
+def _program(model: onnx.ModelProto, reference: str):
+    target = load_target(os.path.join(os.path.dirname(__file__), "..", TARGET))
+    r = compile_model(model, "bitwise", target, proofs_mode="off", reference=reference)
+    return r, generate(r.lowered, target)
+
+
+def _dq_matmul(batch: int | str, k: int = 16, n: int = 8) -> onnx.ModelProto:
+    """int8 x -> DequantizeLinear -> MatMul(DequantizeLinear(W)) -> float y."""
+    rng = np.random.default_rng(1)
+    inits = [
+        nh.from_array(rng.integers(-128, 128, size=(k, n)).astype(np.int8), "W"),
+        nh.from_array(np.float32(0.01), "ws"),
+        nh.from_array(np.int8(0), "wz"),
+        nh.from_array(np.float32(0.02), "xs"),
+        nh.from_array(np.int8(3), "xz"),
+    ]
+    nodes = [
+        oh.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"], name="dqx"),
+        oh.make_node("DequantizeLinear", ["W", "ws", "wz"], ["wf"], name="dqw"),
+        oh.make_node("MatMul", ["xf", "wf"], ["y"], name="mm"),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TP.INT8, [batch, k])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [batch, n])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _float_mismatches(model: onnx.ModelProto, reference: str, rows: int) -> tuple[int, int]:
+    """(differing float outputs, outputs) of `npuc run` against ORT on the same batch."""
+    r, program = _program(model, reference)
+    assert r.summary["proven"] == 0  # host steps only: no proof is involved
+    x = np.random.default_rng(2).integers(-128, 128, size=(rows, 16)).astype(np.int8)
+    got, _ = run_batched(program, {"x": x})
+    want = _ort(model, {"x": x}, LEVELS[reference])
+    assert got["y"].shape == want.shape and got["y"].dtype == want.dtype
+    return int((got["y"].view(np.int32) != want.view(np.int32)).sum()), want.size
+
+
+@pytest.mark.parametrize("reference", ["onnx", "onnx-qdq-float"])
+def test_static_batch_host_float_matmul_equals_ort(reference):
+    bad, total = _float_mismatches(_dq_matmul(64), reference, 64)
+    assert total == 64 * 8 and bad == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="host ONNX steps of a batched run go one row at a time (npu_backend/simulator.py "
+    "_host_rows); ORT's float MatMul with a run-time B rounds a 1-row product differently",
+)
+@pytest.mark.parametrize("reference", ["onnx", "onnx-qdq-float"])
+def test_dynamic_batch_host_float_matmul_equals_ort_on_the_batch(reference):
+    bad, total = _float_mismatches(_dq_matmul("N"), reference, 64)
+    assert total == 64 * 8
+    assert bad == 0, f"{bad} of {total} float outputs differ from ORT on the same batch"
+
+
+def _quantized_gemm(act: str, weight: str) -> onnx.ModelProto:
+    """x[1,2] -> Gemm(W[2,4], b) -> y, quantized by quantize_static (QDQ, opset 21)."""
+    from onnxruntime import quantization as oq
+
+    rng = np.random.default_rng(0)
+    inits = [
+        nh.from_array(rng.normal(0, 0.7, size=(2, 4)).astype(np.float32), "W"),
+        nh.from_array(rng.normal(0, 0.3, 4).astype(np.float32), "b"),
+    ]
+    g = oh.make_graph(
+        [oh.make_node("Gemm", ["x", "W", "b"], ["y"], name="mm")],
+        "f",
+        [oh.make_tensor_value_info("x", TP.FLOAT, [1, 2])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [1, 4])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 21)])
+    m.ir_version = 10
+    calib = [{"x": rng.normal(0, 1.5, size=(1, 2)).astype(np.float32)} for _ in range(8)]
+
+    class Reader:
+        def __init__(self) -> None:
+            self.it = iter(calib)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory() as d:
+        onnx.save(m, os.path.join(d, "f.onnx"))
+        oq.quantize_static(
+            os.path.join(d, "f.onnx"),
+            os.path.join(d, "q.onnx"),
+            Reader(),
+            activation_type=getattr(oq.QuantType, act),
+            weight_type=getattr(oq.QuantType, weight),
+        )
+        return onnx.load(os.path.join(d, "q.onnx"))
+
+
+def _wide_mismatches(act: str, weight: str) -> int:
+    model = _quantized_gemm(act, weight)
+    _, program = _program(model, "onnx")
+    rng = np.random.default_rng(5)
+    bad = 0
+    for _ in range(40):
+        x = rng.normal(0, 1.5, size=(1, 2)).astype(np.float32)
+        got, _ = run_batched(program, {"x": x})
+        bad += int((got["y"] != _ort(model, {"x": x}, LEVELS["onnx"])).sum())
+    return bad
+
+
+@pytest.mark.parametrize("act,weight", [("QUInt8", "QInt4"), ("QInt16", "QInt16")])
+def test_qdq_host_gemm_equals_ort_default(act, weight):
+    assert _wide_mismatches(act, weight) == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="int16 x int8/int4 QDQ: ORT's default level rewrites no group into an integer "
+    "kernel, so compiler/frontend/qdq_reading.integer_reading keeps the float graph, which "
+    "the host runs with optimisations off; ORT's default level computes other values",
+)
+@pytest.mark.parametrize("weight", ["QInt8", "QInt4"])
+def test_int16_activation_qdq_host_gemm_equals_ort_default(weight):
+    assert _wide_mismatches("QInt16", weight) == 0
