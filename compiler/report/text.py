@@ -1,7 +1,9 @@
-"""Human-readable report: one line per site and a summary line."""
+"""Human-readable report: one line per site (then its indented details: reason, checks)
+and a summary line."""
 
 from __future__ import annotations
 
+from compiler.report.checks import of_site, refuted_reason
 from compiler.report.model import Diagnostic, Report, SiteReport, Status, WholeModelCounterexample
 
 _MARK = {
@@ -55,6 +57,24 @@ def site_line(s: SiteReport) -> str:
     return f"{_MARK[s.verdict]} {s.pattern}  ({nodes}){detail}  {s.time_ms:.0f} ms"
 
 
+INDENT = " " * 9  # under the pattern, past the verdict mark
+
+
+def site_details(s: SiteReport) -> list[str]:
+    """Indented lines under a site's line: a refuted site's reason when it says more than
+    the counterexample, then per check one summary line and its first notable items."""
+    lines = []
+    why = refuted_reason(s)
+    if why:
+        lines.append(f"{INDENT}reason: {why}")
+    for c in of_site(s):
+        lines.append(f"{INDENT}{c.headline}" + (f"; {c.note}" if c.note else ""))
+        lines += [f"{INDENT}  {i.where} {i.outcome}: {i.message}" for i in c.listed]
+        if c.more:
+            lines.append(f"{INDENT}  ... {c.more_text()} (see --format json)")
+    return lines
+
+
 def host_line(h: Diagnostic) -> str:
     """One line per op kept on the host: code, message, action."""
     action = f"; action: {h.action}" if h.action else ""
@@ -67,7 +87,8 @@ def render(r: Report) -> str:
     if r.reference is not None:
         head += f", reference {r.reference['name']} ({r.reference['summary']})"
     lines = [head]
-    lines += [site_line(s) for s in r.sites]
+    for x in r.sites:
+        lines += [site_line(x), *site_details(x)]
     if not r.sites:
         lines.append("no candidate sites")
     lines += [f"FINDING  [{f['code']}] {f['message']}" for f in r.findings]
