@@ -1,9 +1,11 @@
-"""Markdown summary for pull-request comments: one table of sites, then the counterexamples."""
+"""Markdown summary for pull-request comments: one table of sites, then the counterexamples
+and the sites' checks."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .checks import of_site
 from .model import Diagnostic, Report, SiteReport, Status
 
 MAX_ELEMENTS = 64  # array elements shown inline; larger arrays are summarised
@@ -70,6 +72,31 @@ def _counterexample(s: SiteReport) -> list[str]:
     return out + [""]
 
 
+def _checks(sites: list[SiteReport]) -> list[str]:
+    """Per site with checks: one list item per check (kind, status, counts) and its first
+    impossible/refuted column groups, bounded."""
+    with_checks = [x for x in sites if x.checks]
+    if not with_checks:
+        return []
+    out = ["### Checks", ""]
+    for x in with_checks:
+        out.append(f"**{_cell(x.id)}** ({_cell(', '.join(x.nodes))}): {x.verdict.value}")
+        out.append("")
+        for c in of_site(x):
+            mark = "✅" if c.status == "held" else "❌"
+            note = f"; {_cell(c.note)}" if c.note else ""
+            out.append(
+                f"- {mark} {_code(c.label)} {c.status}"
+                + (f": {c.counts}" if c.counts else "")
+                + note
+            )
+            out += [f"  - {i.where} {i.outcome}: {_cell(i.message)}" for i in c.listed]
+            if c.more:
+                out.append(f"  - ... {c.more_text()} (full list in the JSON report)")
+        out.append("")
+    return out
+
+
 def _num(v: object) -> str:
     return "-" if v is None else f"{v:,}"
 
@@ -133,6 +160,7 @@ def render(r: Report) -> str:
         lines += ["### Counterexamples", ""]
         for x in refuted:
             lines += _counterexample(x)
+    lines += _checks(r.sites)
     lines += _ledger(r.ledger)
     for f in r.findings:
         lines += [f"> **{_cell(f.get('code', 'finding'))}**: {_cell(f.get('message', ''))}", ""]
