@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import plots as P
+from .checks import of_site
 from .model import Report, SiteReport, Status, WholeModelCounterexample
 from .views import EpilogueView, SiteView, Views, collect
 
@@ -119,6 +120,8 @@ def _site(s: SiteReport, sv: SiteView | None) -> str:
         f"<h2>{_e(s.id)}: {_e(s.pattern)}</h2>",
         f"<table>{''.join(rows)}</table>",
     ]
+    if s.checks:
+        parts.append(_checks(s))
     if s.counterexample is not None:
         parts.append(_counterexample(s.counterexample))
     if sv is not None:
@@ -133,6 +136,22 @@ def _site(s: SiteReport, sv: SiteView | None) -> str:
         parts.extend(f'<p class="note">{_e(n)}</p>' for n in sv.notes)
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _checks(s: SiteReport) -> str:
+    """The site's checks: per check one item (kind, status, counts, note) and its first
+    impossible/refuted column groups, bounded (the JSON report has them all)."""
+    items = []
+    for c in of_site(s):
+        cls = "" if c.status == "held" else ' class="diff"'
+        head = f"<b>{_e(c.label)}</b> <span{cls}>{_e(c.status)}</span>"
+        head += f": {_e(c.counts)}" if c.counts else ""
+        head += f"; {_e(c.note)}" if c.note else ""
+        sub = [f"<li>{_e(i.where)} {_e(i.outcome)}: {_e(i.message)}</li>" for i in c.listed]
+        if c.more:
+            sub.append(f"<li>... {_e(c.more_text())} (full list in the JSON report)</li>")
+        items.append(f"<li>{head}" + (f"<ul>{''.join(sub)}</ul>" if sub else "") + "</li>")
+    return f"<h3>Checks</h3><ul>{''.join(items)}</ul>"
 
 
 def _array(a: np.ndarray) -> str:
