@@ -77,3 +77,19 @@ def test_the_ro_gate_still_asks_for_the_reported_refutations_record(tmp_path):
     ProofStore(store, "ro").path(site["obligation"]).unlink()  # the one the verdict rests on
     ro = prover("check", p, *args, "--proofs-mode", "ro")
     assert ro.returncode == 5 and "proof gate failed" in ro.stderr
+
+
+def test_a_gate_miss_beside_a_refuted_site_names_exit_1(tmp_path):
+    """Refuted (exit 1) takes precedence over a gate miss (5); stderr must not claim 5."""
+    p = tmp_path / "m.onnx"
+    onnx.save(_model(), str(p))
+    store = tmp_path / "proofs"
+    args = ["--target", "npu_fixed", "--no-synthesize", "--no-progress", "--proofs", store]
+    r = prover("check", p, *args, "--format", "json")
+    (site,) = json.loads(r.stdout)["sites"]
+    for f in store.glob("??/*.json"):  # every record but the reported refutation's
+        if f.stem != site["obligation"]:
+            f.unlink()
+    ro = prover("check", p, *args, "--proofs-mode", "ro")
+    assert ro.returncode == 1, ro.stderr
+    assert "proof gate failed (exit 1: a refuted site takes precedence)" in ro.stderr

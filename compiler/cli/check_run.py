@@ -267,8 +267,11 @@ def store_summary(prog: str, run: CheckRun, model: str) -> list[str]:
     lines = [f"{prog}: proof record {r['record']}: {r['served']}" for r in run.report.proof_records]
     misses = run.report.proof_misses
     if misses:
+        code = int(run.report.exit_code())
+        why = "" if code == 5 else ": a refuted site takes precedence"
         lines.append(
-            f"{prog}: proof gate failed (exit 5): {len(misses)} obligation(s) without a "
+            f"{prog}: proof gate failed (exit {code}{why}): "
+            f"{len(misses)} obligation(s) without a "
             f"trusted record in {run.store.root}; first: {misses[0]}; run `prover check "
             f"{model} --proofs {run.store.root}` (rw) and commit the new records"
         )
