@@ -125,6 +125,7 @@ def summarise(check: dict[str, Any], limit: int = LISTED) -> CheckSummary:
                     listed.append(Item(cols, o, str(it.get("message", ""))))
                 else:
                     more[o] = more.get(o, 0) + 1
+        more = {k: more[k] for k in seen if k in more}  # in count order
         parts = [f"{n} {k}" for k, n in seen.items() if n]
         if parts:
             counts += ": " + ", ".join(parts)
