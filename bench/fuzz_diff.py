@@ -74,6 +74,9 @@ INFO = (
     "refutation_not_lifted",
 )
 
+# more `compile_model` keywords for every model (--compose-tables, --schedule-strategy)
+EXTRA_COMPILE: dict[str, Any] = {}
+
 
 @dataclass
 class Finding:
@@ -213,6 +216,7 @@ class Checker:
         kw: dict[str, Any] = {"timeout_s": self.timeout_s, "proofs_mode": "off"}
         if "reference" in inspect.signature(compile_model).parameters:
             kw["reference"] = self.reference
+        kw.update(EXTRA_COMPILE)
         self.result = compile_model(self.model, self.policy, self.target, **kw)
         self.program = generate(self.result.lowered, self.target)
 
@@ -722,7 +726,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replay each failure with `prover check`, `npuc compile` and `npuc run`",
     )
+    p.add_argument(
+        "--compose-tables",
+        action="store_true",
+        help="compile with compose_tables=True (Act2(Act1(MatMul)) as one proven table)",
+    )
+    p.add_argument("--schedule-strategy", choices=["early", "alternatives", "late"])
     args = p.parse_args(argv)
+    EXTRA_COMPILE.clear()
+    if args.compose_tables:
+        EXTRA_COMPILE["compose_tables"] = True
+    if args.schedule_strategy:
+        EXTRA_COMPILE["schedule_strategy"] = args.schedule_strategy
     if args.models < 1 or args.timeout <= 0:
         p.error("--models and --timeout must be positive")
 

@@ -413,6 +413,11 @@ def _input_grid(qm: onnx.ModelProto, k: int, limit: int = 4096) -> dict[str, np.
     lo, hi = max(lo, -32768), min(hi, 32767)
     vals = np.arange(lo, hi + 1, dtype=np.float64) - zp
     if k == 1:
+        if vals.size > limit:  # 16-bit: every value near zero and the ends, a stride elsewhere
+            mid = np.abs(vals) < limit // 4
+            vals = np.unique(
+                np.concatenate([vals[mid], vals[:64], vals[-64:], vals[:: vals.size // limit]])
+            )
         vals = np.concatenate([vals, vals + 0.5, [vals[0] - 3, vals[-1] + 3]])
         rows = vals.reshape(-1, 1)
     else:
@@ -468,12 +473,135 @@ def gen_qdq(rng: np.random.Generator, wide: bool = False) -> Case:
                 str(rng.choice(["npu_float", "npu_fixed"])), note)  # fmt: skip
 
 
+def gen_qdq_act(rng: np.random.Generator) -> Case:
+    """DequantizeLinear -> Sigmoid | Tanh | Relu -> QuantizeLinear chains, float32 or float16
+    scales, opsets 13 to 23 (QuantizeLinear-23 divides in the scale's type)."""
+    opset = int(rng.choice([13, 17, 19, 21, 22, 23]))
+    t = str(rng.choice(["int8", "uint8"]))
+    f16 = bool(opset >= 19 and rng.random() < 0.5)
+    sdt = np.float16 if f16 else np.float32
+    nodes, inits = [], []
+    cur, cur_t = "x", t
+    scale = _scale(rng, 0.05)
+    for i in range(int(rng.integers(1, 3))):
+        act = str(rng.choice(["Sigmoid", "Tanh", "Relu"]))
+        out_t = cur_t if rng.random() < 0.7 else str(rng.choice(["int8", "uint8"]))
+        typical = {"Sigmoid": 1 / 256, "Tanh": 1 / 128}.get(act, scale)
+        os_ = _scale(rng, typical)
+        if f16:
+            scale, os_ = float(np.float16(scale)), float(np.float16(os_))
+        inits += [
+            _c(f"s{i}", scale, sdt),
+            _c(f"z{i}", _zp(rng, cur_t), NP[cur_t]),
+            _c(f"os{i}", os_, sdt),
+        ]
+        out = "y" if False else f"q{i}"
+        q_in = [f"f{i}", f"os{i}"]
+        q_attrs: dict[str, Any] = {}
+        if opset >= 19 and rng.random() < 0.3:  # meaningful for float8 only
+            q_attrs["saturate"] = int(rng.integers(0, 2))
+        if opset >= 21 and rng.random() < 0.25:
+            q_attrs["output_dtype"] = TPT[out_t]
+        else:
+            inits.append(_c(f"oz{i}", _zp(rng, out_t), NP[out_t]))
+            q_in.append(f"oz{i}")
+        nodes += [
+            oh.make_node("DequantizeLinear", [cur, f"s{i}", f"z{i}"], [f"d{i}"], name=f"dq{i}"),
+            oh.make_node(act, [f"d{i}"], [f"f{i}"], name=f"act{i}"),
+            oh.make_node("QuantizeLinear", q_in, [out], name=f"q{i}", **q_attrs),
+        ]
+        cur, cur_t, scale = out, out_t, os_
+    nodes[-1].output[0] = "y"
+    x = oh.make_tensor_value_info("x", TPT[t], ["N", 1])
+    y = oh.make_tensor_value_info("y", TPT[cur_t], ["N", 1])
+    m = _model(nodes, [x], [y], inits, opset)
+    del m.opset_import[1:]
+    policy, target = _policy_target(rng)
+    return Case("qdq_act", m, {"x": all_rows(t, 1)}, policy, target, f"opset {opset} f16 {f16}")
+
+
+def gen_dynamic(rng: np.random.Generator) -> Case:
+    """A float model quantized by onnxruntime.quantization.quantize_dynamic
+    (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul ...), on float inputs."""
+    import os
+    import tempfile
+
+    from onnxruntime import quantization as oq
+
+    k = int(rng.integers(1, 3))
+    fm = _float_model(rng, k, int(rng.choice([13, 17, 21])))
+    for vi in [*fm.graph.input, *fm.graph.output]:  # DynamicQuantizeLinear mixes rows
+        vi.type.tensor_type.shape.dim[0].dim_value = 256
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
+        onnx.save(fm, src)
+        oq.quantize_dynamic(
+            src,
+            dst,
+            per_channel=bool(rng.random() < 0.5),
+            weight_type=getattr(oq.QuantType, str(rng.choice(["QInt8", "QUInt8"]))),
+        )
+        qm = onnx.load(dst)
+    x = rng.normal(0, 2, size=(256, k)).astype(np.float32)
+    return Case("dynamic", qm, {"x": x}, "bitwise", str(rng.choice(["npu_float", "npu_fixed"])))
+
+
+def gen_block(rng: np.random.Generator) -> Case:
+    """Opset-21 blocked weights: x -> DQ -> MatMul(DQ(W, block_size)) -> Q -> [DQ -> Sigmoid
+    -> Q], int8/uint8 or int4 weights, float32 scales per block of rows."""
+    k = int(rng.choice([2, 4]))
+    n = int(rng.integers(1, 4))
+    block = int(rng.choice([1, 2]))
+    wt = str(rng.choice(["int8", "int4"]))
+    at = str(rng.choice(["int8", "uint8"]))
+    lo, hi = (-8, 7) if wt == "int4" else RANGE["int8"]
+    w = rng.integers(lo, hi + 1, size=(k, n))
+    ws = np.asarray([[_scale(rng, 0.02) for _ in range(n)] for _ in range(k // block)], np.float32)
+    wtp = TP.INT4 if wt == "int4" else TP.INT8
+    inits = [
+        oh.make_tensor("W", wtp, [k, n], w.reshape(-1).tolist()),
+        _c("ws", ws, np.float32),
+        oh.make_tensor("wz", wtp, list(ws.shape), [0] * ws.size),
+        _c("xs", _scale(rng, 0.02), np.float32),
+        _c("xz", _zp(rng, at), NP[at]),
+        _c("ys", _scale(rng, 0.05), np.float32),
+        _c("yz", _zp(rng, at), NP[at]),
+    ]
+    nodes = [
+        oh.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"], name="dqx"),
+        oh.make_node(
+            "DequantizeLinear", ["W", "ws", "wz"], ["wf"], name="dqw", axis=0, block_size=block
+        ),
+        oh.make_node("MatMul", ["xf", "wf"], ["mf"], name="mm"),
+        oh.make_node("QuantizeLinear", ["mf", "ys", "yz"], ["y"], name="qmm"),
+    ]
+    if rng.random() < 0.5:
+        inits += [_c("os", 1 / 256, np.float32), _c("oz", RANGE[at][0], NP[at])]
+        nodes[-1].output[0] = "q"
+        nodes += [
+            oh.make_node("DequantizeLinear", ["q", "ys", "yz"], ["d"], name="dq1"),
+            oh.make_node("Sigmoid", ["d"], ["s"], name="act"),
+            oh.make_node("QuantizeLinear", ["s", "os", "oz"], ["y"], name="q1"),
+        ]
+    x = oh.make_tensor_value_info("x", TPT[at], [256, 1] if k == 1 else ["N", k])
+    y = oh.make_tensor_value_info("y", TPT[at], ["N", n])
+    m = _model(nodes, [x], [y], inits, 21)
+    del m.opset_import[1:]
+    rows = all_rows(at, 2)[::16] if k == 2 else rng.integers(*RANGE[at], size=(4096, k)).astype(at)
+    return Case(
+        "block", m, {"x": np.ascontiguousarray(rows)}, "bitwise", "npu_float", f"{wt} block {block}"
+    )
+
+
 FAMILIES: dict[str, Callable[[np.random.Generator], Case]] = {
     "qgemm": gen_qgemm,
     "binary": gen_binary,
     "layout": gen_layout,
     "conv": gen_conv,
     "qdq": gen_qdq,
+    "block": gen_block,
+    "dynamic": gen_dynamic,
+    "qdq_act": gen_qdq_act,
     "qdq_wide": lambda rng: gen_qdq(rng, wide=True),
 }
 
@@ -497,8 +625,13 @@ def reference_outputs(case: Case, level: str) -> dict[str, np.ndarray]:
     return dict(zip(names, sess.run(names, case.feeds), strict=True))
 
 
-def check_case(case: Case, reference: str = "onnx", timeout_s: float = 5.0) -> Outcome:
-    """Compile, run every row on the simulator, compare the graph outputs with ORT."""
+def check_case(
+    case: Case, reference: str = "onnx", timeout_s: float = 5.0, **compile_kw: Any
+) -> Outcome:
+    """Compile, run every row on the simulator, compare the graph outputs with ORT.
+
+    `compile_kw`: more `compile_model` keywords (compose_tables, schedule_strategy, ...).
+    """
     from compiler.api import compile_model
     from compiler.cli.common import expected_errors, resolve_target
     from compiler.ort.reference_host import resolve_reference
@@ -523,6 +656,7 @@ def check_case(case: Case, reference: str = "onnx", timeout_s: float = 5.0) -> O
             timeout_s=timeout_s,
             proofs_mode="off",
             reference=reference,
+            **compile_kw,
         )
     except expected_errors() as e:
         out.status, out.detail = "rejected", str(e).splitlines()[0][:200]
@@ -574,6 +708,7 @@ def run(
     reference: str = "onnx",
     log: Callable[[str], None] | None = None,
     keep: str | None = None,
+    **compile_kw: Any,
 ) -> list[Outcome]:
     """Check `models` cases per family; `keep`: a directory to save failing models in."""
     outs = []
@@ -581,7 +716,7 @@ def run(
         for i in range(models):
             rng = np.random.default_rng([seed, i, sum(map(ord, fam))])
             case = FAMILIES[fam](rng)
-            o = check_case(case, reference)
+            o = check_case(case, reference, **compile_kw)
             outs.append(o)
             if o.status in ("crash", "false_proof", "mismatch") and log:
                 log(f"{fam} #{i} {o.status}: {o.detail}")
@@ -620,7 +755,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", action="append", choices=sorted(FAMILIES), default=[])
     p.add_argument("--reference", default="onnx")
     p.add_argument("--keep", default=None, help="save failing models in this directory")
+    p.add_argument("--compose-tables", action="store_true", help="compile_model(compose_tables)")
+    p.add_argument("--schedule-strategy", default=None, choices=["early", "alternatives", "late"])
+    p.add_argument(
+        "--schedule", default=None, choices=["plain", "grouped", "tiled"],
+        help="the scheduling structure asked for every compute node",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    kw: dict[str, Any] = {}
+    if args.compose_tables:
+        kw["compose_tables"] = True
+    if args.schedule_strategy:
+        kw["schedule_strategy"] = args.schedule_strategy
+    if args.schedule:
+        kw["schedule"] = {n: args.schedule for n in ("mm", "gemm", "conv", "mm0", "mm1")}
     t0 = time.perf_counter()
     outs = run(
         args.models,
@@ -629,6 +777,7 @@ def main(argv: list[str] | None = None) -> int:
         args.reference,
         log=lambda s: print(s, file=sys.stderr, flush=True),
         keep=args.keep,
+        **kw,
     )
     print(render(outs))
     bad = [o for o in outs if o.status in ("crash", "false_proof", "mismatch")]
