@@ -285,13 +285,16 @@ class _Batch:
         self.next_service = time.perf_counter() + SERVICE_S
         for w in [w for w in _workers if w.conn.poll()]:
             _receive(w, self)
-        for w in _workers:
+        for w in list(_workers):
             if w.ready and w.chunk is None and self.front < self.back:
                 lo, hi = self.front, self.front + _size(self.back - self.front, self.jobs)
+                chunk = [_slim(ob) for ob in self.items[lo:hi]]
+                try:
+                    w.conn.send(((self.number, lo, hi), chunk, self.options, self.pre))
+                except (EOFError, OSError):  # it died since it last answered
+                    _drop(w)
+                    continue
                 w.chunk = (self.number, lo, hi)
-                w.conn.send(
-                    (w.chunk, [_slim(ob) for ob in self.items[lo:hi]], self.options, self.pre)
-                )
                 self.front = hi
                 COUNTS["workers"] += hi - lo
 

@@ -250,3 +250,19 @@ def test_an_exception_in_a_worker_reaches_the_caller():
     mine.send(None)
     t.join(10)
     assert not t.is_alive()
+
+
+def test_a_worker_found_dead_when_handed_a_chunk_is_dropped(monkeypatch):
+    obs = _obligations()[:4] * 4
+    par.shutdown()  # a fresh worker, holding no chunk of an earlier batch
+    par.start(1)
+    assert par.wait_ready(60) == 1
+    (w,) = par._workers
+    w.process.kill()
+    w.process.wait()
+    # its death unseen until the chunk is sent (it died after the batch began)
+    monkeypatch.setattr(par, "start", lambda workers: None)
+    w.conn.poll = lambda *a: False
+    got = check_many(obs, jobs=2, timeout_s=10.0)
+    assert par.running() == 0
+    assert [_key(v) for v in got] == [_key(v) for v in check_many(obs, jobs=1, timeout_s=10.0)]
