@@ -176,7 +176,11 @@ def _start(workers: int) -> None:
                 p = subprocess.Popen(
                     [sys.executable, "-c", _BOOT, *argv],
                     pass_fds=[fd],
+                    # silent: a worker that cannot start or crashes only leaves its work
+                    # to this process; its exceptions come back over the socket
                     stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
                 )  # in this session: with autogroup scheduling, a new one would void NICE
             except (OSError, ValueError):  # cannot start one here: decide in this process
                 mine.close()

@@ -266,3 +266,26 @@ def test_a_worker_found_dead_when_handed_a_chunk_is_dropped(monkeypatch):
     got = check_many(obs, jobs=2, timeout_s=10.0)
     assert par.running() == 0
     assert [_key(v) for v in got] == [_key(v) for v in check_many(obs, jobs=1, timeout_s=10.0)]
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_its_workers(tmp_path):
+    """Workers import the prover only, never the caller's `__main__` (multiprocessing's
+    spawn re-runs a script that lacks `if __name__ == "__main__"`)."""
+    runs = tmp_path / "runs"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        f"open({str(runs)!r}, 'a').write('ran\\n')\n"
+        f"sys.path.insert(0, {str(REPO / 'tests')!r})\n"
+        "import prover.parallel as par\n"
+        "from test_prover_parallel import _obligations\n"
+        "par.start(1)\n"
+        "assert par.wait_ready(60) == 1\n"
+        "par.check_many(_obligations()[:4] * 4, jobs=2, timeout_s=10.0)\n"
+        "assert par.COUNTS['workers'] > 0\n"
+    )
+    p = subprocess.run(
+        [sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    assert runs.read_text() == "ran\n"
