@@ -47,6 +47,17 @@ def test_schema_is_shipped_as_package_data_and_versioned():
     assert report_json.report_json(sample_report())["schema_version"] == report_json.SCHEMA_VERSION
 
 
+def _synthesis_check(kind: str, columns: list[int] | None = None) -> dict:
+    group = {"columns": columns or [0, 3], "kind": kind, "message": "m"}
+    return {"check": "requant_synthesis", "status": "held", "message": "m", "groups": [group]}
+
+
+def test_a_requant_synthesis_check_validates(validator):
+    data = json.loads(report_json.render(sample_report()))
+    data["sites"][0]["checks"] = [_synthesis_check(k) for k in ("rounded", "synthesised")]
+    assert _errors(validator, data) == []
+
+
 def test_sample_report_validates(validator):
     assert _errors(validator, json.loads(report_json.render(sample_report()))) == []
 
@@ -63,6 +74,8 @@ def test_sample_report_validates(validator):
         (lambda d: d["sites"][1]["counterexample"]["inputs"]["X"].pop("dtype"), "dtype"),
         (lambda d: d["sites"][1].update(obligation="xyz"), "obligation"),
         (lambda d: d.update(schema_version=2), "schema_version"),
+        (lambda d: d["sites"][0].update(checks=[_synthesis_check("guessed")]), "group kind"),
+        (lambda d: d["sites"][0].update(checks=[_synthesis_check("rounded", [3])]), "columns"),
     ],
 )
 def test_schema_rejects_broken_reports(validator, break_it, where):
