@@ -65,7 +65,10 @@ def place_matmul(
     cf = a.get("layout") == "channels_first"
     nat_in = Value(f"{x.name}.nhwc", x.dtype, x.shape[:1] + x.shape[2:] + x.shape[1:2]) if cf else x
     nat_shape = nat_in.shape[:-1] + (a["w"].shape[1],)
-    out = y if nat_shape == y.shape else Value(f"{y.name}.natural", y.dtype, nat_shape)
+    # channels-first: the NPU writes NHWC, which can have y's NCHW shape (C = H = W) and
+    # still hold other elements at each index; it always gets its own buffer and a transpose
+    same = nat_shape == y.shape and not (cf and _moves_elements(nat_shape))
+    out = y if same else Value(f"{y.name}.natural", y.dtype, nat_shape)
     step = NpuMatMul(
         name=n.name,
         a=nat_in.name,
@@ -82,6 +85,13 @@ def place_matmul(
         compute=compute_kind(n),
     )
     return MatMulPlacement(step, x, nat_in, y, out, cf, tuple(np.asarray(a["w"]).shape))
+
+
+def _moves_elements(nhwc: tuple[int, ...]) -> bool:
+    """Whether NHWC -> NCHW moves elements for this shape (it does not when C = 1, or
+    H = W = 1: the only non-unit axes keep their order)."""
+    _, h, w, c = nhwc
+    return c != 1 and h * w != 1
 
 
 def fused_step(g: Graph, site: Any, groups: Any, ctx: Any) -> NpuMatMul:
