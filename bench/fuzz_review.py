@@ -49,6 +49,7 @@ NP = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32}
 TPT = {"int8": TP.INT8, "uint8": TP.UINT8, "int32": TP.INT32, "float32": TP.FLOAT}
 RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 # (activation, weight) types ORT has QLinearMatMul / QGemm kernels for (output = activation)
+FAILURES = ("crash", "false_proof", "mismatch", "wrong_counterexample")
 PAIRS = (("uint8", "uint8"), ("uint8", "int8"), ("int8", "int8"))
 
 
@@ -69,7 +70,9 @@ class Outcome:
     """What happened to one case."""
 
     case: Case
-    status: str = "ok"  # ok | rejected | crash | false_proof | mismatch | ort_rejects
+    status: str = (
+        "ok"  # ok | rejected | crash | false_proof | mismatch | ort_rejects | wrong_counterexample
+    )
     detail: str = ""
     verdicts: Counter = field(default_factory=Counter)
     npu_steps: int = 0
@@ -323,10 +326,13 @@ def gen_conv(rng: np.random.Generator) -> Case:
         nodes[-1].output[0] = "y"
     else:
         nodes.append(a)
-    x = oh.make_tensor_value_info("x", TPT[at], ["N", k, 1, 1])
-    y = oh.make_tensor_value_info("y", TPT[at], ["N", n, 1, 1])
+    h, wd = (1, 1) if rng.random() < 0.5 else (int(rng.integers(1, 4)), int(rng.integers(2, 4)))
+    x = oh.make_tensor_value_info("x", TPT[at], ["N", k, h, wd])
+    y = oh.make_tensor_value_info("y", TPT[at], ["N", n, h, wd])
     policy, target = _policy_target(rng)
-    feeds = {"x": all_rows(at, k).reshape(-1, k, 1, 1)}
+    rows = all_rows(at, k)  # every channel vector, spread over the batch and positions
+    rows = np.concatenate([rows, rows[: (-len(rows)) % (h * wd)]])
+    feeds = {"x": np.ascontiguousarray(rows.reshape(-1, h, wd, k).transpose(0, 3, 1, 2))}
     return Case("conv", _model(nodes, [x], [y], inits), feeds, policy, target)
 
 
@@ -675,6 +681,17 @@ def check_case(
         return out
     out.npu_steps = sum(1 for s in r.lowered.steps if not type(s).__name__.startswith("Host"))
     proven = [s for s in r.sites if str(s.verdict).endswith("proven")]
+    for s in r.sites:  # every refutation's recorded original output is ORT's on its input
+        cx = s.counterexample if str(s.verdict).endswith("refuted") else None
+        if cx is None or cx.inputs is None or not cx.expected:
+            continue
+        feeds = {k: np.asarray(v) for k, v in cx.inputs.items()}
+        want = reference_outputs(Case(case.family, case.model, feeds), level)
+        for name, v in cx.expected.items():
+            if name in want and not np.array_equal(np.asarray(v), want[name]):
+                out.status = "wrong_counterexample"
+                out.detail = f"site {s.id} {s.nodes}: recorded {name} differs from ORT"
+                return out
     for name, want in ref.items():
         a, b = np.asarray(got[name]), np.asarray(want)
         if a.shape != b.shape or a.dtype != b.dtype:
@@ -718,7 +735,7 @@ def run(
             case = FAMILIES[fam](rng)
             o = check_case(case, reference, **compile_kw)
             outs.append(o)
-            if o.status in ("crash", "false_proof", "mismatch") and log:
+            if o.status in FAILURES and log:
                 log(f"{fam} #{i} {o.status}: {o.detail}")
                 if keep:
                     import os
@@ -780,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
         **kw,
     )
     print(render(outs))
-    bad = [o for o in outs if o.status in ("crash", "false_proof", "mismatch")]
+    bad = [o for o in outs if o.status in FAILURES]
     print(f"{len(outs)} models in {time.perf_counter() - t0:.0f} s; failures {len(bad)}")
     return 1 if bad else 0
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import fuzz_diff as D  # noqa: E402
 import fuzz_review as F  # noqa: E402
 
-FAILURES = ("crash", "false_proof", "mismatch")
+FAILURES = F.FAILURES
 # families whose failures are known and tested as strict xfails elsewhere
 # (tests/test_review_s4_host_float.py): int16-activation QDQ read as a float graph
 KNOWN = ("qdq_wide",)
