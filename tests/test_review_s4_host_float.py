@@ -10,10 +10,11 @@ program equals the reference, and `npuc run` then differs from ONNX Runtime):
   row at a time (`npu_backend/simulator.py` `_host_rows`), and ORT's float MatMul with a
   non-constant B gives other float results for one row than for several (measured: 612 of
   2,000 outputs for K=2, N=4), so a batch differs from ORT on that batch;
-- a QDQ model with int16 activations and int8/int4 weights (quantize_static QInt16 x
-  QInt8/QInt4): ORT's default level turns no group into an integer kernel, so the integer
-  reading keeps the float graph, which the host runs with optimisations off; ORT's default
-  level computes other values (about 90% of outputs differ).
+- (fixed) a QDQ model with int16 activations and int8/int4 weights (quantize_static QInt16
+  x QInt8/QInt4): ORT's default level turns DequantizeLinear(W) -> Gemm into com.microsoft
+  MatMulNBits, no integer kernel, so the integer reading kept the float graph, which the
+  host runs with optimisations off (about 90% of outputs differed); it now reads ORT's
+  graph whenever ORT's rewrite adds com.microsoft kernels.
 
 Each case has a control that passes (static batch; 8-bit / int16 x int16 types), so the
 comparison can fail and can pass.
@@ -171,12 +172,9 @@ def test_qdq_host_gemm_equals_ort_default(act, weight):
     assert _wide_mismatches(act, weight) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="int16 x int8/int4 QDQ: ORT's default level rewrites no group into an integer "
-    "kernel, so compiler/frontend/qdq_reading.integer_reading keeps the float graph, which "
-    "the host runs with optimisations off; ORT's default level computes other values",
-)
 @pytest.mark.parametrize("weight", ["QInt8", "QInt4"])
 def test_int16_activation_qdq_host_gemm_equals_ort_default(weight):
+    """ORT's default level makes com.microsoft MatMulNBits of DequantizeLinear(W) -> Gemm
+    here (no QLinear kernel); the integer reading now reads that graph too (it kept the
+    float graph, whose level-off run differed in about 90% of outputs)."""
     assert _wide_mismatches("QInt16", weight) == 0

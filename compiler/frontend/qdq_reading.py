@@ -47,13 +47,22 @@ def integer_kernels(m: onnx.ModelProto) -> int:
     return sum(1 for n in m.graph.node if n.op_type.startswith("QLinear") or n.op_type == "QGemm")
 
 
+def contrib_kernels(m: onnx.ModelProto) -> int:
+    """How many com.microsoft nodes a graph has (e.g. MatMulNBits, which ORT's default level
+    makes of DequantizeLinear(int8/int4 weights) -> MatMul|Gemm when the activations are not
+    8-bit, and which computes other float values than the graph as written)."""
+    return sum(1 for n in m.graph.node if n.domain == "com.microsoft")
+
+
 def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
     """The model as the integer QDQ reading sees it (see the module docstring).
 
-    When ORT's rewrite turns no QDQ group into an integer kernel, the groups stay as
-    written: ORT then runs the same float ops at every level (a float16 group only gets
-    precision-free Casts around the float op, which would hide the group), and the
-    frontend reads them as before; so it does for a model ORT cannot load.
+    When ORT's rewrite turns no QDQ group into an integer kernel (and adds no other
+    com.microsoft kernel, such as MatMulNBits for 16-bit activations by 8/4-bit weights),
+    the groups stay as written: ORT then runs the same float ops at every level (a
+    float16 group only gets precision-free Casts around the float op, which would hide
+    the group), and the frontend reads them as before; so it does for a model ORT cannot
+    load.
     """
     if not has_qdq_groups(m):
         return m
@@ -63,7 +72,7 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
         r = ort_integer_model(base)
     except FrontendError:
         return m  # ORT cannot run it at all: the frontend names what it cannot read
-    if integer_kernels(r) <= integer_kernels(base):
+    if integer_kernels(r) <= integer_kernels(base) and contrib_kernels(r) <= contrib_kernels(base):
         return m
     return splice_project_ops(r, m, project) if project else r
 
