@@ -29,8 +29,9 @@ ELEMENTWISE = ("requantize", "clip", "lut", "identity", "reshape", "transpose")
 def requant_scale(rq: Mapping[str, Any], column: int = 0) -> float:
     """The float scale of requantization dict `rq` for output `column` (`scale` holds one
     per column, or one for every column)."""
-    scale = rq["scale"]
-    return float(scale[column] if np.ndim(scale) else scale)
+    scale = rq["scale"]  # np.ndim would copy a per-column tuple: O(columns) per call
+    per_column = isinstance(scale, tuple | list) or getattr(scale, "ndim", 0) > 0
+    return float(scale[column] if per_column else scale)
 
 
 def requant_term(x: Term, rq: Mapping[str, Any], column: int = 0) -> Term:
