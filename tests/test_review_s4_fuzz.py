@@ -87,3 +87,14 @@ def test_fuzz_diff_exposed_values_do_not_count_as_host_mismatch():
 def test_more_models_per_family(family):
     outs = F.run(12, 2, [family], reference="ort-host")
     assert not _failures(outs), _failures(outs)
+
+
+def test_fuzz_diff_counts_moved_s8s8_qdq_as_u8s8():
+    """Seed 808 model 248 under `ort-x86-avx2`: an s8s8 QDQ MatMul, which ORT's x86-64 QDQ
+    transformers run as a u8s8 QLinearMatMul (activations moved to uint8). Its refutation is
+    right for the profile (ORT under `qemu-x86_64 -cpu Haswell` gives the recorded 113;
+    a VNNI host 114), so on a host whose ORT differs it is a host_reference_divergence,
+    not a refutation_not_reproduced."""
+    res, _ = D.check_model(248, 808, reference="ort-x86-avx2")
+    assert res.verdicts["refuted"] >= 1
+    assert not [f for f in res.findings if f.failure], res.findings
