@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import copy
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -84,9 +85,9 @@ class _Failure:
     text: str
 
 
-# A worker's first lines: leave Ctrl-C to the parent, lower its priority before its
-# imports, take the parent's sys.path, then serve the socket it inherited (argv: marker,
-# nice, sys.path, fd).
+# A worker's first lines: leave Ctrl-C to the parent, lower its priority (if `nice` did
+# not), take the parent's sys.path, then serve the socket it inherited (argv: marker,
+# nice increment, sys.path, fd).
 _BOOT = """import json, os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 try:
@@ -171,10 +172,14 @@ def _start(workers: int) -> None:
         mine, theirs = socket.socketpair()
         with theirs:
             fd = theirs.fileno()
-            argv = ["prover-worker", str(NICE), json.dumps(sys.path), str(fd)]
+            # `nice` lowers the priority before the interpreter starts (its start-up is
+            # most of a worker's CPU); without it, the worker's first line does
+            nice = shutil.which("nice")
+            first = [nice, "-n", str(NICE)] if nice else []
+            argv = ["prover-worker", "0" if nice else str(NICE), json.dumps(sys.path), str(fd)]
             try:
                 p = subprocess.Popen(
-                    [sys.executable, "-c", _BOOT, *argv],
+                    [*first, sys.executable, "-c", _BOOT, *argv],
                     pass_fds=[fd],
                     # silent: a worker that cannot start or crashes only leaves its work
                     # to this process; its exceptions come back over the socket
