@@ -391,6 +391,8 @@ class Checker:
             except R.ReferenceUndefined as e:
                 out.append(Finding("reference_undefined", str(e), feeds))
                 continue
+            if self.level == "default" and not self.project and self._exposure_changes_kernels():
+                ref = dict(self.ref.outputs(feeds, self.level))  # exposed values are not ORT's
             bad = []
             allowed = self.bound(s.activation.output)
             # after None: the fused form is undefined there (an NPU precondition fails)
