@@ -28,6 +28,8 @@ from onnx import numpy_helper
 
 from compiler.errors import FrontendError
 
+from .overridable import constant_initializers
+
 PROBE_SIZES = (2, 3)
 # ops whose axes come as an input (index) rather than an attribute
 _AXES_INPUT = {"CumSum": 1, "ReduceSum": 1}
@@ -35,8 +37,8 @@ _REDUCE_PREFIX = "Reduce"
 
 
 def dynamic_inputs(m: onnx.ModelProto) -> tuple[str, ...]:
-    """Graph inputs (not initializers) whose leading dimension has no fixed value."""
-    inits = {i.name for i in m.graph.initializer}
+    """Graph inputs (not constant initializers) whose leading dimension has no fixed value."""
+    inits = {i.name for i in constant_initializers(m)}
     out = []
     for vi in m.graph.input:
         if vi.name in inits:
@@ -88,7 +90,7 @@ def check_rows_independent(
     """
     a, b = PROBE_SIZES
     sa, sb = shapes[a], shapes[b]
-    inits = {i.name: i for i in m.graph.initializer}
+    inits = {i.name: i for i in constant_initializers(m)}
     axis_of: dict[str, int] = {name: 0 for name in names}
     outputs = {o.name for o in m.graph.output}
     for n in m.graph.node:
@@ -155,4 +157,6 @@ def _axes(n: onnx.NodeProto, inits: dict, rank: int) -> set[int]:
     idx = _AXES_INPUT.get(n.op_type, 1 if n.op_type.startswith(_REDUCE_PREFIX) else None)
     if idx is not None and idx < len(n.input) and n.input[idx] in inits:
         out |= {int(v) for v in numpy_helper.to_array(inits[n.input[idx]]).reshape(-1)}
+    elif idx is not None and idx < len(n.input) and n.input[idx]:
+        out |= set(range(rank))  # axes known only at run time (e.g. overridable): any axis
     return {v + rank if v < 0 else v for v in out}

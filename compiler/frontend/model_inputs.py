@@ -12,13 +12,15 @@ model would produce.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler.errors import FrontendError
+
+from .overridable import constant_initializers, overridable_initializers
 
 # ops reading an 8-bit activation, and where its (scale, zero point) inputs are
 _QPARAMS = {
@@ -37,24 +39,29 @@ _QPARAMS = {
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One graph input: name, numpy dtype, shape (symbolic dims resolved), symbolic dims."""
+    """One graph input: name, numpy dtype, shape (symbolic dims resolved), symbolic dims;
+    `default`: an overridable initializer's value (`compiler.frontend.overridable`)."""
 
     name: str
     dtype: str
     shape: tuple[int, ...]
     symbolic: tuple[str, ...]
+    default: np.ndarray | None = field(default=None, compare=False)
 
 
 def input_specs(
     m: onnx.ModelProto, batch: int | None = None, dims: dict[str, int] | None = None
 ) -> list[InputSpec]:
-    """The graph inputs (initializers excluded) with symbolic dims resolved.
+    """The graph inputs (constant initializers excluded) with symbolic dims resolved.
 
     A symbolic leading dim takes `batch` (default 1); another symbolic dim must be named
-    in `dims`, else `FrontendError` says which.
+    in `dims`, else `FrontendError` says which. An overridable initializer is an input
+    (the program takes it at run time) whose spec carries its default value.
     """
     dims = dict(dims or {})
-    inits = {i.name for i in m.graph.initializer}
+    inits = {i.name for i in constant_initializers(m)}
+    over = overridable_initializers(m)
+    defaults = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer if i.name in over}
     out = []
     for vi in m.graph.input:
         if vi.name in inits:
@@ -81,7 +88,7 @@ def input_specs(
                 )
         if any(s < 1 for s in shape):
             raise FrontendError(f"input '{vi.name}' shape {shape}: sizes must be at least 1")
-        out.append(InputSpec(vi.name, dtype, tuple(shape), tuple(symbolic)))
+        out.append(InputSpec(vi.name, dtype, tuple(shape), tuple(symbolic), defaults.get(vi.name)))
     return out
 
 
@@ -93,7 +100,7 @@ def skeleton(specs: list[InputSpec]) -> dict[str, np.ndarray]:
 def input_qparams(m: onnx.ModelProto, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(scale, zero point) the model itself uses for 8-bit input `name` (FrontendError if
     no op reading it carries constant quantization parameters)."""
-    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    inits = {i.name: numpy_helper.to_array(i) for i in constant_initializers(m)}
     for n in m.graph.node:
         if n.op_type not in _QPARAMS or name not in n.input[:1]:
             continue
@@ -138,6 +145,15 @@ def from_float(
     """The inputs built from float `data` keyed by input name, and one note per input."""
     out, notes = {}, []
     for s in specs:
+        if s.name not in data and s.default is not None:
+            if tuple(s.default.shape) != s.shape:
+                raise FrontendError(
+                    f"the float data has no array '{s.name}' and its default value has shape "
+                    f"{list(s.default.shape)}, not {list(s.shape)}"
+                )
+            out[s.name] = np.asarray(s.default, dtype=s.dtype)
+            notes.append(f"{s.name}: {s.dtype} {list(s.shape)} the model's default value")
+            continue
         if s.name not in data:
             raise FrontendError(f"the float data has no array '{s.name}' (keys: {sorted(data)})")
         x = np.asarray(data[s.name])

@@ -60,6 +60,7 @@ from prover.requant import check_multiplier, onnx_requant_scale
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
 from .checked import COUNTS, CheckedModel, one_line, validate
 from .f16_context import PROJECT_DOMAIN, decorated_groups, fold_cast, ort_dequantize_types
+from .overridable import overridable_initializers, overridable_message
 from .qdq_reading import integer_reading
 
 MS_DOMAIN = "com.microsoft"
@@ -146,8 +147,12 @@ class _Builder:
         self.m = m
         self.reference = reference
         g = m.graph
+        # an overridable initializer is a run-time graph input (`.overridable`), no constant
+        self.overridable = overridable_initializers(m)
         self.consts: dict[str, np.ndarray] = {
-            i.name: numpy_helper.to_array(i) for i in g.initializer
+            i.name: numpy_helper.to_array(i)
+            for i in g.initializer
+            if i.name not in self.overridable
         }
         self.values: dict[str, Value] = {}
         self.nodes: list[Node] = []
@@ -202,6 +207,10 @@ class _Builder:
                 return None
             raise self.fail(n, f"missing input {what}")
         name = n.input[idx]
+        if name in self.overridable:
+            e = self.fail(n, f"{what}: {overridable_message(name, self.m.ir_version)}")
+            e.overridable = True
+            raise e
         if name not in self.consts:
             raise self.fail(n, f"{what} '{name}' must be a constant initializer")
         return self.consts[name]
@@ -402,7 +411,14 @@ class _Builder:
             if key in groups:
                 kind, members = groups[key]
                 if kind == "act":
-                    self.qdq_activation(members)
+                    try:
+                        self.qdq_activation(members)
+                    except FrontendError as e:
+                        if not getattr(e, "overridable", False):
+                            raise
+                        # ORT runs the group with the value fed at run time
+                        self.host(members, placement=f"{self.label(members[-1])} runs on the "
+                                  f"host: {str(e).split(': ', 1)[-1]}")  # fmt: skip
                 else:
                     self.host(members, compute=members[-2].op_type)
                 continue
@@ -478,14 +494,16 @@ class _Builder:
             if dom == PROJECT_DOMAIN:
                 raise self.fail(n, f"unsupported operator (domain '{dom}')")
             return self.unsupported(n, f"{n.op_type} (domain '{dom or 'ai.onnx'}') has no NPU form")
-        if n.op_type not in NPU_FORM_OPS or dom == PROJECT_DOMAIN:
+        if dom == PROJECT_DOMAIN:
             return handler(n)
         try:
             handler(n)
         except FrontendError as e:
-            # a form the NPU has no meaning for (a 3x3 QLinearConv, dynamic weights, ...) is
-            # still a valid op ONNX Runtime runs: it stays on the host; else the input is bad
-            if getattr(e, "bad_input", False) or not self.ort_runs(n):
+            # a form the NPU has no meaning for (a 3x3 QLinearConv, dynamic weights, an
+            # overridable initializer where a constant is needed, ...) is still a valid op
+            # ONNX Runtime runs: it stays on the host; else the input is bad
+            hostable = n.op_type in NPU_FORM_OPS or getattr(e, "overridable", False)
+            if not hostable or getattr(e, "bad_input", False) or not self.ort_runs(n):
                 raise
             self.unsupported(n, str(e).split(": ", 1)[-1])
 
