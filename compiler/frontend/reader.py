@@ -502,10 +502,17 @@ class _Builder:
             # a form the NPU has no meaning for (a 3x3 QLinearConv, dynamic weights, an
             # overridable initializer where a constant is needed, ...) is still a valid op
             # ONNX Runtime runs: it stays on the host; else the input is bad
-            hostable = n.op_type in NPU_FORM_OPS or getattr(e, "overridable", False)
-            if not hostable or getattr(e, "bad_input", False) or not self.ort_runs(n):
+            overridable = getattr(e, "overridable", False)
+            if not (n.op_type in NPU_FORM_OPS or overridable):
                 raise
-            self.unsupported(n, str(e).split(": ", 1)[-1])
+            if getattr(e, "bad_input", False) or not self.ort_runs(n):
+                raise
+            try:
+                self.unsupported(n, str(e).split(": ", 1)[-1])
+            except FrontendError:
+                if overridable:  # e.g. a Reshape to a run-time shape: name the cause
+                    raise e from None
+                raise
 
     def ort_runs(self, n: onnx.NodeProto) -> bool:
         """Whether ONNX Runtime accepts node `n` on its inputs' types and shapes."""
