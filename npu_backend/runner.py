@@ -2,9 +2,11 @@
 
 A program compiled from a model with a symbolic batch dimension (`Program.dynamic_batch`)
 holds one row; the frontend showed rows independent (`compiler.batch`), so a batch of B
-rows runs in one wide pass (or, where that is not known exact, as B one-row runs whose
-outputs are stacked along axis 0). Inputs whose shapes
-do not fit (other dimensions, different batch sizes) are a `ProgramError`.
+rows runs in one wide pass: NPU steps and host kernel terms are exact row-wise integer
+operations, and each host ONNX step runs once on all rows, as ONNX Runtime runs the model
+on that batch (its float kernels may round one row differently from many, so B one-row
+runs are not ORT on the batch). Inputs whose shapes do not fit (other dimensions,
+different batch sizes) are a `ProgramError`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from typing import BinaryIO
 
 import numpy as np
 
+from .isa import HostCall
+from .lowered import HostOnnx
 from .program import Program, ProgramError
-from .simulator import Counters, SimulatorError, run
+from .simulator import Counters, SimulatorError, execute, run
 
 
 def load_inputs(path: str | Path) -> dict[str, np.ndarray]:
@@ -72,18 +76,39 @@ def run_batched(
 ) -> tuple[dict[str, np.ndarray], Counters]:
     """Run `program` on inputs of any batch size.
 
-    A dynamic-batch program runs all rows in one wide pass when it can (`one_pass`), else
-    row by row; both give the same outputs and counters (see `_one_pass`).
+    A dynamic-batch program runs all rows in one wide pass (`_one_pass`); `one_pass=False`
+    runs B one-row runs instead, which give the same outputs and counters only for a
+    program without host ONNX steps. Where the wide pass fails, the row-by-row run
+    reports the error; if that run succeeds, its outputs are used only for a program
+    without host ONNX steps (for one with them it is not what ORT computes on the
+    batch: `SimulatorError`).
     """
     n = batch_size(program, inputs)
     rows = next((s.shape[0] for s in program.inputs if s.name in program.dynamic_batch), None)
     if n is None or n == rows:
         return run(program, inputs)
-    if one_pass and rows == 1:
-        got = _one_pass(program, inputs, n)
-        if got is not None:
-            return got
-    return _row_by_row(program, inputs, n)
+    if not (one_pass and rows == 1):
+        return _row_by_row(program, inputs, n)
+    got, why = _one_pass(program, inputs, n)
+    if got is not None:
+        return got
+    slow = _row_by_row(program, inputs, n)
+    if host_onnx_outputs(program):
+        raise SimulatorError(
+            f"the batch of {n} rows cannot run in one pass ({why}); its host ONNX steps "
+            "run row by row would not be what ONNX Runtime computes on the batch"
+        )
+    return slow
+
+
+def host_onnx_outputs(program: Program) -> tuple[str, ...]:
+    """The tensors `program`'s host ONNX steps write, in program order."""
+    return tuple(
+        name
+        for ins in program.instructions
+        if isinstance(ins, HostCall) and isinstance(ins.step, HostOnnx)
+        for name in ins.step.outputs
+    )
 
 
 def _row(program: Program, inputs: dict[str, np.ndarray], r: int) -> dict[str, np.ndarray]:
@@ -93,34 +118,51 @@ def _row(program: Program, inputs: dict[str, np.ndarray], r: int) -> dict[str, n
     }
 
 
+def _host_row(
+    program: Program, dram: dict[str, np.ndarray], n: int, r: int
+) -> dict[str, np.ndarray]:
+    """Row `r` of the host ONNX outputs of a wide pass over `n` rows (whole if not a row)."""
+    out = {}
+    for name in host_onnx_outputs(program):
+        arr = np.asarray(dram[name])
+        spec = program.tensors.get(name)
+        row = spec is not None and spec.shape[:1] == (1,) and arr.shape[:1] == (n,)
+        out[name] = arr[r : r + 1] if row else arr
+    return out
+
+
 def _one_pass(
     program: Program, inputs: dict[str, np.ndarray], n: int
-) -> tuple[dict[str, np.ndarray], Counters] | None:
-    """All `n` rows in one simulator pass, or None where that is not known to be exact.
+) -> tuple[tuple[dict[str, np.ndarray], Counters] | None, str]:
+    """All `n` rows in one simulator pass, or (None, why) where it failed or is not exact.
 
-    NPU steps and host kernel terms are elementwise or an exact row-wise integer matmul,
-    so they run on all rows at once; host ONNX steps still run once per row inside the
-    wide pass (the simulator does that), as their models are compiled for one row and
-    ONNX Runtime may pick other float kernels for other row counts. Any failure (shape,
-    undefined result) falls back to the row-by-row run, which reports it as before. Counters do not depend on
-    the data, so the batch's are the first row's times `n`; the first and last rows'
-    one-row outputs double as a check of the wide pass.
+    The check: the first and last rows run alone, with the wide pass's host ONNX results
+    for that row given (`execute`'s `host_results`), must give that row of the wide pass
+    exactly; this checks every NPU step and host kernel term (row-independent integer
+    operations) while host ONNX steps stay ORT's batch results. Counters do not depend
+    on the data, so the batch's are the first row's times `n`.
     """
     try:
-        first, c = run(program, _row(program, inputs, 0))
-        last, _ = run(program, _row(program, inputs, n - 1))
-        outs, _ = run(program, inputs, rows=n)
-    except (SimulatorError, ValueError):  # e.g. a step whose shapes do not widen
-        return None
+        wide = execute(program, inputs, rows=n)
+        dram = wide.memory["dram"]
+        first, c = run(
+            program, _row(program, inputs, 0), host_results=_host_row(program, dram, n, 0)
+        )
+        last, _ = run(
+            program, _row(program, inputs, n - 1), host_results=_host_row(program, dram, n, n - 1)
+        )
+    except (SimulatorError, ValueError, KeyError) as e:  # e.g. a step whose shapes do not widen
+        return None, str(e).splitlines()[0] if str(e) else type(e).__name__
+    outs = wide.outputs
     for o in program.outputs:
         got = np.asarray(outs[o])
         if got.shape[:1] != (n,) or got.dtype != first[o].dtype:
-            return None
+            return None, f"output {o!r} is {got.dtype}{list(got.shape)}"
         if not (np.array_equal(got[:1], first[o]) and np.array_equal(got[-1:], last[o])):
-            return None
+            return None, f"output {o!r} differs from its one-row replay"
     total = Counters()
     _add(total, c, times=n)
-    return outs, total
+    return (outs, total), ""
 
 
 def _row_by_row(

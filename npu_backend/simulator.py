@@ -30,8 +30,8 @@ one after another, nothing overlaps across instructions):
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, overload
 
@@ -43,6 +43,7 @@ from prover.terms import PreconditionViolation, evaluate
 
 from .exact_matmul import exact_matmul
 from .host import HostError, run_host, store
+from .host_batch import moves_data_only, widened
 from .isa import (
     MEMORY_NAMES,
     Activation,
@@ -241,9 +242,15 @@ class Machine:
         inputs: dict[str, np.ndarray],
         rows: int | None = None,
         schedule: Schedule | None = None,
+        host_results: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self.program = program
         self.rows = rows  # a batched run: row tensors hold `rows` rows instead of one
+        # host ONNX outputs given instead of run (a one-row replay of a batched run)
+        self.host_results = host_results
+        # row tensors ONNX Runtime returned with the batch on a later axis (e.g. [1, B]):
+        # kept with the batch leading (the same data in row-major order), fed back as ORT's
+        self.layout: dict[str, tuple[int, ...]] = {}
         self.schedule = schedule if schedule is not None else _shipped_schedule(program.target)
         self.mem: dict[str, dict[str, np.ndarray]] = {"dram": {}, "sram": {}, "wmem": {}}
         self.mem["dram"].update({k: np.asarray(v) for k, v in program.constants.items()})
@@ -541,14 +548,18 @@ class Machine:
                 raise SimulatorError(f"{step.name}: host input {name!r} is not in dram")
             self.dram_read(name, env[name].nbytes)
         try:
-            if self.rows is not None and isinstance(step, HostOnnx):
-                results = self._host_rows(step, env, self.rows)
+            if self.host_results is not None and isinstance(step, HostOnnx):
+                results = self._given(step)
+            elif self.rows is not None and isinstance(step, HostOnnx):
+                results = self._host_batch(step, env, self.rows)
             else:
                 results = run_host(step, env)
         except HostError as e:
             raise SimulatorError(str(e)) from None
         for name, arr in results.items():
             spec = self.program.tensors.get(name)
+            if spec is not None and self.rows is not None:
+                arr = self._batch_leading(name, arr, tuple(spec.shape))
             if spec is not None and (
                 arr.dtype.name != spec.dtype
                 or arr.shape not in (tuple(spec.shape), _batched(spec.shape, self.rows))
@@ -560,12 +571,32 @@ class Machine:
             self.c.write("dram", arr.nbytes)
             env[name] = arr
 
-    def _host_rows(
+    def _given(self, step: HostOnnx) -> dict[str, np.ndarray]:
+        assert self.host_results is not None
+        missing = [n for n in step.outputs if n not in self.host_results]
+        if missing:
+            raise SimulatorError(f"{step.name}: no given result for {missing}")
+        return {n: np.asarray(self.host_results[n]) for n in step.outputs}
+
+    def _host_batch(
         self, step: HostOnnx, env: dict[str, np.ndarray], rows: int
     ) -> dict[str, np.ndarray]:
-        """A host ONNX step of a batched run, once per row: its model is compiled for one
-        row, and ONNX Runtime's float kernels may differ with the row count."""
-        wide = {n for n in step.inputs if self._is_row_tensor(n, env[n], rows)}
+        """A host ONNX step of a batched run, on all rows in one ONNX Runtime call, as ORT
+        runs the whole model on the batch (its float kernels may round a one-row product
+        differently): its one-row model with the row inputs' shapes opened up. A layout
+        step (one-row Reshape constants) runs row by row (`npu_backend.host_batch`)."""
+        wide = frozenset(n for n in step.inputs if self._is_row_tensor(n, env[n], rows))
+        if not wide:
+            return run_host(step, env)
+        if moves_data_only(bytes(step.model)):
+            return self._host_rows(step, env, wide, rows)
+        feeds = {n: env[n].reshape(self.layout.get(n, env[n].shape)) for n in step.inputs}
+        return run_host(replace(step, model=widened(bytes(step.model), wide)), feeds)
+
+    def _host_rows(
+        self, step: HostOnnx, env: dict[str, np.ndarray], wide: frozenset[str], rows: int
+    ) -> dict[str, np.ndarray]:
+        """A data-movement host step once per row (row inputs `wide`), outputs stacked."""
         parts = [
             run_host(step, {n: (env[n][r : r + 1] if n in wide else env[n]) for n in step.inputs})
             for r in range(rows)
@@ -574,6 +605,22 @@ class Machine:
             return {n: np.concatenate([p[n] for p in parts], axis=0) for n in step.outputs}
         except ValueError as e:  # 0-d outputs: not a row-wise step
             raise SimulatorError(f"{step.name}: cannot run row by row: {e}") from None
+
+    def _batch_leading(self, name: str, arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """A host output of a batched run with the batch on axis 0 (see `layout`): ORT may
+        return it on a later axis after unit ones (ArrayFeatureExtractor: [1, B])."""
+        lead = _batched(shape, self.rows)
+        if arr.shape in (shape, lead) or arr.ndim != len(shape):
+            return arr
+        diff = [k for k in range(len(shape)) if arr.shape[k] != shape[k]]
+        if (
+            len(diff) == 1
+            and arr.shape[diff[0]] == self.rows
+            and not any(d != 1 for d in shape[: diff[0] + 1])
+        ):
+            self.layout[name] = tuple(arr.shape)
+            return arr.reshape(lead)
+        return arr
 
     def _is_row_tensor(self, name: str, arr: np.ndarray, rows: int) -> bool:
         if name in self.program.constants or not arr.ndim or arr.shape[0] != rows:
@@ -603,12 +650,15 @@ def execute(
     rows: int | None = None,
     target: Target | None = None,
     on_step: StepHook | None = None,
+    host_results: Mapping[str, np.ndarray] | None = None,
 ) -> Trace:
     """Execute `program` on `inputs` (see `run`); `on_step(cost, counters)` is called after
     every instruction, in program order (`cost.live_bytes` is that instruction's own peak;
-    the counters are the run's totals so far: read them, do not change them)."""
+    the counters are the run's totals so far: read them, do not change them).
+    `host_results` (by tensor name) stand in for the outputs of host ONNX steps, which are
+    then not run (`npu_backend.runner` replays rows of a batched run with them)."""
     schedule = target.schedule if target is not None else _shipped_schedule(program.target)
-    m = Machine(program, _check_inputs(program, inputs, rows), rows, schedule)
+    m = Machine(program, _check_inputs(program, inputs, rows), rows, schedule, host_results)
     for ins in program.instructions:
         try:
             cost = m.step(ins)
@@ -632,15 +682,17 @@ def run(
     inputs: dict[str, np.ndarray],
     rows: int | None = None,
     target: Target | None = None,
+    host_results: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], Counters]:
     """Execute `program` on `inputs`; returns (outputs by name, counters).
 
     With `rows`, the dynamic-batch inputs hold `rows` rows where the program was compiled
-    for one, and every step runs on all rows at once (`npu_backend.runner.run_batched`
-    checks the result against a one-row run; counters are then those of the wide run).
+    for one, and every step runs on all rows at once, host ONNX steps in one ONNX Runtime
+    call each as ORT runs the model on the batch (`npu_backend.runner.run_batched` checks
+    the rest against one-row replays; counters are then those of the wide run).
     Cycles use `target`'s schedule; without it, that of the shipped target the program
     names (the defaults of `Schedule` if there is none). `execute` adds a per-instruction
     hook and the final memories.
     """
-    t = execute(program, inputs, rows, target)
+    t = execute(program, inputs, rows, target, host_results=host_results)
     return t.outputs, t.counters

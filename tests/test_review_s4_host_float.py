@@ -104,11 +104,6 @@ def test_static_batch_host_float_matmul_equals_ort(reference):
     assert total == 64 * 8 and bad == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="host ONNX steps of a batched run go one row at a time (npu_backend/simulator.py "
-    "_host_rows); ORT's float MatMul with a run-time B rounds a 1-row product differently",
-)
 @pytest.mark.parametrize("reference", ["onnx", "onnx-qdq-float"])
 def test_dynamic_batch_host_float_matmul_equals_ort_on_the_batch(reference):
     bad, total = _float_mismatches(_dq_matmul("N"), reference, 64)
