@@ -130,8 +130,8 @@ def compile_model(
         synthesis=bool(opts.pop("synthesis", synthesis)),
         progress=progress,
     )
-    start_workers(config.jobs)  # their start-up overlaps the frontend and legality work
     g, m = to_ir(model, reference=config.reference)
+    start_workers(config.jobs, g)  # if it pays: their start-up overlaps the legality work
     return _run(g, Context(config, PipelineState(model=m, original=_snapshot(g))))
 
 

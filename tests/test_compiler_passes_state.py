@@ -80,14 +80,13 @@ def test_kept_obligations_follow_the_site_groups_not_their_ids():
     assert [ob.hash for ob, *_ in again] == [ob.hash for ob, *_ in first]
 
 
-def test_small_work_never_starts_workers_that_were_not_started_early(monkeypatch):
+def test_small_work_never_starts_workers(monkeypatch):
     import prover.parallel as par
 
     def no_pool(*a, **k):
         raise AssertionError("worker pool started for a few millisecond obligations")
 
-    par.shutdown()
-    monkeypatch.setattr("compiler.api.start_workers", lambda jobs: None)
+    par.shutdown()  # two sites: too little work to start workers early, or later
     monkeypatch.setattr(par, "check_many", no_pool)
     monkeypatch.setattr(par, "start", no_pool)
     one = compile_model(two_sites(), "bitwise", FLOAT, jobs=1)

@@ -106,11 +106,11 @@ def _slow_start_env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_a_worker_still_starting_delays_neither_the_batch_nor_the_exit(tmp_path):
-    """--jobs 2 on a 1-site model and on a 64-column one: the early-started worker never
-    becomes ready; the process decides everything itself and exits at once (terminating
-    it), with the verdicts --jobs 1 gives."""
-    model = tmp_path / "pc64.onnx"
-    onnx.save(matmul_activation(K=16, N=64, M=1, per_channel=True), model)
+    """--jobs 2 on a 512-column model (workers started early): the worker never becomes
+    ready; the process decides everything itself and exits at once (terminating it),
+    with the verdicts --jobs 1 gives."""
+    model = tmp_path / "pc512.onnx"
+    onnx.save(matmul_activation(K=16, N=512, M=1, per_channel=True), model)
     reports = {}
     for name, jobs, env in (("one", "1", None), ("two", "2", _slow_start_env(tmp_path))):
         out = tmp_path / f"{name}.json"
@@ -289,3 +289,14 @@ def test_a_script_without_a_main_guard_is_not_run_again_by_its_workers(tmp_path)
     )
     assert p.returncode == 0, p.stderr
     assert runs.read_text() == "ran\n"
+
+
+def test_workers_are_started_early_only_for_a_model_with_enough_obligations():
+    from compiler.proving import prove
+
+    par.shutdown()
+    compile_model(matmul_activation(K=16, N=8, M=1), "bitwise", jobs=2)
+    assert par.running() == 0  # one obligation: no worker at all
+    m = matmul_activation(K=16, N=prove.EARLY_START_OBLIGATIONS, M=1, per_channel=True)
+    r = compile_model(m, "bitwise", "npu_backend/targets/npu_float.toml", jobs=2)
+    assert par.running() == 1 and len(r.sites[0].obligations) == prove.EARLY_START_OBLIGATIONS

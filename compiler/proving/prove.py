@@ -48,6 +48,10 @@ COUNTS: Counter[str] = Counter()
 # machine. This process never waits for one, so starting it late costs only its own CPU.
 SAMPLE_S = 0.25
 WORKER_START_S = 0.25
+# Workers are started early (`start_workers`) for models with at least this many epilogue
+# obligations (~0.3 ms each: below, the batch is over before a worker is ready, and a
+# worker's start-up only costs CPU on a loaded machine)
+EARLY_START_OBLIGATIONS = 512
 # solvers whose first procedure is `segments` (the one that reads prefetched thresholds)
 PREFETCHING_SOLVERS = frozenset({"auto", "segments"})
 
@@ -183,10 +187,23 @@ def prefetch(obligations: Sequence[Obligation], ctx: Context) -> int:
     return seg_prefetch(epilogues)
 
 
-def start_workers(jobs: int) -> None:
-    """Start the `jobs - 1` worker processes now, without waiting for them (a caller that
-    will decide obligations starts them early so their start-up overlaps its own work)."""
-    if jobs > 1:
+def expected_obligations(g: Graph) -> int:
+    """A cheap estimate, from the IR the frontend built, of how many epilogue obligations
+    the gate will decide: one per distinct requantization scale of each compute node."""
+    n = 0
+    for node in g.nodes:
+        rq = node.attrs.get("requant")
+        if isinstance(rq, dict):
+            scale = rq.get("scale")
+            n += len(set(scale)) if isinstance(scale, tuple | list) else 1
+    return n
+
+
+def start_workers(jobs: int, g: Graph) -> None:
+    """Start the `jobs - 1` worker processes now, without waiting for them, if the model
+    has enough work for them (`EARLY_START_OBLIGATIONS`): a caller that will decide its
+    obligations starts them early so their start-up overlaps its own work."""
+    if jobs > 1 and expected_obligations(g) >= EARLY_START_OBLIGATIONS:
         from prover.parallel import start
 
         start(jobs - 1)
