@@ -5,11 +5,12 @@ either: every differing value comes from a host step, and `prover check` reports
 candidate; but `npuc compile` places the ops on the host with the promise that the
 program equals the reference, and `npuc run` then differs from ONNX Runtime):
 
-- a dynamic-batch model whose float MatMul reads a weight dequantized at run time (a QDQ
-  DequantizeLinear -> MatMul ORT does not rewrite): the simulator runs host ONNX steps one
-  row at a time (`npu_backend/simulator.py` `_host_rows`), and ORT's float MatMul with a
-  non-constant B gives other float results for one row than for several (measured: 612 of
-  2,000 outputs for K=2, N=4), so a batch differs from ORT on that batch;
+- (fixed) a dynamic-batch model whose float MatMul reads a weight dequantized at run time
+  (a QDQ DequantizeLinear -> MatMul ORT does not rewrite): the simulator ran host ONNX
+  steps one row at a time, and ORT's float MatMul with a non-constant B gives other float
+  results for one row than for several (measured: 612 of 2,000 outputs for K=2, N=4), so
+  a batch differed from ORT on that batch; a batched run now runs each host ONNX step
+  once on all rows (`npu_backend/host_batch.py`);
 - (fixed) a QDQ model with int16 activations and int8/int4 weights (quantize_static QInt16
   x QInt8/QInt4): ORT's default level turns DequantizeLinear(W) -> Gemm into com.microsoft
   MatMulNBits, no integer kernel, so the integer reading kept the float graph, which the
