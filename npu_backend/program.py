@@ -48,7 +48,7 @@ class Program:
     constants: dict[str, np.ndarray]
     instructions: list[Instruction] = field(default_factory=list)
     # inputs whose leading dimension is the batch: the program is compiled for one row and
-    # runs any number of rows as independent rows (npu_backend.runner.run_batched)
+    # runs any number of rows in one pass (npu_backend.runner.run_batched)
     dynamic_batch: tuple[str, ...] = ()
 
     def ops(self, kind: type | str | None = None) -> list[Instruction]:
