@@ -19,6 +19,10 @@ from models import matmul_activation
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
+from qdq_models import qdq_table_model
+
+from compiler.errors import FrontendError
+from compiler.frontend.reader import to_ir
 
 MESSAGE = ("initializer 'W' is overridable", "graph.input", "keep_initializers_as_inputs=False")
 
@@ -211,3 +215,45 @@ def test_npuc_run_takes_the_overridable_weights(tmp_path, base):
         inputs = dict(d)
     np.testing.assert_array_equal(inputs["W"], nh.to_array(m.graph.initializer[0]))
     assert_run_equals_ort(prog, tmp_path / "in2.npz", model, inputs, tmp_path / "out2.npz")
+
+
+@pytest.mark.parametrize("name", ["xs", "ys"])
+def test_qdq_activation_group_with_an_overridable_scale(tmp_path, name):
+    """float32 scales: ORT's integer reading (a QLinearSigmoid) stays on the host."""
+    rep = check(tmp_path, listed(qdq_table_model(), [name]), "act")
+    assert rep["summary"]["proven"] == 0, rep["summary"]
+    assert f"initializer '{name}' is overridable" in host_messages(rep)["act"]
+
+
+def test_overridable_float16_scale_is_a_clear_error(tmp_path):
+    """A float16 run-time input has no IR type: exit 2 naming the initializer and the fix."""
+    path = tmp_path / "f16.onnx"
+    onnx.save(listed(qdq_table_model(scale_type="float16"), ["ys"]), path)
+    r = prover("check", path, "--proofs-mode", "off")
+    assert_one_line_error(r, "graph input 'ys'", "FLOAT16", "initializer 'ys' is overridable")
+
+
+def _reduce_sum_over_rows(overridable: bool) -> onnx.ModelProto:
+    """x[N, 4] -> ReduceSum(axes = [1] as an initializer) -> y[N, 1]."""
+    axes = nh.from_array(np.array([1], np.int64), "axes")
+    ins = [oh.make_tensor_value_info("x", TP.FLOAT, ["N", 4])]
+    if overridable:
+        ins.append(oh.make_tensor_value_info("axes", TP.INT64, [1]))
+    g = oh.make_graph(
+        [oh.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1, name="rs")],
+        "g",
+        ins,
+        [oh.make_tensor_value_info("y", TP.FLOAT, ["N", 1])],
+        [axes],
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_batch_axes_from_an_overridable_initializer_may_be_any_axis():
+    """A caller may feed axes = [0] (summing across rows): the dynamic batch is refused."""
+    g, _ = to_ir(_reduce_sum_over_rows(overridable=False))
+    assert g.dynamic_batch == ("x",)
+    with pytest.raises(FrontendError, match="batch"):
+        to_ir(_reduce_sum_over_rows(overridable=True))

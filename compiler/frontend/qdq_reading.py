@@ -29,13 +29,15 @@ import onnx
 from compiler.errors import FrontendError
 
 from .f16_context import PROJECT_DOMAIN, ort_graph, without_project_ops
+from .overridable import constant_initializers
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
 def has_qdq_groups(m: onnx.ModelProto) -> bool:
-    """Whether some DequantizeLinear reads a non-constant (an activation of a QDQ group)."""
-    consts = {i.name for i in m.graph.initializer}
+    """Whether some DequantizeLinear reads a non-constant (an activation of a QDQ group,
+    or an overridable initializer, which ORT does not treat as constant either)."""
+    consts = {i.name for i in constant_initializers(m)}
     return any(
         n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") and n.input[0] not in consts
         for n in m.graph.node

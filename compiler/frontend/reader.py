@@ -307,30 +307,40 @@ class _Builder:
         for vi in self.m.graph.input:
             if vi.name in init:
                 continue
-            tt = vi.type.tensor_type
-            users = self.onnx_users.get(vi.name, [])
-            where = f" (consumed by {self.label(users[0])})" if users else ""
-            if tt.elem_type not in DTYPES:
+            try:
+                self.add_input(vi)
+            except FrontendError as e:
+                if vi.name not in self.overridable:
+                    raise
+                why = overridable_message(vi.name, self.m.ir_version)
+                raise FrontendError(f"{e}; {why}") from None
+
+    def add_input(self, vi: onnx.ValueInfoProto) -> None:
+        """Graph input `vi` as an IR value (static shape, a supported element type)."""
+        tt = vi.type.tensor_type
+        users = self.onnx_users.get(vi.name, [])
+        where = f" (consumed by {self.label(users[0])})" if users else ""
+        if tt.elem_type not in DTYPES:
+            raise FrontendError(
+                f"graph input '{vi.name}'{where}: unsupported element type "
+                f"{TensorProto.DataType.Name(tt.elem_type)}"
+            )
+        dims = []
+        for d in tt.shape.dim:
+            if not d.HasField("dim_value") or d.dim_value <= 0:
                 raise FrontendError(
-                    f"graph input '{vi.name}'{where}: unsupported element type "
-                    f"{TensorProto.DataType.Name(tt.elem_type)}"
+                    f"graph input '{vi.name}'{where}: dynamic dimension "
+                    f"'{d.dim_param or '?'}' is not supported; give the model static shapes"
                 )
-            dims = []
-            for d in tt.shape.dim:
-                if not d.HasField("dim_value") or d.dim_value <= 0:
-                    raise FrontendError(
-                        f"graph input '{vi.name}'{where}: dynamic dimension "
-                        f"'{d.dim_param or '?'}' is not supported; give the model static shapes"
-                    )
-                dims.append(int(d.dim_value))
-            if not tt.HasField("shape"):
-                raise FrontendError(f"graph input '{vi.name}'{where}: shape unknown (dynamic rank)")
-            if int(np.prod(dims, dtype=object)) > MAX_ELEMENTS:
-                raise FrontendError(
-                    f"graph input '{vi.name}'{where}: shape {dims} has more than 2^31 elements"
-                )
-            self.values[vi.name] = Value(vi.name, DTYPES[tt.elem_type], tuple(dims))
-            self.names.add(vi.name)
+            dims.append(int(d.dim_value))
+        if not tt.HasField("shape"):
+            raise FrontendError(f"graph input '{vi.name}'{where}: shape unknown (dynamic rank)")
+        if int(np.prod(dims, dtype=object)) > MAX_ELEMENTS:
+            raise FrontendError(
+                f"graph input '{vi.name}'{where}: shape {dims} has more than 2^31 elements"
+            )
+        self.values[vi.name] = Value(vi.name, DTYPES[tt.elem_type], tuple(dims))
+        self.names.add(vi.name)
 
     # -- QDQ grouping --------------------------------------------------------------------
 
