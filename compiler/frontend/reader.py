@@ -24,6 +24,10 @@ kept on the host as it is written (`host_onnx` with a `placement` reason, report
 model, bad attribute of an interpreted op, unknown domain) raises `FrontendError` with
 a one-line message naming the node (and the attribute or type).
 
+An initializer listed in graph.input of an IR>=4 model is overridable at run time
+(`compiler.frontend.overridable`): a graph input, never a constant; an op that needs it
+constant stays on the host with an `unsupported_op` placement naming it.
+
 A symbolic batch dimension is fixed after showing rows independent (`compiler.frontend.batch`);
 under an integer QDQ reading the model is first rewritten by ONNX Runtime's QDQ
 transformers (`compiler.frontend.qdq_reading`).
