@@ -98,6 +98,7 @@ def violation(site: Site, n_cols: int, tiles: Sequence[ColumnTile]) -> str | Non
     (parameters and table) and the weight zero points of exactly its columns; None if not."""
     proven = proven_columns(site, n_cols)
     w_zp = site.compute.attrs["w_zp"]
+    zp_scalar = np.ndim(w_zp) == 0  # once: np.ndim converts a per-column tuple each call
     pos = 0
     for t in tiles:
         n0, n1 = t.cols
@@ -106,6 +107,7 @@ def violation(site: Site, n_cols: int, tiles: Sequence[ColumnTile]) -> str | Non
         pos = n1
         if isinstance(t.post, tuple) and len(t.post) != n1 - n0:
             return f"column tile [{n0}, {n1}) carries {len(t.post)} column epilogues"
+        tile_zp_scalar = np.ndim(t.w_zp) == 0  # once per tile: np.ndim converts a tuple
         for j in range(n0, n1):
             got = t.post[j - n0] if isinstance(t.post, tuple) else t.post
             if got != proven[j]:
@@ -113,8 +115,8 @@ def violation(site: Site, n_cols: int, tiles: Sequence[ColumnTile]) -> str | Non
                     f"column tile [{n0}, {n1}) computes column {j} with an epilogue that is not "
                     "the one proven for it (parameters or table of other columns)"
                 )
-            got_zp = t.w_zp if np.ndim(t.w_zp) == 0 else t.w_zp[j - n0]
-            if int(got_zp) != (int(w_zp) if np.ndim(w_zp) == 0 else int(w_zp[j])):
+            got_zp = t.w_zp if tile_zp_scalar else t.w_zp[j - n0]
+            if int(got_zp) != (int(w_zp) if zp_scalar else int(w_zp[j])):
                 return f"column tile [{n0}, {n1}) uses another column's weight zero point at {j}"
     if pos != n_cols:
         return f"column tiles cover {pos} of {n_cols} columns"
