@@ -34,6 +34,16 @@ def tool_version() -> str:
         return "0+unknown"
 
 
+class LazyHelp(str):
+    """An option's help (and metavar) that imports something to write them: `write()`
+    gives (metavar, help); `Parser` calls it only when it shows help or usage."""
+
+    def __new__(cls, write: Callable[[], tuple[str, str]]) -> LazyHelp:
+        obj = super().__new__(cls, "")
+        obj.write = write  # type: ignore[attr-defined]
+        return obj
+
+
 class VersionAction(argparse.Action):
     """`--version`: print "<prog> <version>" and exit 0, reading the version only then
     (argparse's own action needs the string when the parser is built)."""
@@ -48,7 +58,21 @@ class VersionAction(argparse.Action):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a single-line error message (and exit code 2)."""
+    """argparse with a single-line error message (and exit code 2), and options whose
+    help is costly to write (`LazyHelp`) written only when help or usage is shown."""
+
+    def _write_lazy_help(self) -> None:
+        for a in self._actions:
+            if isinstance(a.help, LazyHelp):
+                a.metavar, a.help = a.help.write()
+
+    def format_usage(self) -> str:
+        self._write_lazy_help()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._write_lazy_help()
+        return super().format_help()
 
     def error(self, message: str) -> NoReturn:
         from compiler.report.model import ExitCode  # lazy: it imports numpy
@@ -216,17 +240,20 @@ def parse_policy(text: str) -> Any:
 
 
 def add_reference_option(p: argparse.ArgumentParser) -> None:
-    """`--reference PROFILE`: what "equals ONNX Runtime" means (prover.reference)."""
-    from prover.reference import CHOICES, DEFAULT_PROFILE, HOST, PROFILES
+    """`--reference PROFILE`: what "equals ONNX Runtime" means (prover.reference); the
+    default (None) is `prover.reference.DEFAULT_PROFILE`. The help lists every profile,
+    written only when shown (the parser stays cheap for a run served at start-up)."""
 
-    names = "; ".join(f"{n}: {p.summary}" for n, p in PROFILES.items())
-    p.add_argument(
-        "--reference",
-        default=DEFAULT_PROFILE,
-        metavar="{" + ",".join(CHOICES) + "}",
-        help=f"reference semantics the model is checked against (default {DEFAULT_PROFILE}; "
-        f"{names}; {HOST}: the profile this machine's ONNX Runtime matches, probed once)",
-    )
+    def write() -> tuple[str, str]:
+        from prover.reference import CHOICES, DEFAULT_PROFILE, HOST, PROFILES
+
+        names = "; ".join(f"{n}: {p.summary}" for n, p in PROFILES.items())
+        return "{" + ",".join(CHOICES) + "}", (
+            f"reference semantics the model is checked against (default {DEFAULT_PROFILE}; "
+            f"{names}; {HOST}: the profile this machine's ONNX Runtime matches, probed once)"
+        )
+
+    p.add_argument("--reference", default=None, metavar="PROFILE", help=LazyHelp(write))
 
 
 def add_synthesis_option(p: argparse.ArgumentParser) -> None:
