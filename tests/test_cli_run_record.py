@@ -60,6 +60,7 @@ def test_an_unchanged_check_is_served_with_the_same_report_and_exit_code(env, ca
     # the record relies on the proof records the check wrote, which are still there
     rec = json.loads(_runs(store)[0].read_text())
     assert rec["records"] and all((store / r).is_file() for r in rec["records"])
+    assert all(len(digest) == 64 for digest in rec["records"].values())
     assert (store / "runs" / ".gitignore").read_text().splitlines()[-1] == "*"
 
 
@@ -229,10 +230,23 @@ def test_a_record_whose_proof_records_are_gone_is_not_served(env, capsys):
     model, store, key = env
     _signed(capsys, model, store, key)
     rec = json.loads(_runs(store)[0].read_text())
-    (store / rec["records"][0]).unlink()
+    first = next(iter(rec["records"]))
+    (store / first).unlink()
     _, _, err = _signed(capsys, model, store, key)
     assert "gone from the store" in err and SERVED not in err
-    assert (store / rec["records"][0]).is_file()  # the check wrote it again
+    assert (store / first).is_file()  # the check wrote it again
+
+
+def test_a_record_whose_proof_records_changed_is_not_served(env, capsys):
+    model, store, key = env
+    _signed(capsys, model, store, key)
+    rec = json.loads(_runs(store)[0].read_text())
+    first = store / next(iter(rec["records"]))
+    data = json.loads(first.read_text())
+    data["time_ms"] = float(data.get("time_ms", 0)) + 1  # any change to the bytes
+    first.write_text(json.dumps(data))
+    _, _, err = _signed(capsys, model, store, key)
+    assert "has changed in the store" in err and SERVED not in err
 
 
 def test_an_incomplete_check_leaves_no_record(env, tmp_path):

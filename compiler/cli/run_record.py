@@ -23,8 +23,9 @@ checking again. The fingerprint holds:
 
 Served records are never edited in place: one with an invalid signature (edited, or made
 with another key) is ignored with a warning, and the check runs. The proof records a run
-relied on must still be in the store, so serving never leaves a store the `ro` gate would
-then fail on. `runs/` carries a `.gitignore`: these records are local to the machine and
+relied on must still be in the store, byte for byte (their sha256 is in the run record), so
+serving never leaves a store the `ro` gate would then fail on, nor answers for a store
+that changed under it. `runs/` carries a `.gitignore`: these records are local to the machine and
 never committed with the store. The newest `MAX_RECORDS` are kept.
 """
 
@@ -247,9 +248,15 @@ def _invalid(rec: Any, fp: dict[str, Any], key: bytes, store: Path, model: Path)
     stored = rec.get("external")
     if stored is not None and stored != external_data(model, list(stored)):
         return "the model's external-data files changed"
-    missing = [r for r in rec.get("records", []) if not os.path.isfile(os.path.join(store, r))]
-    if missing:
-        return f"{len(missing)} proof record(s) it relied on are gone from the store (first: {missing[0]})"
+    records = rec.get("records")
+    if not isinstance(records, dict):
+        return "not the record of a complete check"
+    for r, digest in records.items():
+        path = os.path.join(store, r)
+        if not os.path.isfile(path):
+            return f"a proof record it relied on is gone from the store ({r})"
+        if _sha_file(Path(path)) != digest:
+            return f"a proof record it relied on has changed in the store ({r})"
     return None
 
 
@@ -284,7 +291,7 @@ def save(
         "exit_code": int(exit_code),
         "output": output,
         "stderr": list(stderr),
-        "records": sorted(p.relative_to(store).as_posix() for p in records),
+        "records": {p.relative_to(store).as_posix(): _sha_file(p) for p in sorted(records)},
         "external": external_data(Path(args.model), locations),
         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
