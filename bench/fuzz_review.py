@@ -36,13 +36,18 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fuzz_gen import _zp  # noqa: E402 - the differential fuzzer's zero points, same draws
 
 MS = "com.microsoft"
 NP = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32}
@@ -89,18 +94,6 @@ def _scale(rng: np.random.Generator, typical: float) -> float:
     return float(np.float32(typical * 10 ** rng.uniform(-0.8, 0.8)))
 
 
-def _zp(rng: np.random.Generator, t: str) -> int:
-    lo, hi = RANGE[t]
-    u = rng.random()
-    if u < 0.15:
-        return lo
-    if u < 0.3:
-        return hi
-    if u < 0.55:
-        return 0 if t == "int8" else 128
-    return int(rng.integers(lo, hi + 1))
-
-
 def all_rows(t: str, k: int) -> np.ndarray:
     """Every row of `k` elements of type `t` (256**k rows)."""
     lo, hi = RANGE[t]
@@ -144,12 +137,59 @@ def _act(rng, name: str, inp: str, out: str, t: str, in_scale: float, in_zp: int
     return oh.make_node("QLinearLeakyRelu", ins, [out], name=name, domain=MS, alpha=alpha)
 
 
+def _end_with_act(rng, nodes: list, inp: str, t: str, in_scale: float, in_zp: int, inits) -> None:
+    """Append a random activation of `inp` producing `y`, or (none drawn) rename the last
+    node's output to `y`."""
+    a = _act(rng, "act", inp, "y", t, in_scale, in_zp, inits)
+    if a is None:
+        nodes[-1].output[0] = "y"
+    else:
+        nodes.append(a)
+
+
 def _policy_target(rng) -> tuple[str, str]:
     policy = str(rng.choice(["bitwise", "bounded:1"], p=[0.75, 0.25]))
     return policy, str(rng.choice(["npu_float", "npu_fixed"]))
 
 
-def _matmul_params(rng, k: int, n: int):
+class MatMulParams(NamedTuple):
+    """Types, weights, scales and zero points of one quantized linear node."""
+
+    at: str
+    wt: str
+    w: np.ndarray
+    a_s: float
+    a_z: int
+    w_s: Any  # a float, or one per column
+    w_z: Any  # an int, or one per column
+    y_s: float
+    y_z: int
+
+    def inits(
+        self, w: np.ndarray | None = None, names: tuple[str, str, str] = ("W", "w_s", "w_z")
+    ) -> list[onnx.TensorProto]:
+        """The weight (`w`: as the node takes it), its scale and zero point under `names`,
+        and a_s, a_z, y_s, y_z, in the order of the node's inputs."""
+        return [
+            _c(names[0], self.w if w is None else w, NP[self.wt]),
+            _c("a_s", self.a_s, np.float32),
+            _c("a_z", self.a_z, NP[self.at]),
+            _c(names[1], self.w_s, np.float32),
+            _c(names[2], self.w_z, NP[self.wt]),
+            _c("y_s", self.y_s, np.float32),
+            _c("y_z", self.y_z, NP[self.at]),
+        ]
+
+
+MM_INPUTS = ["x", "a_s", "a_z", "W", "w_s", "w_z", "y_s", "y_z"]
+
+
+def _qlinear_matmul(p: MatMulParams) -> tuple[list[onnx.TensorProto], list[onnx.NodeProto]]:
+    """x -> QLinearMatMul `mm` (output `mm`) with its initializers."""
+    return p.inits(), [oh.make_node("QLinearMatMul", MM_INPUTS, ["mm"], name="mm")]
+
+
+def _matmul_params(rng, k: int, n: int) -> MatMulParams:
     at, wt = PAIRS[int(rng.integers(0, len(PAIRS)))]
     w = _weights(rng, k, n, wt)
     a_s = _scale(rng, 0.02)
@@ -159,26 +199,21 @@ def _matmul_params(rng, k: int, n: int):
         0 if wt == "int8" else _zp(rng, wt))  # fmt: skip
     typ = a_s * float(np.mean(w_s)) * 128 * 64 * np.sqrt(k) / 64
     y_s = _scale(rng, typ)
-    return at, wt, w, a_s, _zp(rng, at), w_s, w_z, y_s, _zp(rng, at)
+    return MatMulParams(at, wt, w, a_s, _zp(rng, at), w_s, w_z, y_s, _zp(rng, at))
 
 
 def gen_qgemm(rng: np.random.Generator) -> Case:
     """QGemm (bias, alpha, transB, per-column b) -> [activation]."""
     k, n = int(rng.integers(1, 3)), int(rng.integers(1, 5))
-    at, wt, w, a_s, a_z, w_s, w_z, y_s, y_z = _matmul_params(rng, k, n)
-    if np.ndim(w_s) != np.ndim(w_z):  # QGemm: b's zero point shaped as its scale
-        w_z = list(np.broadcast_to(w_z, (n,))) if np.ndim(w_s) else int(np.ravel(w_z)[0])
+    p = _matmul_params(rng, k, n)
+    if np.ndim(p.w_s) != np.ndim(p.w_z):  # QGemm: b's zero point shaped as its scale
+        p = p._replace(
+            w_z=list(np.broadcast_to(p.w_z, (n,))) if np.ndim(p.w_s) else int(np.ravel(p.w_z)[0])
+        )
+    at = p.at
     trans_b = bool(rng.random() < 0.5)
     alpha = float(np.float32(rng.choice([1.0, 1.0, 0.5, 2.0, 0.37, 1.7])))
-    inits = [
-        _c("B", w.T if trans_b else w, NP[wt]),
-        _c("a_s", a_s, np.float32),
-        _c("a_z", a_z, NP[at]),
-        _c("b_s", w_s, np.float32),
-        _c("b_z", w_z, NP[wt]),
-        _c("y_s", y_s, np.float32),
-        _c("y_z", y_z, NP[at]),
-    ]
+    inits = p.inits(p.w.T if trans_b else p.w, ("B", "b_s", "b_z"))
     ins = ["x", "a_s", "a_z", "B", "b_s", "b_z", ""]
     if rng.random() < 0.7:
         c = rng.integers(-4000, 4001, size=(n,) if rng.random() < 0.7 else (1,))
@@ -191,11 +226,7 @@ def gen_qgemm(rng: np.random.Generator) -> Case:
     if alpha != 1.0:
         attrs["alpha"] = alpha
     nodes = [oh.make_node("QGemm", ins, ["g"], name="gemm", domain=MS, **attrs)]
-    a = _act(rng, "act", "g", "y", at, y_s, y_z, inits)
-    if a is None:
-        nodes[0].output[0] = "y"
-    else:
-        nodes.append(a)
+    _end_with_act(rng, nodes, "g", at, p.y_s, p.y_z, inits)
     x = oh.make_tensor_value_info("x", TPT[at], ["N", k])
     y = oh.make_tensor_value_info("y", TPT[at], ["N", n])
     policy, target = _policy_target(rng)
@@ -206,21 +237,9 @@ def gen_qgemm(rng: np.random.Generator) -> Case:
 def gen_binary(rng: np.random.Generator) -> Case:
     """QLinearMatMul -> QLinearAdd | QLinearMul (per-column constant) -> [activation]."""
     k, n = int(rng.integers(1, 3)), int(rng.integers(1, 5))
-    at, wt, w, a_s, a_z, w_s, w_z, y_s, y_z = _matmul_params(rng, k, n)
-    inits = [
-        _c("W", w, NP[wt]),
-        _c("a_s", a_s, np.float32),
-        _c("a_z", a_z, NP[at]),
-        _c("w_s", w_s, np.float32),
-        _c("w_z", w_z, NP[wt]),
-        _c("y_s", y_s, np.float32),
-        _c("y_z", y_z, NP[at]),
-    ]
-    nodes = [
-        oh.make_node(
-            "QLinearMatMul", ["x", "a_s", "a_z", "W", "w_s", "w_z", "y_s", "y_z"], ["mm"], name="mm"
-        )
-    ]
+    p = _matmul_params(rng, k, n)
+    at, y_s = p.at, p.y_s
+    inits, nodes = _qlinear_matmul(p)
     op = str(rng.choice(["QLinearAdd", "QLinearMul"]))
     lo, hi = RANGE[at]
     cshape = [n] if rng.random() < 0.6 else ([1, n] if rng.random() < 0.5 else [1])
@@ -237,11 +256,7 @@ def gen_binary(rng: np.random.Generator) -> Case:
     if rng.random() < 0.3:  # the constant first
         ins = ["k", "b_s", "b_z", "mm", "y_s", "y_z", "c_s", "c_z"]
     nodes.append(oh.make_node(op, ins, ["bin"], name="bin", domain=MS))
-    a = _act(rng, "act", "bin", "y", at, c_s, int(_zp(rng, at)), inits)
-    if a is None:
-        nodes[-1].output[0] = "y"
-    else:
-        nodes.append(a)
+    _end_with_act(rng, nodes, "bin", at, c_s, int(_zp(rng, at)), inits)
     x = oh.make_tensor_value_info("x", TPT[at], ["N", k])
     y = oh.make_tensor_value_info("y", TPT[at], ["N", n])
     policy, target = _policy_target(rng)
@@ -251,21 +266,9 @@ def gen_binary(rng: np.random.Generator) -> Case:
 def gen_layout(rng: np.random.Generator) -> Case:
     """QLinearMatMul -> Reshape/Transpose -> [Clip] -> QLinearSigmoid (3-D input [N, R, K])."""
     k, n, r = int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 3))
-    at, wt, w, a_s, a_z, w_s, w_z, y_s, y_z = _matmul_params(rng, k, n)
-    inits = [
-        _c("W", w, NP[wt]),
-        _c("a_s", a_s, np.float32),
-        _c("a_z", a_z, NP[at]),
-        _c("w_s", w_s, np.float32),
-        _c("w_z", w_z, NP[wt]),
-        _c("y_s", y_s, np.float32),
-        _c("y_z", y_z, NP[at]),
-    ]
-    nodes = [
-        oh.make_node(
-            "QLinearMatMul", ["x", "a_s", "a_z", "W", "w_s", "w_z", "y_s", "y_z"], ["mm"], name="mm"
-        )
-    ]
+    p = _matmul_params(rng, k, n)
+    at, y_s, y_z = p.at, p.y_s, p.y_z
+    inits, nodes = _qlinear_matmul(p)
     cur, shape = "mm", ["N", r, n]
     kind = str(rng.choice(["transpose", "reshape", "unit"]))
     if kind == "transpose":
@@ -285,11 +288,7 @@ def gen_layout(rng: np.random.Generator) -> Case:
         inits += [_c("clo", a, NP[at]), _c("chi", b, NP[at])]
         nodes.append(oh.make_node("Clip", [cur, "clo", "chi"], ["cl"], name="clip"))
         cur = "cl"
-    a = _act(rng, "act", cur, "y", at, y_s, y_z, inits)
-    if a is None:
-        nodes[-1].output[0] = "y"
-    else:
-        nodes.append(a)
+    _end_with_act(rng, nodes, cur, at, y_s, y_z, inits)
     x = oh.make_tensor_value_info("x", TPT[at], ["N", r, k])
     y = oh.make_tensor_value_info("y", TPT[at], shape)
     rows = all_rows(at, k)
@@ -303,29 +302,17 @@ def gen_layout(rng: np.random.Generator) -> Case:
 def gen_conv(rng: np.random.Generator) -> Case:
     """Pointwise QLinearConv (bias, per-channel weights) -> [activation]; NCHW, H=W=1."""
     k, n = int(rng.integers(1, 3)), int(rng.integers(1, 5))
-    at, wt, w, a_s, a_z, w_s, w_z, y_s, y_z = _matmul_params(rng, k, n)
-    if wt == "uint8":  # ORT's QLinearConv: u8s8, s8s8 (and u8u8 on some builds)
-        wt, w = "int8", _weights(rng, k, n, "int8")
-        w_z = 0
-    inits = [
-        _c("W", w.T.reshape(n, k, 1, 1), NP[wt]),
-        _c("a_s", a_s, np.float32),
-        _c("a_z", a_z, NP[at]),
-        _c("w_s", w_s, np.float32),
-        _c("w_z", w_z, NP[wt]),
-        _c("y_s", y_s, np.float32),
-        _c("y_z", y_z, NP[at]),
-    ]
-    ins = ["x", "a_s", "a_z", "W", "w_s", "w_z", "y_s", "y_z"]
+    p = _matmul_params(rng, k, n)
+    if p.wt == "uint8":  # ORT's QLinearConv: u8s8, s8s8 (and u8u8 on some builds)
+        p = p._replace(wt="int8", w=_weights(rng, k, n, "int8"), w_z=0)
+    at = p.at
+    inits = p.inits(p.w.T.reshape(n, k, 1, 1))
+    ins = list(MM_INPUTS)
     if rng.random() < 0.7:
         inits.append(_c("Bc", rng.integers(-3000, 3001, size=n), np.int32))
         ins.append("Bc")
     nodes = [oh.make_node("QLinearConv", ins, ["cv"], name="conv")]
-    a = _act(rng, "act", "cv", "y", at, y_s, y_z, inits)
-    if a is None:
-        nodes[-1].output[0] = "y"
-    else:
-        nodes.append(a)
+    _end_with_act(rng, nodes, "cv", at, p.y_s, p.y_z, inits)
     h, wd = (1, 1) if rng.random() < 0.5 else (int(rng.integers(1, 4)), int(rng.integers(2, 4)))
     x = oh.make_tensor_value_info("x", TPT[at], ["N", k, h, wd])
     y = oh.make_tensor_value_info("y", TPT[at], ["N", n, h, wd])
@@ -433,11 +420,20 @@ def _input_grid(qm: onnx.ModelProto, k: int, limit: int = 4096) -> dict[str, np.
     return {"x": (rows * np.float64(scale)).astype(np.float32)}
 
 
-def gen_qdq(rng: np.random.Generator, wide: bool = False) -> Case:
-    """A float model quantized by onnxruntime.quantization.quantize_static (QDQ or QOperator)."""
+def _quantized(fm: onnx.ModelProto, quantize: Callable[..., Any], *args, **kw) -> onnx.ModelProto:
+    """`fm` through an onnxruntime.quantization function (which reads and writes files)."""
     import os
     import tempfile
 
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
+        onnx.save(fm, src)
+        quantize(src, dst, *args, **kw)
+        return onnx.load(dst)
+
+
+def gen_qdq(rng: np.random.Generator, wide: bool = False) -> Case:
+    """A float model quantized by onnxruntime.quantization.quantize_static (QDQ or QOperator)."""
     from onnxruntime import quantization as oq
 
     k = 1 if wide or rng.random() < 0.5 else 2
@@ -460,21 +456,17 @@ def gen_qdq(rng: np.random.Generator, wide: bool = False) -> Case:
     note = (
         f"{fmt} act {act_t} w {w_t} per_channel {per_channel} reduce_range {reduce_range} {extra}"
     )
-    with tempfile.TemporaryDirectory() as d:
-        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
-        onnx.save(fm, src)
-        oq.quantize_static(
-            src,
-            dst,
-            _Reader(calib),
-            quant_format=getattr(oq.QuantFormat, fmt),
-            per_channel=per_channel,
-            reduce_range=reduce_range,
-            activation_type=getattr(oq.QuantType, act_t),
-            weight_type=getattr(oq.QuantType, w_t),
-            extra_options=extra,
-        )
-        qm = onnx.load(dst)
+    qm = _quantized(
+        fm,
+        oq.quantize_static,
+        _Reader(calib),
+        quant_format=getattr(oq.QuantFormat, fmt),
+        per_channel=per_channel,
+        reduce_range=reduce_range,
+        activation_type=getattr(oq.QuantType, act_t),
+        weight_type=getattr(oq.QuantType, w_t),
+        extra_options=extra,
+    )
     return Case("qdq_wide" if wide else "qdq", qm, _input_grid(qm, k), "bitwise",
                 str(rng.choice(["npu_float", "npu_fixed"])), note)  # fmt: skip
 
@@ -529,25 +521,18 @@ def gen_qdq_act(rng: np.random.Generator) -> Case:
 def gen_dynamic(rng: np.random.Generator) -> Case:
     """A float model quantized by onnxruntime.quantization.quantize_dynamic
     (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul ...), on float inputs."""
-    import os
-    import tempfile
-
     from onnxruntime import quantization as oq
 
     k = int(rng.integers(1, 3))
     fm = _float_model(rng, k, int(rng.choice([13, 17, 21])))
     for vi in [*fm.graph.input, *fm.graph.output]:  # DynamicQuantizeLinear mixes rows
         vi.type.tensor_type.shape.dim[0].dim_value = 256
-    with tempfile.TemporaryDirectory() as d:
-        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
-        onnx.save(fm, src)
-        oq.quantize_dynamic(
-            src,
-            dst,
-            per_channel=bool(rng.random() < 0.5),
-            weight_type=getattr(oq.QuantType, str(rng.choice(["QInt8", "QUInt8"]))),
-        )
-        qm = onnx.load(dst)
+    qm = _quantized(
+        fm,
+        oq.quantize_dynamic,
+        per_channel=bool(rng.random() < 0.5),
+        weight_type=getattr(oq.QuantType, str(rng.choice(["QInt8", "QUInt8"]))),
+    )
     x = rng.normal(0, 2, size=(256, k)).astype(np.float32)
     return Case("dynamic", qm, {"x": x}, "bitwise", str(rng.choice(["npu_float", "npu_fixed"])))
 
