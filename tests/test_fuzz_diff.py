@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sim_helpers import corrupt_npu_results
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -65,16 +66,7 @@ def test_sample_exercises_every_verdict_and_both_targets(sample):
 
 def test_corrupted_npu_results_are_caught(monkeypatch, tmp_path):
     """Negative control: every NPU instruction's result off by one must be a failure."""
-    from npu_backend import simulator
-
-    real_put = simulator.Machine.put
-
-    def corrupt(self, name, values, dtype, who):
-        v = np.asarray(values, dtype=np.int64)
-        info = np.iinfo(np.dtype(dtype))
-        return real_put(self, name, np.where(v < info.max, v + 1, v - 1), dtype, who)
-
-    monkeypatch.setattr(simulator.Machine, "put", corrupt)
+    corrupt_npu_results(monkeypatch)
     s = D.run(6, SEED, out_dir=tmp_path, exclude=_skip)
     cats = {f.category for _, f in s.failures()}
     assert cats & {"false_proof", "npu_mismatch"}, D.render(s)

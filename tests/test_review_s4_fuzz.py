@@ -13,8 +13,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
+from sim_helpers import corrupt_npu_results
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -57,16 +57,7 @@ def test_exhaustive_rows_cover_every_input():
 
 def test_corrupted_npu_results_are_caught(monkeypatch):
     """Negative control: NPU results off by one are a false proof (or a mismatch)."""
-    from npu_backend import simulator
-
-    real_put = simulator.Machine.put
-
-    def corrupt(self, name, values, dtype, who):
-        v = np.asarray(values, dtype=np.int64)
-        info = np.iinfo(np.dtype(dtype))
-        return real_put(self, name, np.where(v < info.max, v + 1, v - 1), dtype, who)
-
-    monkeypatch.setattr(simulator.Machine, "put", corrupt)
+    corrupt_npu_results(monkeypatch)
     outs = F.run(2, 1, ["qgemm", "binary"], reference="ort-host")
     assert {o.status for o in outs} & {"false_proof", "mismatch"}
 

@@ -33,6 +33,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
+from sim_helpers import dq_float_matmul, io_model
 
 from compiler.api import compile_model
 from npu_backend.codegen import generate
@@ -61,33 +62,6 @@ def _program(model: onnx.ModelProto, reference: str):
     return r, generate(r.lowered, target)
 
 
-def _dq_matmul(batch: int | str, k: int = 16, n: int = 8) -> onnx.ModelProto:
-    """int8 x -> DequantizeLinear -> MatMul(DequantizeLinear(W)) -> float y."""
-    rng = np.random.default_rng(1)
-    inits = [
-        nh.from_array(rng.integers(-128, 128, size=(k, n)).astype(np.int8), "W"),
-        nh.from_array(np.float32(0.01), "ws"),
-        nh.from_array(np.int8(0), "wz"),
-        nh.from_array(np.float32(0.02), "xs"),
-        nh.from_array(np.int8(3), "xz"),
-    ]
-    nodes = [
-        oh.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"], name="dqx"),
-        oh.make_node("DequantizeLinear", ["W", "ws", "wz"], ["wf"], name="dqw"),
-        oh.make_node("MatMul", ["xf", "wf"], ["y"], name="mm"),
-    ]
-    g = oh.make_graph(
-        nodes,
-        "g",
-        [oh.make_tensor_value_info("x", TP.INT8, [batch, k])],
-        [oh.make_tensor_value_info("y", TP.FLOAT, [batch, n])],
-        inits,
-    )
-    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
-
 def _float_mismatches(model: onnx.ModelProto, reference: str, rows: int) -> tuple[int, int]:
     """(differing float outputs, outputs) of `npuc run` against ORT on the same batch."""
     r, program = _program(model, reference)
@@ -101,13 +75,13 @@ def _float_mismatches(model: onnx.ModelProto, reference: str, rows: int) -> tupl
 
 @pytest.mark.parametrize("reference", ["onnx", "onnx-qdq-float"])
 def test_static_batch_host_float_matmul_equals_ort(reference):
-    bad, total = _float_mismatches(_dq_matmul(64), reference, 64)
+    bad, total = _float_mismatches(dq_float_matmul(64), reference, 64)
     assert total == 64 * 8 and bad == 0
 
 
 @pytest.mark.parametrize("reference", ["onnx", "onnx-qdq-float"])
 def test_dynamic_batch_host_float_matmul_equals_ort_on_the_batch(reference):
-    bad, total = _float_mismatches(_dq_matmul("N"), reference, 64)
+    bad, total = _float_mismatches(dq_float_matmul("N"), reference, 64)
     assert total == 64 * 8
     assert bad == 0, f"{bad} of {total} float outputs differ from ORT on the same batch"
 
@@ -121,15 +95,9 @@ def _quantized_gemm(act: str, weight: str) -> onnx.ModelProto:
         nh.from_array(rng.normal(0, 0.7, size=(2, 4)).astype(np.float32), "W"),
         nh.from_array(rng.normal(0, 0.3, 4).astype(np.float32), "b"),
     ]
-    g = oh.make_graph(
-        [oh.make_node("Gemm", ["x", "W", "b"], ["y"], name="mm")],
-        "f",
-        [oh.make_tensor_value_info("x", TP.FLOAT, [1, 2])],
-        [oh.make_tensor_value_info("y", TP.FLOAT, [1, 4])],
-        inits,
-    )
-    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 21)])
-    m.ir_version = 10
+    gemm = oh.make_node("Gemm", ["x", "W", "b"], ["y"], name="mm")
+    x, y = (TP.FLOAT, [1, 2]), (TP.FLOAT, [1, 4])
+    m = io_model([gemm], inits, x, y, opset=21, ir_version=10, name="f")
     calib = [{"x": rng.normal(0, 1.5, size=(1, 2)).astype(np.float32)} for _ in range(8)]
 
     class Reader:

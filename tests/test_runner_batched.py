@@ -19,6 +19,7 @@ from cli_helpers import npuc
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
+from sim_helpers import dq_float_matmul, io_model
 
 from compiler.api import compile_model
 from npu_backend.codegen import generate
@@ -102,44 +103,10 @@ def _qlinear_matmul(k: int = 16, n: int = 8) -> onnx.ModelProto:
         nh.from_array(np.float32(0.05), "ys"),
         nh.from_array(np.int8(-2), "yz"),
     ]
-    ins = ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz"]
-    g = oh.make_graph(
-        [oh.make_node("QLinearMatMul", ins, ["y"], name="mm")],
-        "g",
-        [oh.make_tensor_value_info("x", TP.INT8, ["N", k])],
-        [oh.make_tensor_value_info("y", TP.INT8, ["N", n])],
-        c,
+    mm = oh.make_node(
+        "QLinearMatMul", ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz"], ["y"], name="mm"
     )
-    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
-
-def _dq_matmul(k: int = 16, n: int = 8) -> onnx.ModelProto:
-    """int8 x[N, k] -> DequantizeLinear -> MatMul(DequantizeLinear(W)) -> float y (host)."""
-    rng = np.random.default_rng(1)
-    c = [
-        nh.from_array(rng.integers(-128, 128, size=(k, n)).astype(np.int8), "W"),
-        nh.from_array(np.float32(0.01), "ws"),
-        nh.from_array(np.int8(0), "wz"),
-        nh.from_array(np.float32(0.02), "xs"),
-        nh.from_array(np.int8(3), "xz"),
-    ]
-    nodes = [
-        oh.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"], name="dqx"),
-        oh.make_node("DequantizeLinear", ["W", "ws", "wz"], ["wf"], name="dqw"),
-        oh.make_node("MatMul", ["xf", "wf"], ["y"], name="mm"),
-    ]
-    g = oh.make_graph(
-        nodes,
-        "g",
-        [oh.make_tensor_value_info("x", TP.INT8, ["N", k])],
-        [oh.make_tensor_value_info("y", TP.FLOAT, ["N", n])],
-        c,
-    )
-    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    return io_model([mm], c, (TP.INT8, ["N", k]), (TP.INT8, ["N", n]))
 
 
 def _compiled(model: onnx.ModelProto):
@@ -167,7 +134,7 @@ def test_integer_only_program_one_pass_equals_row_by_row_and_ort():
 
 
 def test_host_float_batch_counters_stay_those_of_one_row_runs():
-    lowered, target = _compiled(_dq_matmul())
+    lowered, target = _compiled(dq_float_matmul())
     prog = generate(lowered, target)
     assert host_onnx_outputs(prog) == ("xf", "wf", "y")  # DequantizeLinear x, W; MatMul
     x = _rows(64)
@@ -195,7 +162,7 @@ def _with_one_row_constant(step: HostOnnx) -> HostOnnx:
 
 
 def test_host_float_step_that_cannot_run_on_the_batch_is_an_error_not_row_by_row():
-    lowered, target = _compiled(_dq_matmul())
+    lowered, target = _compiled(dq_float_matmul())
     lowered.steps = [
         _with_one_row_constant(s) if isinstance(s, HostOnnx) and s.outputs == ("y",) else s
         for s in lowered.steps
