@@ -9,6 +9,7 @@ the first is lifted, stored and reported.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import onnx
 from cli_helpers import npuc, prover
@@ -66,30 +67,31 @@ def test_a_store_written_by_rw_passes_the_ro_gate(tmp_path):
     assert "proof gate failed" not in ro.stderr
 
 
-def test_the_ro_gate_still_asks_for_the_reported_refutations_record(tmp_path):
+def _checked_in_rw(tmp_path) -> tuple[list, Path, str]:
+    """The model checked once in rw (exit 1): (CLI args, store, reported obligation)."""
     p = tmp_path / "m.onnx"
     onnx.save(_model(), str(p))
     store = tmp_path / "proofs"
-    args = ["--target", "npu_fixed", "--no-synthesize", "--no-progress", "--proofs", store]
-    r = prover("check", p, *args, "--format", "json")
+    args = [p, "--target", "npu_fixed", "--no-synthesize", "--no-progress", "--proofs", store]
+    r = prover("check", *args, "--format", "json")
     assert r.returncode == 1, r.stderr
     (site,) = json.loads(r.stdout)["sites"]
-    ProofStore(store, "ro").path(site["obligation"]).unlink()  # the one the verdict rests on
-    ro = prover("check", p, *args, "--proofs-mode", "ro")
+    return args, store, site["obligation"]
+
+
+def test_the_ro_gate_still_asks_for_the_reported_refutations_record(tmp_path):
+    args, store, reported = _checked_in_rw(tmp_path)
+    ProofStore(store, "ro").path(reported).unlink()  # the one the verdict rests on
+    ro = prover("check", *args, "--proofs-mode", "ro")
     assert ro.returncode == 5 and "proof gate failed" in ro.stderr
 
 
 def test_a_gate_miss_beside_a_refuted_site_names_exit_1(tmp_path):
     """Refuted (exit 1) takes precedence over a gate miss (5); stderr must not claim 5."""
-    p = tmp_path / "m.onnx"
-    onnx.save(_model(), str(p))
-    store = tmp_path / "proofs"
-    args = ["--target", "npu_fixed", "--no-synthesize", "--no-progress", "--proofs", store]
-    r = prover("check", p, *args, "--format", "json")
-    (site,) = json.loads(r.stdout)["sites"]
+    args, store, reported = _checked_in_rw(tmp_path)
     for f in store.glob("??/*.json"):  # every record but the reported refutation's
-        if f.stem != site["obligation"]:
+        if f.stem != reported:
             f.unlink()
-    ro = prover("check", p, *args, "--proofs-mode", "ro")
+    ro = prover("check", *args, "--proofs-mode", "ro")
     assert ro.returncode == 1, ro.stderr
     assert "proof gate failed (exit 1: a refuted site takes precedence)" in ro.stderr
