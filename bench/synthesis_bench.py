@@ -42,6 +42,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from compiler.proving.prove import components
 from prover.api import check
 from prover.inttypes import int_type
 from prover.lut import build_ort_sigmoid_table
@@ -77,18 +78,6 @@ def _lut(x: Term, table, ty: str) -> Term:
     return op("lut", x, table=tuple(int(v) for v in table), in_type=ty, index_order="offset")
 
 
-def _components(cols, lo, hi):
-    """Columns split into groups whose accumulator intervals form one connected range."""
-    out: list[list] = []
-    for j in sorted(cols, key=lambda j: (lo[j], hi[j])):
-        if out and lo[j] <= out[-1][2] + 1:
-            out[-1][0].append(j)
-            out[-1][2] = max(out[-1][2], hi[j])
-        else:
-            out.append([[j], lo[j], hi[j]])
-    return [(tuple(sorted(c)), a, b) for c, a, b in out]
-
-
 def _groups(site: str, befores: list[Term], lo, hi) -> list[Group]:
     by: dict[str, list[int]] = {}
     terms: dict[str, Term] = {}
@@ -99,7 +88,7 @@ def _groups(site: str, befores: list[Term], lo, hi) -> list[Group]:
     return [
         Group(site, cols, terms[h], a, b)
         for h, js in by.items()
-        for cols, a, b in _components(js, lo, hi)
+        for cols, a, b in components(js, lo, hi)
     ]
 
 

@@ -136,9 +136,9 @@ def _check(args: argparse.Namespace) -> int:
     write_output(text, args.output)
     lines = print_store_summary(PROG, run, args.model)
     code = report.exit_code()
-    run_record.save(
-        args, text, code, lines, relied_on_records(run), complete(run), run.external_data
-    )
+    if run_record.applies(args):  # the store's record files are listed only then
+        records = relied_on_records(run)
+        run_record.save(args, text, code, lines, records, complete(run), run.external_data)
     return code
 
 

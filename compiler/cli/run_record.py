@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prover.trust import KEY_ENV, canonical_json, resolve_key, sign, verify
+from prover.trust import KEY_ENV, canonical_json, key_id, resolve_key, sign, verify
 
 FORMAT = "npu-prover-run/1"
 RUNS_DIR = "runs"
@@ -161,8 +161,6 @@ def applies(args: argparse.Namespace) -> bool:
 
 def fingerprint(args: argparse.Namespace, key: bytes) -> dict[str, Any]:
     """Everything the report of `args` depends on (OSError if any of it cannot be read)."""
-    from prover.trust import key_id
-
     return {
         "model": _sha_file(Path(args.model)),
         "paths": {"model": args.model, "proofs": args.proofs},  # reports name them as given
