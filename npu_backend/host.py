@@ -43,33 +43,37 @@ def run_kernel(step: HostKernel, env: dict[str, np.ndarray]) -> dict[str, np.nda
     return {step.out: store(val, step.out_dtype, step.name)}
 
 
-_SESSIONS: dict[bytes, Any] = {}
+_SESSIONS: dict[tuple[bytes, str], Any] = {}
 
 
-def _session(model: bytes):
+def _session(model: bytes, level: str = "off"):
     import onnxruntime as ort  # lazy: only programs with host ONNX steps need it
 
-    sess = _SESSIONS.get(model)
+    sess = _SESSIONS.get((model, level))
     if sess is None:
         opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.graph_optimization_level = (
+            ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            if level == "default"
+            else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        )
         opts.intra_op_num_threads = 1
         sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         if len(_SESSIONS) > 32:
             _SESSIONS.clear()
-        _SESSIONS[model] = sess
+        _SESSIONS[(model, level)] = sess
     return sess
 
 
 def run_onnx(step: HostOnnx, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the ONNX subgraph in ONNX Runtime (CPU, graph optimisations off)."""
+    """Run the ONNX subgraph in ONNX Runtime (CPU, at the step's `ort_level`)."""
     feeds = {}
     for name in step.inputs:
         if name not in env:
             raise HostError(f"{step.name}: input {name!r} not available")
         feeds[name] = np.asarray(env[name])
     try:
-        sess = _session(bytes(step.model))
+        sess = _session(bytes(step.model), step.ort_level)
         results = sess.run(list(step.outputs), feeds)
     except Exception as e:  # onnxruntime raises its own exception classes
         raise HostError(f"{step.name}: ONNX Runtime failed: {str(e).splitlines()[0]}") from None

@@ -167,13 +167,20 @@ class HostKernel:
     onnx_nodes: tuple[str, ...] = ()
 
 
+# ONNX Runtime graph optimisation levels a host ONNX step may run at
+ORT_LEVELS = ("off", "default")
+
+
 @dataclass(frozen=True)
 class HostOnnx:
     """An ONNX subgraph (serialized ModelProto bytes) run by ONNX Runtime on the host.
 
     `inputs`/`outputs` are the subgraph's graph input/output names (= tensor names).
     `output_specs` (optional) gives static shapes and dtypes of the outputs; needed
-    when an NPU step consumes one of them.
+    when an NPU step consumes one of them. `ort_level` is the graph optimisation level
+    ONNX Runtime runs the subgraph at: "off", or "default" (ORT's default session level,
+    whose layout rewrites, such as NCHWc for float convs, depend on the CPU), so a host
+    step computes what the reference session computes.
     """
 
     name: str
@@ -182,6 +189,7 @@ class HostOnnx:
     outputs: tuple[str, ...]
     output_specs: tuple[TensorSpec, ...] = ()
     onnx_nodes: tuple[str, ...] = ()
+    ort_level: str = "off"
 
 
 NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip

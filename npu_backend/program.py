@@ -25,7 +25,7 @@ from prover.terms import from_json as term_from_json
 from prover.terms import to_json as term_to_json
 
 from .isa import OPCODES, Instruction
-from .lowered import HostKernel, HostOnnx, TensorSpec
+from .lowered import ORT_LEVELS, HostKernel, HostOnnx, TensorSpec
 from .postprocess import PostProcess, RequantParams
 
 FORMAT = "npu-program"
@@ -218,6 +218,8 @@ def _encode(v: Any, blobs: dict[str, bytes]) -> Any:
                 "outputs": list(v.outputs),
                 "output_specs": [_spec_json(s) for s in v.output_specs],
                 "onnx_nodes": list(v.onnx_nodes),
+                # written only where it is not "off", so older programs keep their bytes
+                **({"ort_level": v.ort_level} if v.ort_level != "off" else {}),
             }
         }
     if isinstance(v, tuple | list):
@@ -254,8 +256,15 @@ def _decode(v: Any, blobs: dict[str, bytes]) -> Any:
             tuple(body["outputs"]),
             tuple(_spec_from(s) for s in body["output_specs"]),
             tuple(body["onnx_nodes"]),
+            _ort_level(body.get("ort_level", "off")),
         )
     raise ValueError(f"unknown tagged value {tag!r}")
+
+
+def _ort_level(level: object) -> str:
+    if level not in ORT_LEVELS:
+        raise ValueError(f"unknown host ONNX Runtime level {level!r}")
+    return str(level)
 
 
 # Fields added after version 1, written only when they differ from their default, so an

@@ -119,8 +119,9 @@ def matmul_activation(
     - reshape: `noop` (Reshape to the same shape), `unit` ([M,N] -> [1,M,N]) or
       `permute` ([M,N] -> [N,M], a hidden transpose); transpose: a Transpose perm;
     - float_input: the model input is float32 and quantized by a QuantizeLinear `quant`;
-    - float_roundtrip: DequantizeLinear `rt_dq` -> QuantizeLinear `rt_q` between the compute op
-      and the activation (a non-absorbable op in the chain);
+    - float_roundtrip: DequantizeLinear `rt_dq` -> Abs `rt_abs` -> QuantizeLinear `rt_q` between
+      the compute op and the activation (a non-absorbable chain; without the Abs, ORT's default
+      session removes the identity DQ -> Q pair and the two are adjacent);
     - clip_acc: an int32 Clip `clip_acc` on the MatMulInteger accumulator (form `integer`);
     - inter_type: type of the compute output / activation input (`int8` or `uint8`); the
       activation keeps it for its output (com.microsoft QLinear ops do).
@@ -203,7 +204,8 @@ def matmul_activation(
     if float_roundtrip:
         nodes += [
             oh.make_node("DequantizeLinear", [cur, "y_s", "y_z"], ["rt_f"], name="rt_dq"),
-            oh.make_node("QuantizeLinear", ["rt_f", "y_s", "y_z"], ["rt_out"], name="rt_q"),
+            oh.make_node("Abs", ["rt_f"], ["rt_abs"], name="rt_abs"),
+            oh.make_node("QuantizeLinear", ["rt_abs", "y_s", "y_z"], ["rt_out"], name="rt_q"),
         ]
         cur = "rt_out"
     shape = [M, N]

@@ -54,3 +54,32 @@ def validate(m: onnx.ModelProto) -> CheckedModel:
     except Exception as e:  # noqa: BLE001
         raise FrontendError(f"model fails ONNX validation: {one_line(e)}") from None
     return infer(m)
+
+
+def ort_known_only(m: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Nodes of `m` in the ONNX domain whose op ONNX itself does not define: ONNX Runtime's
+    own kernels registered there (e.g. SimplifiedLayerNormalization of its layer-norm fusion)."""
+    ops = {o.domain or "": o.version for o in m.opset_import}
+    return [
+        n
+        for n in m.graph.node
+        if (n.domain or "") in ("", "ai.onnx")
+        and not onnx.defs.has(n.op_type, max(ops.get("", 1), 1), "")
+    ]
+
+
+def validate_ort_graph(m: onnx.ModelProto) -> CheckedModel:
+    """A graph ONNX Runtime wrote after optimising a validated model (it loaded and ran
+    it): `validate` when ONNX knows every op, else shape inference that leaves the outputs
+    of ORT's own ONNX-domain kernels to the host's measurement (the ONNX checker rejects
+    those ops by name)."""
+    if not ort_known_only(m):
+        return validate(m)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m, check_type=True, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - any inference failure is bad input
+        raise FrontendError(
+            f"ONNX Runtime's optimised graph fails validation: {one_line(e)}"
+        ) from None
+    COUNTS["validated"] += 1
+    return CheckedModel(inferred)

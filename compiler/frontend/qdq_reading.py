@@ -8,8 +8,9 @@ there at compile time) int8 activations are first moved to uint8 with the zero p
 plus 128, after which some groups (an int8 QLinearAdd) are left as float ops. Which
 groups it rewrites is ORT's decision, so rather than re-deriving its selector rules this
 module asks ORT for the rewritten graph (`ORT_ENABLE_EXTENDED`, where the QDQ transformers
-run; measured identical to the default `ORT_ENABLE_ALL` on the 8 digits QDQ models) and
-the frontend reads that QOperator graph with its usual, exact handlers. Node names are
+and the float fusions run; the default `ORT_ENABLE_ALL` adds only the CPU-dependent layout
+rewrites, which host steps get by running at that level) and the frontend reads that
+QOperator graph with its usual, exact handlers. Node names are
 ORT's: the rewritten op keeps the name of the group's compute node (e.g. "MatMul").
 
 The rewrite depends only on the ORT build's architecture (x86-64 here; ARM64 keeps int8,
@@ -44,27 +45,17 @@ def has_qdq_groups(m: onnx.ModelProto) -> bool:
     )
 
 
-def integer_kernels(m: onnx.ModelProto) -> int:
-    """How many integer kernels (QLinear*, QGemm) a graph has."""
-    return sum(1 for n in m.graph.node if n.op_type.startswith("QLinear") or n.op_type == "QGemm")
-
-
-def contrib_kernels(m: onnx.ModelProto) -> int:
-    """How many com.microsoft nodes a graph has (e.g. MatMulNBits, which ORT's default level
-    makes of DequantizeLinear(int8/int4 weights) -> MatMul|Gemm when the activations are not
-    8-bit, and which computes other float values than the graph as written)."""
-    return sum(1 for n in m.graph.node if n.domain == "com.microsoft")
-
-
 def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
-    """The model as the integer QDQ reading sees it (see the module docstring).
-
-    When ORT's rewrite turns no QDQ group into an integer kernel (and adds no other
-    com.microsoft kernel, such as MatMulNBits for 16-bit activations by 8/4-bit weights),
-    the groups stay as written: ORT then runs the same float ops at every level (a
-    float16 group only gets precision-free Casts around the float op, which would hide
-    the group), and the frontend reads them as before; so it does for a model ORT cannot
-    load.
+    """The model as the integer QDQ reading sees it (see the module docstring): the graph
+    ORT's default session runs, whenever its rewrite runs other kernels than the graph as
+    written. That covers QDQ groups made integer kernels, and float rewrites that change
+    rounding: a layer norm written out as ops fused into (Simplified)LayerNormalization, a
+    QDQ float Conv whose float weights ORT quantizes (no integer kernel), com.microsoft
+    kernels such as MatMulNBits. A rewrite that only removes Identity nodes keeps the graph as
+    written (names and structure the user wrote); so does a model ORT cannot load (the
+    frontend names what it cannot read). CPU-dependent layout rewrites of the default level
+    (NCHWc for float convs, NHWC for QLinearConv) are not read here: host steps run at the
+    default session's level, where ORT makes them on the CPU that runs the program.
     """
     if not has_qdq_groups(m):
         return m
@@ -74,7 +65,7 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
         r = ort_integer_model(base)
     except FrontendError:
         return m  # ORT cannot run it at all: the frontend names what it cannot read
-    if integer_kernels(r) <= integer_kernels(base) and contrib_kernels(r) <= contrib_kernels(base):
+    if not computes_differently(base, r):
         return m
     return splice_project_ops(r, m, project) if project else r
 
@@ -142,3 +133,14 @@ def ort_integer_model(m: onnx.ModelProto) -> onnx.ModelProto:
     del r.opset_import[:]
     r.opset_import.extend(keep)
     return r
+
+
+def _signature(m: onnx.ModelProto) -> list[tuple[str, str]]:
+    """(domain, op type) of every node but Identity (which computes nothing)."""
+    return sorted((n.domain or "", n.op_type) for n in m.graph.node if n.op_type != "Identity")
+
+
+def computes_differently(m: onnx.ModelProto, r: onnx.ModelProto) -> bool:
+    """Whether ORT's rewrite `r` of `m` runs other kernels than `m` as written (any op
+    added, removed or fused, constants folded into initializers included)."""
+    return _signature(m) != _signature(r)

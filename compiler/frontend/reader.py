@@ -62,7 +62,7 @@ from prover.reference import ONNX, ReferenceProfile
 from prover.requant import check_multiplier, onnx_requant_scale
 
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
-from .checked import COUNTS, CheckedModel, one_line, validate
+from .checked import COUNTS, CheckedModel, one_line, validate, validate_ort_graph
 from .f16_context import PROJECT_DOMAIN, decorated_groups, fold_cast, ort_dequantize_types
 from .overridable import overridable_initializers, overridable_message
 from .qdq_reading import integer_reading
@@ -171,6 +171,7 @@ class _Builder:
         self.f16_dq_types: dict[str, str] = {}
         self._ort_dq_types: list[dict[str, str]] | None = None
         self.acc_ranges: dict[int, AccRange] = {}  # id(ONNX node) -> its checked range
+        self.integer_reading = str(getattr(reference, "qdq_reading", "float")) == "integer"
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -1278,6 +1279,8 @@ class _Builder:
                 "consts": consts,
                 "compute": compute,
                 **({"placement": placement} if placement else {}),
+                # the reference's session level: ORT's default session rewrites on this CPU
+                **({"ort_level": "default"} if self.integer_reading else {}),
             },
             tuple(m.name or m.output[0] for m in members),
         )
@@ -1355,7 +1358,7 @@ def to_ir(
         if r is not m:
             dyn = dynamic_inputs(m)
             _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
-            m = load_model(r)
+            m = validate_ort_graph(r).proto
     dynamic = dynamic_inputs(m)
     built: dict[int, Graph] = {}  # batch size -> the IR built at it (each built once)
     if dynamic:

@@ -36,19 +36,25 @@ QLINEAR_FUNCTIONS = {"QLinearSigmoid": "sigmoid", "QLinearLeakyRelu": "leakyrelu
 QDQ_FUNCTIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
 
 
-def session(model: onnx.ModelProto | bytes) -> ort.InferenceSession:
+def session(model: onnx.ModelProto | bytes, level: str = "off") -> ort.InferenceSession:
     """The compiler's one ONNX Runtime session factory: CPU, graph optimisations off (the
-    reference setting), cached by the serialised model (a session is built once per
-    distinct model per process; onnxruntime is imported on first use)."""
-    return _session(model if isinstance(model, bytes) else model.SerializeToString())
+    reference setting) or, with `level="default"`, ORT's default session level (a host
+    step under a reference that is ORT's default session); cached by the serialised model
+    and level (a session is built once per distinct model per process; onnxruntime is
+    imported on first use)."""
+    return _session(model if isinstance(model, bytes) else model.SerializeToString(), level)
 
 
 @lru_cache(maxsize=256)
-def _session(blob: bytes) -> ort.InferenceSession:
+def _session(blob: bytes, level: str = "off") -> ort.InferenceSession:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if level == "default"
+        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
     so.log_severity_level = 3
     return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
 

@@ -353,8 +353,15 @@ class Lowerer:
         specs = tuple(
             TensorSpec(o, self.g.values[o].dtype, tuple(self.g.values[o].shape)) for o in n.outputs
         )
+        level = str(n.attrs.get("ort_level", "off"))
         return HostOnnx(
-            n.name, m.SerializeToString(), tuple(n.inputs), tuple(n.outputs), specs, tuple(n.origin)
+            n.name,
+            m.SerializeToString(),
+            tuple(n.inputs),
+            tuple(n.outputs),
+            specs,
+            tuple(n.origin),
+            level,
         )
 
     @functools.cached_property
