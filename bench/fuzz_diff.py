@@ -133,6 +133,8 @@ def tags(spec: dict[str, Any]) -> set[str]:
         t.add("qdq_gemm")
     if spec.get("clip"):
         t.add("clip")
+    if spec.get("island"):
+        t.add(f"island:{spec['island']['kind']}")
     if spec.get("reshape_unit"):
         t.add("reshape_unit")
     acts = spec.get("acts", [])

@@ -3,13 +3,16 @@
 `random_spec(rng)` draws a `Spec` (a plain dict, JSON-able, so a reproducer can say
 what was drawn); `build(spec)` turns it into an `onnx.ModelProto`. The shape is
 
-    x[M, K] -> compute -> [Requantize] -> [Reshape to 1xMxN] -> [Clip] -> act* -> y
+    x[M, K] -> compute -> [Requantize] -> [Reshape to 1xMxN] -> [Clip] -> [island] -> act* -> y
 
 compute: QLinearMatMul | MatMulInteger (+ Requantize, or the raw int32 output) | QDQ
 (DequantizeLinear x, W -> MatMul -> QuantizeLinear) | none (activations on x);
 act: com.microsoft QLinearSigmoid / QLinearLeakyRelu, or DequantizeLinear -> Sigmoid |
 Tanh | Relu -> QuantizeLinear with float32 or float16 scales (opset >= 19) and, at opset
-21, QuantizeLinear `output_dtype` without a zero point.
+21, QuantizeLinear `output_dtype` without a zero point; island: a float host subgraph
+DequantizeLinear -> f -> QuantizeLinear that ORT's default session rewrites (layer norm,
+GELU in its Erf and tanh forms, Softmax, a float Conv or MatMul whose float weights ORT
+quantizes), drawn last so the draws before it do not depend on it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from onnx import numpy_helper as nh
 NP = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32}
 TPT = {"int8": TP.INT8, "uint8": TP.UINT8, "int32": TP.INT32}
 RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+ISLANDS = ("layernorm", "gelu_erf", "gelu_tanh", "softmax", "conv", "matmul_float_w")
 ACTS = ("qlinear_sigmoid", "qlinear_leakyrelu", "qdq_sigmoid", "qdq_tanh", "qdq_relu")
 PROJECT_DOMAIN = "ai.npufusion"
 MS_DOMAIN = "com.microsoft"
@@ -183,7 +187,23 @@ def random_spec(rng: np.random.Generator) -> Spec:
         cur_type, cur_scale = out_type, act["out_scale"]
     spec["acts"] = acts
     _float_input(rng, spec)
+    _island(rng, spec)
     return spec
+
+
+def _island(rng: np.random.Generator, spec: Spec) -> None:
+    """Sometimes a float host subgraph after the compute (before the activations)."""
+    if rng.random() >= 0.25:
+        return
+    kind = _pick(rng, ISLANDS)
+    n = spec["N"]
+    spec["island"] = {
+        "kind": kind,
+        "out_scale": _scale(rng, 0.03),
+        "gamma": [float(v) for v in rng.normal(size=n).astype(np.float32)],
+        "beta": [float(v) for v in (rng.normal(size=n) * 0.3).astype(np.float32)],
+        "w": [float(v) for v in (rng.normal(size=n * n * 3) * 0.3).astype(np.float32)],
+    }
 
 
 def _float_input(rng: np.random.Generator, spec: Spec) -> None:
@@ -302,6 +322,15 @@ def build(spec: Spec) -> onnx.ModelProto:
         inits += [_c("c_lo", lo, NP[cur_type]), _c("c_hi", hi, NP[cur_type])]
         nodes.append(oh.make_node("Clip", [cur, "c_lo", "c_hi"], ["clipped"], name="clip"))
         cur = "clipped"
+    island = spec.get("island")
+    if island is not None and cur_type in RANGE:
+        in_scale = (
+            spec.get("y_scale", spec["a_scale"]) if spec["compute"] != "none" else spec["a_scale"]
+        )
+        nodes += _island_nodes(
+            island, cur, "island_out", cur_type, in_scale, shape, inits, spec["opset"]
+        )
+        cur = "island_out"
     acts = spec.get("acts", [])
     for i, act in enumerate(acts):
         name = f"act{i}"
@@ -313,6 +342,90 @@ def build(spec: Spec) -> onnx.ModelProto:
         nodes[-1].output[0] = "y"
     outputs = [oh.make_tensor_value_info("y", TPT[cur_type], shape)]
     return _model(spec, nodes, inputs, outputs, inits)
+
+
+def _island_nodes(island, inp, out, typ, in_scale, shape, inits, opset) -> list[onnx.NodeProto]:
+    """DequantizeLinear -> the island's float ops -> QuantizeLinear (same type and zero 0)."""
+    mk = oh.make_node
+    n = shape[-1]
+    f = np.float32
+    inits += [
+        _c("is_s", in_scale, f),
+        _c("is_z", 0 if typ == "int8" else 128, NP[typ]),
+        _c("is_os", island["out_scale"], f),
+    ]
+    nodes = [mk("DequantizeLinear", [inp, "is_s", "is_z"], ["is_f"], name="is_dq")]
+    kind = island["kind"]
+    if kind == "layernorm":
+        # ReduceMean's axes: an attribute up to opset 17, an input from 18
+        axes: dict[str, Any] = {} if opset >= 18 else {"axes": [-1]}
+        mean_in = ["is_axes"] if opset >= 18 else []
+        inits.append(_c("is_axes", [-1], np.int64))
+        inits += [
+            _c("is_two", 2.0, f),
+            _c("is_eps", 1e-5, f),
+            _c("is_g", island["gamma"], f),
+            _c("is_b", island["beta"], f),
+        ]
+        nodes += [
+            mk("ReduceMean", ["is_f", *mean_in], ["is_mu"], name="is_rm1", **axes),
+            mk("Sub", ["is_f", "is_mu"], ["is_d"], name="is_sub"),
+            mk("Pow", ["is_d", "is_two"], ["is_d2"], name="is_pow"),
+            mk("ReduceMean", ["is_d2", *mean_in], ["is_var"], name="is_rm2", **axes),
+            mk("Add", ["is_var", "is_eps"], ["is_ve"], name="is_add_eps"),
+            mk("Sqrt", ["is_ve"], ["is_sd"], name="is_sqrt"),
+            mk("Div", ["is_d", "is_sd"], ["is_n"], name="is_div"),
+            mk("Mul", ["is_n", "is_g"], ["is_gn"], name="is_mul"),
+            mk("Add", ["is_gn", "is_b"], ["is_y"], name="is_add"),
+        ]
+    elif kind == "gelu_erf":  # x * 0.5 * (1 + erf(x / sqrt(2)))
+        inits += [_c("is_r2", math.sqrt(2.0), f), _c("is_one", 1.0, f), _c("is_half", 0.5, f)]
+        nodes += [
+            mk("Div", ["is_f", "is_r2"], ["is_a"], name="is_div"),
+            mk("Erf", ["is_a"], ["is_e"], name="is_erf"),
+            mk("Add", ["is_e", "is_one"], ["is_e1"], name="is_add"),
+            mk("Mul", ["is_f", "is_e1"], ["is_m"], name="is_mul"),
+            mk("Mul", ["is_m", "is_half"], ["is_y"], name="is_mul_half"),
+        ]
+    elif kind == "gelu_tanh":  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        inits += [
+            _c("is_three", 3.0, f),
+            _c("is_c", 0.044715, f),
+            _c("is_k", math.sqrt(2.0 / math.pi), f),
+            _c("is_one", 1.0, f),
+            _c("is_half", 0.5, f),
+        ]
+        nodes += [
+            mk("Pow", ["is_f", "is_three"], ["is_x3"], name="is_pow"),
+            mk("Mul", ["is_x3", "is_c"], ["is_cx3"], name="is_mul_c"),
+            mk("Add", ["is_f", "is_cx3"], ["is_in"], name="is_add_in"),
+            mk("Mul", ["is_in", "is_k"], ["is_kin"], name="is_mul_k"),
+            mk("Tanh", ["is_kin"], ["is_t"], name="is_tanh"),
+            mk("Add", ["is_t", "is_one"], ["is_t1"], name="is_add_one"),
+            mk("Mul", ["is_f", "is_half"], ["is_hx"], name="is_mul_half"),
+            mk("Mul", ["is_hx", "is_t1"], ["is_y"], name="is_mul"),
+        ]
+    elif kind == "softmax":
+        nodes.append(mk("Softmax", ["is_f"], ["is_y"], axis=-1, name="is_softmax"))
+    elif kind == "matmul_float_w":
+        w = np.asarray(island["w"][: n * n], f).reshape(n, n)
+        inits.append(_c("is_w", w, f))
+        nodes.append(mk("MatMul", ["is_f", "is_w"], ["is_y"], name="is_matmul"))
+    else:  # a 1-D float Conv over the last axis, rows as channels
+        rows = int(np.prod(shape[:-1]))
+        w = np.resize(np.asarray(island["w"], f), rows * rows * 3).reshape(rows, rows, 3)
+        inits += [
+            _c("is_w", w, f),
+            _c("is_s3", [1, rows, n], np.int64),
+            _c("is_s2", list(shape), np.int64),
+        ]
+        nodes += [
+            mk("Reshape", ["is_f", "is_s3"], ["is_f3"], name="is_reshape3"),
+            mk("Conv", ["is_f3", "is_w"], ["is_c3"], pads=[1, 1], name="is_conv"),
+            mk("Reshape", ["is_c3", "is_s2"], ["is_y"], name="is_reshape2"),
+        ]
+    nodes.append(mk("QuantizeLinear", ["is_y", "is_os", "is_z"], [out], name="is_q"))
+    return nodes
 
 
 def _activation(act, name, inp, out, in_type, inits) -> list[onnx.NodeProto]:

@@ -92,24 +92,26 @@ class OrtReference:
         nodes = [n for _, n in run]
         produced = [o for n in nodes for o in n.output]
         graph_outs = {o.name for o in self.model.graph.output}
+        needed = [x for n in nodes for x in n.input if x and x not in self.consts]
+        ins = list(dict.fromkeys(x for x in needed if x not in produced))
+        vis = [
+            oh.make_tensor_value_info(
+                x, oh.np_dtype_to_tensor_dtype(env[x].dtype), list(env[x].shape)
+            )
+            for x in ins
+        ]
+        used = {x for n in nodes for x in n.input}
+        inits = [nh.from_array(v, k) for k, v in self.consts.items() if k in used]
+        floats = self._float_values(nodes, vis, inits)
+        # exposing a float intermediate would stop ORT's fusions of the float subgraph
         outs = [
             o
             for n in nodes
             for o in n.output
-            if n.op_type not in FLOAT_PRODUCERS or o in graph_outs
+            if (n.op_type not in FLOAT_PRODUCERS and o not in floats) or o in graph_outs
         ]
-        needed = [x for n in nodes for x in n.input if x and x not in self.consts]
-        ins = list(dict.fromkeys(x for x in needed if x not in produced))
         sess = self._node_sessions.get(key)
         if sess is None:
-            vis = [
-                oh.make_tensor_value_info(
-                    x, oh.np_dtype_to_tensor_dtype(env[x].dtype), list(env[x].shape)
-                )
-                for x in ins
-            ]
-            used = {x for n in nodes for x in n.input}
-            inits = [nh.from_array(v, k) for k, v in self.consts.items() if k in used]
             vouts = [onnx.ValueInfoProto(name=o) for o in outs]
             g = oh.make_graph(nodes, "segment", vis, vouts, inits)
             m = oh.make_model(g, opset_imports=self.opsets)
@@ -118,6 +120,18 @@ class OrtReference:
             self._node_sessions[key] = sess
         vals = sess.run(outs, {x: env[x] for x in ins})
         env.update(zip(outs, vals, strict=True))
+
+    def _float_values(self, nodes, vis, inits) -> set[str]:
+        """Values of `nodes` that ONNX shape inference types as float (float32/16)."""
+        g = oh.make_graph(nodes, "segment", vis, [], inits)
+        m = oh.make_model(g, opset_imports=self.opsets)
+        m.ir_version = self.model.ir_version
+        try:
+            m = onnx.shape_inference.infer_shapes(m)
+        except Exception:  # noqa: BLE001 - no types known: expose as before
+            return set()
+        fl = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+        return {vi.name for vi in m.graph.value_info if vi.type.tensor_type.elem_type in fl}
 
     @staticmethod
     def _requantize(n: onnx.NodeProto, x: np.ndarray) -> np.ndarray:

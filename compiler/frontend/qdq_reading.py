@@ -52,7 +52,8 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
     rounding: a layer norm written out as ops fused into (Simplified)LayerNormalization, a
     QDQ float Conv whose float weights ORT quantizes (no integer kernel), com.microsoft
     kernels such as MatMulNBits. A rewrite that only removes Identity nodes keeps the graph as
-    written (names and structure the user wrote); so does a model ORT cannot load (the
+    written (names and structure the user wrote), and so do the casts ORT's CPU provider
+    inserts at every level, level off included; so does a model ORT cannot load (the
     frontend names what it cannot read). CPU-dependent layout rewrites of the default level
     (NCHWc for float convs, NHWC for QLinearConv) are not read here: host steps run at the
     default session's level, where ORT makes them on the CPU that runs the program.
@@ -63,9 +64,12 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
     base = without_project_ops(m) if project else m
     try:
         r = ort_integer_model(base)
+        # what ORT runs with optimisations off: the graph plus the casts its CPU provider
+        # inserts at every level (float16 ops it has no kernel for run in float32)
+        off = onnx.load_from_string(ort_graph(base.SerializeToString(), "off", "QDQ groups"))
     except FrontendError:
         return m  # ORT cannot run it at all: the frontend names what it cannot read
-    if not computes_differently(base, r):
+    if not computes_differently(off, r):
         return m
     return splice_project_ops(r, m, project) if project else r
 
