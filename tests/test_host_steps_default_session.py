@@ -84,6 +84,40 @@ def layer_norm_after_qlinear_matmul(rows: int = 256, k: int = 16, n: int = 64) -
     return _model(nodes, inits, (TP.INT8, [rows, k]), (TP.INT8, [rows, n]))
 
 
+def float_layer_norm_before_qlinear_matmul(rows: int = 256, n: int = 64) -> onnx.ModelProto:
+    """float x -> layer norm written out as ops -> QuantizeLinear -> QLinearMatMul -> y: no
+    QDQ group at all, and still a float subgraph ORT's default session rewrites."""
+    rng = np.random.default_rng(4)
+    inits = [
+        _c("two", np.float32(2.0)),
+        _c("eps", np.float32(1e-5)),
+        _c("gamma", rng.normal(size=n).astype(np.float32)),
+        _c("beta", rng.normal(size=n).astype(np.float32)),
+        _c("qs", np.float32(0.013)),
+        _c("qz", np.int8(0)),
+        _c("W", rng.integers(-60, 60, size=(n, 16)).astype(np.int8)),
+        _c("ws", np.float32(0.02)),
+        _c("wz", np.int8(0)),
+        _c("ys", np.float32(0.05)),
+        _c("yz", np.int8(0)),
+    ]
+    mk = oh.make_node
+    nodes = [
+        mk("ReduceMean", ["x"], ["mu"], axes=[-1], name="rm1"),
+        mk("Sub", ["x", "mu"], ["d"], name="sub"),
+        mk("Pow", ["d", "two"], ["d2"], name="pow"),
+        mk("ReduceMean", ["d2"], ["var"], axes=[-1], name="rm2"),
+        mk("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        mk("Sqrt", ["ve"], ["sd"], name="sqrt"),
+        mk("Div", ["d", "sd"], ["nrm"], name="div"),
+        mk("Mul", ["nrm", "gamma"], ["g"], name="mul"),
+        mk("Add", ["g", "beta"], ["b"], name="add_b"),
+        mk("QuantizeLinear", ["b", "qs", "qz"], ["q"], name="q_in"),
+        mk("QLinearMatMul", ["q", "qs", "qz", "W", "ws", "wz", "ys", "yz"], ["y"], name="mm"),
+    ]
+    return _model(nodes, inits, (TP.FLOAT, [rows, n]), (TP.INT8, [rows, 16]))
+
+
 def qdq_float_conv(front: str = "dq", c: int = 8, hw: int = 10) -> onnx.ModelProto:
     """DequantizeLinear -> float Conv (float weights and bias) -> QuantizeLinear; ORT's
     default session quantizes the float weights (no integer kernel). `front="sigmoid"` puts
@@ -200,6 +234,15 @@ def test_layer_norm_host_step_is_the_fused_norm_ort_runs():
     ops = _host_ops(r)
     assert ("", "SimplifiedLayerNormalization") in ops, ops
     assert ("", "Pow") not in ops and ("", "Sqrt") not in ops
+    bad, _, size = _program_vs_default(m)
+    assert bad == 0, f"{bad} of {size} outputs differ from ORT's default session"
+
+
+def test_float_layer_norm_without_qdq_groups_is_the_fused_norm():
+    m = float_layer_norm_before_qlinear_matmul()
+    r, _ = _compiled(m)
+    ops = {op for _, op in _host_ops(r)}
+    assert ops & {"LayerNormalization", "SimplifiedLayerNormalization"} and "Pow" not in ops
     bad, _, size = _program_vs_default(m)
     assert bad == 0, f"{bad} of {size} outputs differ from ORT's default session"
 

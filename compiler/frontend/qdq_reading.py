@@ -45,10 +45,36 @@ def has_qdq_groups(m: onnx.ModelProto) -> bool:
     )
 
 
+# ops whose inputs and outputs are integer tensors (scales and zero points aside): a graph
+# of only these, fed integer inputs, has no float computation for ORT to rewrite
+INTEGER_OPS = frozenset(
+    {
+        "QLinearMatMul", "QLinearConv", "MatMulInteger", "ConvInteger", "QGemm", "QLinearAdd",
+        "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearConcat",
+        "QLinearGlobalAveragePool", "QLinearAveragePool", "Requantize", "Reshape", "Transpose",
+        "Identity", "Flatten", "Squeeze", "Unsqueeze", "Clip", "MaxPool",
+    }
+)  # fmt: skip
+FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                         onnx.TensorProto.BFLOAT16})  # fmt: skip
+
+
+def integer_only(m: onnx.ModelProto) -> bool:
+    """Whether `m` computes on integers only: every node an `INTEGER_OPS` op of the ONNX,
+    com.microsoft or project domain, and no float graph input."""
+    inits = {i.name for i in m.graph.initializer}
+    if any(
+        vi.type.tensor_type.elem_type in FLOAT_TYPES for vi in m.graph.input if vi.name not in inits
+    ):
+        return False
+    domains = ("", "ai.onnx", "com.microsoft", PROJECT_DOMAIN)
+    return all(n.domain in domains and n.op_type in INTEGER_OPS for n in m.graph.node)
+
+
 def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
     """The model as the integer QDQ reading sees it (see the module docstring): the graph
     ORT's default session runs, whenever its rewrite runs other kernels than the graph as
-    written. That covers QDQ groups made integer kernels, and float rewrites that change
+    written (a model that computes on integers only is not asked about). That covers QDQ groups made integer kernels, and float rewrites that change
     rounding: a layer norm written out as ops fused into (Simplified)LayerNormalization, a
     QDQ float Conv whose float weights ORT quantizes (no integer kernel), com.microsoft
     kernels such as MatMulNBits. A rewrite that only removes Identity nodes keeps the graph as
@@ -58,7 +84,7 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
     (NCHWc for float convs, NHWC for QLinearConv) are not read here: host steps run at the
     default session's level, where ORT makes them on the CPU that runs the program.
     """
-    if not has_qdq_groups(m):
+    if not has_qdq_groups(m) and integer_only(m):
         return m
     project = [n for n in m.graph.node if n.domain == PROJECT_DOMAIN]
     base = without_project_ops(m) if project else m
