@@ -52,7 +52,9 @@ class OrtReference:
         self.model = model
         self.consts = {i.name: nh.to_array(i) for i in model.graph.initializer}
         self.opsets = list(model.opset_import)
-        self._node_sessions: dict[tuple, ort.InferenceSession] = {}
+        self._node_sessions: dict[tuple, tuple[ort.InferenceSession, list[str]]] = {}
+        # intermediates whose exposure would change ORT's rewrite: not the reference's values
+        self.unreliable: set[str] = set()
         self._sessions: dict[str, ort.InferenceSession] = {}
 
     def outputs(self, feeds: dict[str, np.ndarray], level: str) -> dict[str, np.ndarray]:
@@ -110,16 +112,32 @@ class OrtReference:
             for o in n.output
             if (n.op_type not in FLOAT_PRODUCERS and o not in floats) or o in graph_outs
         ]
-        sess = self._node_sessions.get(key)
-        if sess is None:
-            vouts = [onnx.ValueInfoProto(name=o) for o in outs]
-            g = oh.make_graph(nodes, "segment", vis, vouts, inits)
-            m = oh.make_model(g, opset_imports=self.opsets)
-            m.ir_version = self.model.ir_version
-            sess = session(m.SerializeToString(), level)
-            self._node_sessions[key] = sess
+        cached = self._node_sessions.get(key)
+        if cached is None:
+            blob = self._segment(nodes, vis, inits, outs)
+            if level == "default":
+                # an exposed intermediate can change ORT's rewrite of the segment (e.g. make
+                # DQ -> Softmax -> Q a QLinearSoftmax): then only the values the graph itself
+                # hands on are the reference's, and the others are not reported
+                inside = {id(n) for n in nodes}
+                later = {x for n in self.model.graph.node if id(n) not in inside for x in n.input}
+                kept = [o for o in outs if o in graph_outs or o in later]
+                plain = self._segment(nodes, vis, inits, kept)
+                if kept != outs and _rewrite(blob) != _rewrite(plain):
+                    blob, outs = plain, kept
+                    self.unreliable.update(set(produced) - set(kept))
+            cached = (session(blob, level), outs)
+            self._node_sessions[key] = cached
+        sess, outs = cached
         vals = sess.run(outs, {x: env[x] for x in ins})
         env.update(zip(outs, vals, strict=True))
+
+    def _segment(self, nodes, vis, inits, outs) -> bytes:
+        vouts = [onnx.ValueInfoProto(name=o) for o in outs]
+        g = oh.make_graph(nodes, "segment", vis, vouts, inits)
+        m = oh.make_model(g, opset_imports=self.opsets)
+        m.ir_version = self.model.ir_version
+        return m.SerializeToString()
 
     def _float_values(self, nodes, vis, inits) -> set[str]:
         """Values of `nodes` that ONNX shape inference types as float (float32/16)."""
@@ -158,6 +176,19 @@ class OrtReference:
             if not np.all(p):
                 raise ReferenceUndefined(f"Requantize '{n.name}' precondition fails on this input")
         return np.asarray(y).astype(out)
+
+
+@lru_cache(maxsize=256)
+def _rewrite(blob: bytes) -> list[tuple[str, str]]:
+    """(domain, op type) of the kernels ORT's default level runs for a serialised model."""
+    from compiler.errors import FrontendError
+    from compiler.frontend.f16_context import ort_graph
+
+    try:
+        g = onnx.load_from_string(ort_graph(blob, "default", "a fuzzer segment")).graph
+    except FrontendError:  # ORT cannot load it: the session says why
+        return []
+    return sorted((n.domain or "", n.op_type) for n in g.node)
 
 
 @lru_cache(maxsize=8)
