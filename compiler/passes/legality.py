@@ -318,7 +318,8 @@ def descriptor(g: Graph, site: Site, ctx):
     """The site's postprocessing descriptor (per column group) and the backend's validation
     issues of the fused step built from it; or why it cannot be built (a message)."""
     from compiler.ir.epilogue import build_columns
-    from compiler.ir.npu_step import fused_step, validation_issues
+    from compiler.ir.npu_step import validation_issues
+    from compiler.ir.structure import fused_step
 
     try:
         groups = build_columns(site, ctx.target, compute_kind(site.compute))
