@@ -11,8 +11,11 @@ input value; the conformance tests compare the two with the host's FMA flag.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,6 +54,15 @@ def _session(blob: bytes) -> ort.InferenceSession:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+
+
+def ort_outputs(
+    model_path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Run the model file in ONNX Runtime (the compiler's `session`: CPU, optimisations off)."""
+    sess = session(Path(model_path).read_bytes())
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(inputs)), strict=True))
 
 
 @dataclass(frozen=True)

@@ -64,15 +64,6 @@ def site_key(site: SiteReport, model_bytes: bytes, policy: str) -> str:
     return h.hexdigest()[:KEY_LEN]
 
 
-def ort_outputs(model_path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the model in ONNX Runtime (CPU, graph optimisations off: the compiler's session)."""
-    from compiler.ort.tables import session
-
-    sess = session(Path(model_path).read_bytes())
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, inputs), strict=True))
-
-
 def _write_if_changed(path: Path, data: bytes) -> None:
     if path.exists() and path.read_bytes() == data:
         return
@@ -112,6 +103,8 @@ def emit_site(
     assert cex is not None and cex.inputs
     model_bytes = Path(model_path).read_bytes()
     key = site_key(site, model_bytes, policy)
+    from compiler.ort.tables import ort_outputs
+
     expected = ort_outputs(model_path, cex.inputs)
     d = out_dir / f"cex_{key}"
     d.mkdir(parents=True, exist_ok=True)
