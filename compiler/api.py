@@ -27,6 +27,7 @@ from compiler.frontend.reader import to_ir
 from compiler.ir.context import CheckOptions, CompileConfig, Context, PipelineState
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.site import Diagnostic, Site
+from compiler.ort.reference_host import resolve_reference
 from compiler.passes.pipeline import run_pipeline
 from compiler.proving.prove import start_workers
 from prover.verdict import Status
@@ -129,6 +130,7 @@ def compile_model(
         compose_tables=compose_tables,
         synthesis=bool(opts.pop("synthesis", synthesis)),
         progress=progress,
+        resolve_reference=resolve_reference,
     )
     g, m = to_ir(model, reference=config.reference)
     start_workers(config.jobs, g)  # if it pays: their start-up overlaps the legality work
