@@ -23,6 +23,10 @@ import onnx
 from onnx import TensorProto
 from onnx import helper as oh
 
+from compiler.errors import InternalError
+from compiler.ir.float_bias import FloatBias, node_proto
+from compiler.ir.graph import Graph
+from compiler.ir.site import Site
 from prover.inttypes import int_type
 from prover.lut import build_ort_leaky_relu_table, build_ort_qdq_table, build_ort_sigmoid_table
 
@@ -179,3 +183,38 @@ def ort_table(t: TableSpec, opset: int | None = None) -> tuple[int, ...]:
     if min(table) < ot.min or max(table) > ot.max:
         raise AssertionError("ONNX Runtime returned a table outside the output type")
     return table
+
+
+def float_bias_tables(g: Graph, site: Site, fb: FloatBias) -> tuple[tuple[int, ...], ...]:
+    """ORT's value of a float bias group (`compiler.ir.float_bias`) for every 8-bit x, per
+    column: the group's own ONNX nodes run in ORT."""
+    from onnx import numpy_helper
+
+    dq, add, q = site.chain[fb.start : fb.start + 3]
+    protos = []
+    for n in (fb.const_node, dq, add, q):
+        p = node_proto(n)
+        if p is None:
+            raise InternalError(f"float bias node '{n.name}' does not hold one ONNX node")
+        protos.append(p)
+    consts: dict[str, np.ndarray] = {}
+    for n in (fb.const_node, dq, add, q):
+        consts.update({k: np.asarray(v) for k, v in (n.attrs.get("consts") or {}).items()})
+    t = int_type(fb.x_type)
+    n_cols = len(fb.const)
+    xs = np.repeat(np.arange(t.min, t.max + 1)[:, None], n_cols, axis=1).astype(fb.x_type)
+    x_name, y_name = dq.inputs[0], q.output
+    elem = oh.np_dtype_to_tensor_dtype(np.dtype(fb.x_type))
+    graph = oh.make_graph(
+        protos,
+        "float_bias",
+        [oh.make_tensor_value_info(x_name, elem, list(xs.shape))],
+        [oh.make_tensor_value_info(y_name, elem, list(xs.shape))],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    opset = int(g.opsets.get("", g.opsets.get("ai.onnx", 13)))
+    m = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    m.ir_version = 8
+    sess = session(m)
+    y = np.asarray(sess.run(None, {x_name: xs})[0], dtype=np.int64)
+    return tuple(tuple(int(v) for v in y[:, j]) for j in range(n_cols))
