@@ -146,7 +146,7 @@ def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarra
 
 def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
     """Columns grouped by identical requantization parameters (per-channel scales)."""
-    if np.ndim(rq.get("scale")) == 0:
+    if np.ndim(rq.get("scale", 0.0)) == 0:
         return [tuple(range(n_cols))]
     groups: dict[float, list[int]] = {}
     for j in range(n_cols):

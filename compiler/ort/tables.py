@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 _ONNX_TYPES = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
 _SCALE_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
-_NP_SCALE = {"float32": np.float32, "float16": np.float16}
+_NP_SCALE: dict[str, type[np.floating]] = {"float32": np.float32, "float16": np.float16}
 
 # QLinear activations of the com.microsoft domain and their function kinds.
 QLINEAR_FUNCTIONS = {"QLinearSigmoid": "sigmoid", "QLinearLeakyRelu": "leakyrelu"}
@@ -135,6 +135,11 @@ def reference_table(
     return tuple(int(v) for v in table)
 
 
+def _scale(scale_type: str, value: float) -> float:
+    """`value` rounded to the scale type (exact as a Python float: the tensor holds it)."""
+    return float(_NP_SCALE[scale_type](value))
+
+
 @lru_cache(maxsize=1024)
 def ort_table(t: TableSpec, opset: int | None = None) -> tuple[int, ...]:
     """The table (offset index order) this host's ONNX Runtime computes for one activation
@@ -147,12 +152,12 @@ def ort_table(t: TableSpec, opset: int | None = None) -> tuple[int, ...]:
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64).astype(it.numpy_dtype())
     consts = [
-        oh.make_tensor("xs", _SCALE_TYPES[scale_type], [], [_NP_SCALE[scale_type](in_scale)]),
+        oh.make_tensor("xs", _SCALE_TYPES[scale_type], [], [_scale(scale_type, in_scale)]),
         oh.make_tensor("xz", _ONNX_TYPES[in_type], [], [in_zp]),
-        oh.make_tensor("ys", _SCALE_TYPES[scale_type], [], [_NP_SCALE[scale_type](out_scale)]),
+        oh.make_tensor("ys", _SCALE_TYPES[scale_type], [], [_scale(scale_type, out_scale)]),
         oh.make_tensor("yz", _ONNX_TYPES[out_type], [], [out_zp]),
     ]
-    kw = {} if alpha is None else {"alpha": float(alpha)}
+    kw: dict[str, Any] = {} if alpha is None else {"alpha": float(alpha)}
     opsets = [oh.make_opsetid("", opset or (17 if scale_type == "float32" else 19))]
     if form == "qlinear":
         nodes = [

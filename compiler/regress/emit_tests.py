@@ -119,13 +119,15 @@ def emit_site(
                 "Runtime's on the counterexample input (a bug in the tool)"
             )
     out_names = list(expected)
-    arrays: dict[str, np.ndarray] = {}
+    # name -> array (typed Any: numpy's `savez` stub checks **arrays against `allow_pickle`)
+    arrays: dict[str, Any] = {}
     for i, v in enumerate(cex.inputs.values()):
         arrays[f"input_{i}"] = np.asarray(v)
+    actual = cex.actual or {}
     for i, name in enumerate(out_names):
         arrays[f"expected_{i}"] = expected[name]
-        if name in (cex.actual or {}):
-            arrays[f"actual_{i}"] = np.asarray(cex.actual[name])
+        if name in actual:
+            arrays[f"actual_{i}"] = np.asarray(actual[name])
     npz = d / "counterexample.npz"
     if not _same_npz(npz, arrays):
         np.savez(npz, **arrays)
