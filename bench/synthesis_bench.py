@@ -24,7 +24,7 @@ profile `onnx`):
 Reported: fraction of column groups and of sites equal bitwise each way, the groups for
 which synthesis proves no parameters exist, synthesis time per column group, and the sites
 that fuse: every group synthesised AND one table shared by all of them (the postprocessor
-holds one table per MatMul; `prover.synthesis.synthesize_shared`, each shared-table
+holds one table per MatMul; `prover.shared_table.synthesize_shared`, each shared-table
 proposal proven by `check` too), and the sites for which the exhaustive shared-table search
 proves that no such table exists (`1n`).
 """
@@ -51,7 +51,8 @@ from prover.obligation import Obligation
 from prover.qgemm import QGemmParams, output_scales
 from prover.qlinear_binary import BinaryOp, QLinearBinaryParams, qlinear_binary_table, span_mode
 from prover.requant import onnx_requant_scale, quantize_multiplier
-from prover.synthesis import FixedPointSpace, obligation, synthesize, synthesize_shared
+from prover.shared_table import synthesize_shared
+from prover.synthesis import FixedPointSpace, obligation, synthesize
 from prover.terms import Op, Term, Var, op, term_hash
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -22,11 +22,13 @@ from typing import Any
 
 import onnx
 
+from compiler.errors import InternalError
 from compiler.frontend.checked import CheckedModel
 from compiler.frontend.reader import to_ir
 from compiler.ir.context import CheckOptions, CompileConfig, Context, PipelineState
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.site import Diagnostic, Site
+from compiler.ort.reference_host import resolve_reference
 from compiler.passes.pipeline import run_pipeline
 from compiler.proving.prove import start_workers
 from prover.verdict import Status
@@ -54,7 +56,9 @@ class CompileResult:
             "rejected": 0,
         }
         for s in self.sites:
-            out[s.verdict] += 1
+            if s.verdict is None:
+                raise InternalError(f"{s.id} has no verdict")
+            out[s.verdict.value] += 1
         return out
 
     def site(self, id_or_node: str) -> Site:
@@ -129,8 +133,11 @@ def compile_model(
         compose_tables=compose_tables,
         synthesis=bool(opts.pop("synthesis", synthesis)),
         progress=progress,
+        resolve_reference=resolve_reference,
     )
-    g, m = to_ir(model, reference=config.reference)
+    g, m = to_ir(
+        os.fspath(model) if isinstance(model, os.PathLike) else model, reference=config.reference
+    )
     start_workers(config.jobs, g)  # if it pays: their start-up overlaps the legality work
     return _run(g, Context(config, PipelineState(model=m, original=_snapshot(g))))
 

@@ -125,7 +125,7 @@ def _drive(w: np.ndarray, pairs: Sequence[int], sign: int, row: np.ndarray) -> N
                 row[k] = U8_MAX if w[k] * sign > 0 else 0
 
 
-def saturating_row(w_col: Sequence[int]) -> tuple[int, ...] | None:
+def saturating_row(w_col: Sequence[int] | np.ndarray) -> tuple[int, ...] | None:
     """A uint8 row on which the exact and pair-saturating accumulators differ, or None.
 
     Every pair saturable in the direction with more such pairs is driven to its
@@ -166,7 +166,7 @@ def _prefixes(n: int) -> list[int]:
 
 
 def divergent_row(
-    w_col: Sequence[int],
+    w_col: Sequence[int] | np.ndarray,
     w_zp: int,
     a_zp: int,
     bias: int,

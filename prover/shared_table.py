@@ -56,15 +56,19 @@ from .domain import NUMPY
 from .inttypes import int_type
 from .lut import reorder_table
 from .synthesis import (
+    Conflict,
     FixedEpilogue,
     FixedPointSpace,
     Intervals,
+    Synthesis,
     _level_sets,
     _Problem,
     _q,
     _shift_fits,
     change_points,
+    fit_table,
     reference_of,
+    synthesize,
     valid_multipliers,
 )
 from .terms import Term, Var, evaluate
@@ -420,4 +424,86 @@ def verify_minimal(
     ) if len(opts) > 2 else True  # fmt: skip
 
 
-__all__ = ["SharedTableResult", "Witness", "decide", "group_options", "verify_minimal"]
+@dataclass(frozen=True)
+class SharedSynthesis:
+    """Parameters for several column groups sharing one table (`status` "found"), a proof
+    that none exist (`status` "impossible": some group alone has none, `conflicts` maps
+    its index to the pair; or `complete.minimal` names groups with no common table), or
+    "not_found" (the complete search ran out of budget: not a proof)."""
+
+    status: str
+    params: tuple[FixedEpilogue, ...] | None
+    conflicts: dict[int, Conflict]
+    alone: tuple[Synthesis, ...]
+    candidates_tried: int
+    unfit: tuple[int, int] | None  # (group, candidate) of the last failed fit
+    time_ms: float
+    complete: SharedTableResult | None = None  # the exhaustive search, when it ran
+
+
+def synthesize_shared(
+    groups: list[tuple[Term, str, int, int]],
+    space: FixedPointSpace | None = None,
+    tables: tuple[tuple[int, ...], ...] = (),
+    max_candidates: int = 8,
+    budget_s: float = 60.0,
+) -> SharedSynthesis:
+    """Parameters for every `(before, var, lo, hi)` group with ONE table shared by all.
+
+    Each group is first synthesised alone (free table). A group with no parameters alone
+    has none with a shared table either, which is the proof behind "impossible". Otherwise
+    candidate tables are tried in order: `tables` (physical, e.g. the reference's own
+    table), then the groups' own synthesised tables, widest accumulator range first (it
+    holds the most reference values), at most `max_candidates` in all; for a candidate,
+    `fit_table` decides exactly whether every group has multiplier, shift and zero point
+    reading it. When no candidate fits, `decide` searches every table within
+    `budget_s` seconds: "found", "impossible" (a minimal set of groups in
+    `complete.minimal`) or "not_found" (budget; proves nothing).
+    """
+    t0 = time.perf_counter()
+    space = space or FixedPointSpace()
+    alone = tuple(synthesize(b, v, lo, hi, space) for b, v, lo, hi in groups)
+    conflicts = {i: s.conflict for i, s in enumerate(alone) if s.conflict is not None}
+    if conflicts:
+        ms = (time.perf_counter() - t0) * 1000
+        return SharedSynthesis("impossible", None, conflicts, alone, 0, None, ms)
+    cands: list[tuple[int, ...]] = []
+    wide = sorted(range(len(groups)), key=lambda i: groups[i][2] - groups[i][3])
+    synthesised = [p.table for i in wide if (p := alone[i].params) is not None]
+    for t in list(tables) + synthesised:
+        if t not in cands and len(cands) < max_candidates:
+            cands.append(t)
+    order = list(range(len(groups)))
+    unfit = None
+    for ci, table in enumerate(cands):
+        got: dict[int, FixedEpilogue] = {}
+        for gi in order:
+            b, v, lo, hi = groups[gi]
+            own = alone[gi].params
+            p = own if own is not None and own.table == table else None
+            p = p or fit_table(b, v, lo, hi, table, space)
+            if p is None:
+                unfit = (gi, ci)
+                order.remove(gi)
+                order.insert(0, gi)  # the hardest group first for the next candidate
+                break
+            got[gi] = p
+        else:
+            ms = (time.perf_counter() - t0) * 1000
+            params = tuple(got[i] for i in range(len(groups)))
+            return SharedSynthesis("found", params, {}, alone, ci + 1, None, ms)
+    full = decide(groups, space, budget_s=budget_s)
+    ms = (time.perf_counter() - t0) * 1000
+    n = len(cands)
+    return SharedSynthesis(full.status, full.params, {}, alone, n, unfit, ms, full)
+
+
+__all__ = [
+    "SharedSynthesis",
+    "SharedTableResult",
+    "Witness",
+    "decide",
+    "group_options",
+    "synthesize_shared",
+    "verify_minimal",
+]

@@ -53,7 +53,7 @@ parameter set of the space keeps all change points inside the intermediate type 
 separates the change points up to and including it: the smallest prefix of that order
 that is already impossible.
 
-One table for several column groups (`synthesize_shared`: a MatMul's postprocessor holds
+One table for several column groups (`prover.shared_table.synthesize_shared`: a MatMul's postprocessor holds
 one table, with per-column multiplier, shift and zero point). For a GIVEN table whose
 values each fill one run of indices, `fit_table` is exact: the reference is constant on
 each segment between change points and the index is non-decreasing, so the epilogue is
@@ -74,7 +74,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -86,9 +85,6 @@ from .obligation import Obligation
 from .policy import Policy
 from .staircase import monotone_thresholds
 from .terms import Op, Term, Var, evaluate, free_vars, op
-
-if TYPE_CHECKING:
-    from .shared_table import SharedTableResult
 
 SCHEMES = {"fixed_double": "requant_double", "fixed_single": "requant_single"}
 _MID = "__requantized"
@@ -863,82 +859,6 @@ def _fit_intervals(scheme, shift, xs0, ks0, ge0, zps, space):
     return lo_m, hi_m
 
 
-@dataclass(frozen=True)
-class SharedSynthesis:
-    """Parameters for several column groups sharing one table (`status` "found"), a proof
-    that none exist (`status` "impossible": some group alone has none, `conflicts` maps
-    its index to the pair; or `complete.minimal` names groups with no common table), or
-    "not_found" (the complete search ran out of budget: not a proof)."""
-
-    status: str
-    params: tuple[FixedEpilogue, ...] | None
-    conflicts: dict[int, Conflict]
-    alone: tuple[Synthesis, ...]
-    candidates_tried: int
-    unfit: tuple[int, int] | None  # (group, candidate) of the last failed fit
-    time_ms: float
-    complete: SharedTableResult | None = None  # the exhaustive search, when it ran
-
-
-def synthesize_shared(
-    groups: list[tuple[Term, str, int, int]],
-    space: FixedPointSpace | None = None,
-    tables: tuple[tuple[int, ...], ...] = (),
-    max_candidates: int = 8,
-    budget_s: float = 60.0,
-) -> SharedSynthesis:
-    """Parameters for every `(before, var, lo, hi)` group with ONE table shared by all.
-
-    Each group is first synthesised alone (free table). A group with no parameters alone
-    has none with a shared table either, which is the proof behind "impossible". Otherwise
-    candidate tables are tried in order: `tables` (physical, e.g. the reference's own
-    table), then the groups' own synthesised tables, widest accumulator range first (it
-    holds the most reference values), at most `max_candidates` in all; for a candidate,
-    `fit_table` decides exactly whether every group has multiplier, shift and zero point
-    reading it. When no candidate fits, `shared_table.decide` searches every table within
-    `budget_s` seconds: "found", "impossible" (a minimal set of groups in
-    `complete.minimal`) or "not_found" (budget; proves nothing).
-    """
-    t0 = time.perf_counter()
-    space = space or FixedPointSpace()
-    alone = tuple(synthesize(b, v, lo, hi, space) for b, v, lo, hi in groups)
-    conflicts = {i: s.conflict for i, s in enumerate(alone) if s.conflict is not None}
-    if conflicts:
-        ms = (time.perf_counter() - t0) * 1000
-        return SharedSynthesis("impossible", None, conflicts, alone, 0, None, ms)
-    cands: list[tuple[int, ...]] = []
-    wide = sorted(range(len(groups)), key=lambda i: groups[i][2] - groups[i][3])
-    synthesised = [p.table for i in wide if (p := alone[i].params) is not None]
-    for t in list(tables) + synthesised:
-        if t not in cands and len(cands) < max_candidates:
-            cands.append(t)
-    order = list(range(len(groups)))
-    unfit = None
-    for ci, table in enumerate(cands):
-        got: dict[int, FixedEpilogue] = {}
-        for gi in order:
-            b, v, lo, hi = groups[gi]
-            own = alone[gi].params
-            p = own if own is not None and own.table == table else None
-            p = p or fit_table(b, v, lo, hi, table, space)
-            if p is None:
-                unfit = (gi, ci)
-                order.remove(gi)
-                order.insert(0, gi)  # the hardest group first for the next candidate
-                break
-            got[gi] = p
-        else:
-            ms = (time.perf_counter() - t0) * 1000
-            params = tuple(got[i] for i in range(len(groups)))
-            return SharedSynthesis("found", params, {}, alone, ci + 1, None, ms)
-    from .shared_table import decide  # the exhaustive search (imports this module)
-
-    full = decide(groups, space, budget_s=budget_s)
-    ms = (time.perf_counter() - t0) * 1000
-    n = len(cands)
-    return SharedSynthesis(full.status, full.params, {}, alone, n, unfit, ms, full)
-
-
 def propose(
     before: Term, var: str, lo: int, hi: int, space: FixedPointSpace | None = None
 ) -> tuple[FixedEpilogue, Term]:
@@ -973,7 +893,6 @@ def rounded_multiplier(scale: float) -> tuple[int, int]:
 __all__ = [
     "Conflict",
     "FixedEpilogue",
-    "SharedSynthesis",
     "FixedPointSpace",
     "Synthesis",
     "change_points",
@@ -983,5 +902,4 @@ __all__ = [
     "reference_of",
     "rounded_multiplier",
     "synthesize",
-    "synthesize_shared",
 ]

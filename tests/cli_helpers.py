@@ -95,7 +95,7 @@ def npuc(*args: str, cwd: Path | None = None):
 def assert_run_equals_ort(prog: Path, in_npz: Path, model: Path, inputs: dict, out: Path) -> None:
     """`npuc run prog --input in_npz -o out` succeeds and every ONNX Runtime output of
     `model` on `inputs` equals the program's bitwise."""
-    from compiler.regress.emit_tests import ort_outputs  # keeps this module free of ORT
+    from compiler.ort.tables import ort_outputs  # keeps this module free of ORT
 
     ran = npuc("run", prog, "--input", in_npz, "-o", out)
     assert ran.returncode == 0, ran.stderr

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from cli_helpers import EXAMPLES, assert_one_line_error, npuc
 
-from compiler.regress.emit_tests import ort_outputs
+from compiler.ort.tables import ort_outputs
 
 SHOWCASE = EXAMPLES / "showcase.onnx"
 

@@ -71,6 +71,31 @@ def test_each_code_has_exactly_one_source():
     assert [(r.code.value, r.check) for r in registered_rules()] == legality.RULES
 
 
+def test_the_registry_imports_no_rule_and_a_report_loads_them():
+    """`compiler.ir.reasons` imports no pass: alone, a rule's code is an InternalError
+    naming the module to import (never a wrong text); the report model loads the rules."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from compiler.ir.reasons import explain\n"
+        "assert 'compiler.passes.legality' not in sys.modules\n"
+        "print(explain('unsupported_op').action != '')\n"
+        "try:\n"
+        "    explain('not_adjacent')\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__, e)\n"
+        "import compiler.report.model\n"
+        "print(explain('not_adjacent').text == compiler.report.model.REASON_CODES['not_adjacent'])\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    lines = p.stdout.splitlines()
+    assert p.returncode == 0, p.stderr[-600:]
+    assert lines[0] == "True" and lines[2] == "True"
+    assert lines[1].startswith("InternalError ") and "compiler.passes.legality" in lines[1]
+
+
 def test_backend_validation_codes_are_reason_codes():
     import npu_backend.validate as validate
 

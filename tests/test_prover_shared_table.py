@@ -184,11 +184,11 @@ def test_synthesize_shared_falls_back_to_the_complete_search():
     search: a shared table (seed 0: the candidates fail, the search finds one) or a
     proof (seed 3: impossible, the minimal groups named, no group impossible alone)."""
     groups, space = _case(0)
-    got = S.synthesize_shared(groups, space)
+    got = ST.synthesize_shared(groups, space)
     assert got.status == "found" and got.complete is not None
     assert got.complete.status == "found" and len({p.table for p in got.params}) == 1
     groups, space = _case(3)
-    got = S.synthesize_shared(groups, space)
+    got = ST.synthesize_shared(groups, space)
     assert got.status == "impossible" and got.params is None and not got.conflicts
     assert got.complete.minimal == (0, 1)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from prover import shared_table
 from prover import synthesis as S
 from prover.api import check
 from prover.domain import NUMPY, KernelError
@@ -411,7 +412,7 @@ def test_shared_table_for_two_sigmoid_columns_is_proven():
     sig = build_ort_sigmoid_table(0.05, 0, "int8", 1 / 256, -128, "int8", fused=True)
     groups = [(_before(scale, 0, "int8", sig), "acc", -3000, 3000) for scale in (0.0101, 0.0123)]
     space = S.FixedPointSpace(index_order="offset")
-    got = S.synthesize_shared(groups, space, tables=(tuple(int(v) for v in sig),))
+    got = shared_table.synthesize_shared(groups, space, tables=(tuple(int(v) for v in sig),))
     assert got.status == "found", got
     assert len({p.table for p in got.params}) == 1
     for (before, var, lo, hi), p in zip(groups, got.params, strict=True):
@@ -425,7 +426,7 @@ def test_shared_table_impossible_when_a_group_alone_is():
     space = S.FixedPointSpace(multiplier_max=3, shift_min=0, shift_max=0, index_order="offset")
     alone = S.synthesize(*ok, space)
     assert alone.status == "impossible"
-    got = S.synthesize_shared([ok, ok], space)
+    got = shared_table.synthesize_shared([ok, ok], space)
     assert got.status == "impossible" and got.params is None
     assert got.conflicts[0].pair == alone.conflict.pair
 

@@ -66,7 +66,7 @@ def _syn(s: S.Synthesis):
     return s.status, params, conflict, s.change_points, s.shifts_tried
 
 
-def _shared(sh: S.SharedSynthesis):
+def _shared(sh: ST.SharedSynthesis):
     full = sh.complete
     return (
         sh.status,
@@ -226,7 +226,7 @@ def test_shared_tables_identical(monkeypatch):
         ]
         space = S.FixedPointSpace(index_order="twos_complement")
         fast, slow = _both(
-            monkeypatch, lambda g=groups, s=space: _shared(S.synthesize_shared(g, s, budget_s=1e9))
+            monkeypatch, lambda g=groups, s=space: _shared(ST.synthesize_shared(g, s, budget_s=1e9))
         )
         assert fast == slow
         fast, slow = _both(monkeypatch, lambda g=groups, s=space: _decided(ST.decide(g, s, 1e9)))
@@ -276,6 +276,6 @@ def test_digits_column_groups_identical(model, every, monkeypatch):
         for specs in sites.values():
             fast, slow = _both(
                 monkeypatch,
-                lambda s=specs: _shared(S.synthesize_shared(s, bench.SPACE, budget_s=1e9)),
+                lambda s=specs: _shared(ST.synthesize_shared(s, bench.SPACE, budget_s=1e9)),
             )
             assert fast == slow

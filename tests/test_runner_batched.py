@@ -3,7 +3,7 @@
 Row by row gives the same outputs and counters where every step is row-independent and
 exact (NPU steps, host kernel terms, and, as on the digits models, host ONNX ops that do
 no cross-element float arithmetic); host ONNX float steps run on the whole batch, as ORT
-runs it (`tests/test_review_s4_host_float.py`: a run-time-B float MatMul).
+runs it (`tests/test_host_float_equals_ort.py`: a run-time-B float MatMul).
 """
 
 from __future__ import annotations

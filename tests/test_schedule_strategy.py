@@ -23,7 +23,7 @@ from compiler.ir.reasons import ACTIONS
 from compiler.ir.semantics import run_graph
 from compiler.ir.strategy import DEFAULT_STRATEGY, ScheduleStrategy, parse_strategy
 from compiler.ir.structure import UNSUPPORTED
-from compiler.regress.emit_tests import ort_outputs
+from compiler.ort.tables import ort_outputs
 from npu_backend.codegen import generate
 from npu_backend.isa import MatMul
 from npu_backend.ledger import bytes_moved, model_ledger

@@ -20,9 +20,9 @@ from models import matmul_activation
 
 from compiler.api import compile_model
 from compiler.errors import InternalError
+from compiler.ort.tables import ort_outputs
 from compiler.passes import tile_columns
 from compiler.passes.tile_columns import ColumnTile, check_program, emitted_tiles, violation
-from compiler.regress.emit_tests import ort_outputs
 from compiler.report.json_form import site_json
 from compiler.report.model import SiteReport
 from npu_backend.codegen import generate

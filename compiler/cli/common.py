@@ -38,9 +38,11 @@ class LazyHelp(str):
     """An option's help (and metavar) that imports something to write them: `write()`
     gives (metavar, help); `Parser` calls it only when it shows help or usage."""
 
+    write: Callable[[], tuple[str, str]]
+
     def __new__(cls, write: Callable[[], tuple[str, str]]) -> LazyHelp:
         obj = super().__new__(cls, "")
-        obj.write = write  # type: ignore[attr-defined]
+        obj.write = write
         return obj
 
 

@@ -192,7 +192,7 @@ def fold_cast(value, to: int):
     """
     import numpy as np
 
-    target = {
+    targets: dict[int, type[np.generic]] = {
         TensorProto.FLOAT: np.float32,
         TensorProto.FLOAT16: np.float16,
         TensorProto.DOUBLE: np.float64,
@@ -202,7 +202,8 @@ def fold_cast(value, to: int):
         TensorProto.UINT16: np.uint16,
         TensorProto.INT32: np.int32,
         TensorProto.INT64: np.int64,
-    }.get(to)
+    }
+    target = targets.get(to)
     v = np.asarray(value)
     if target is None or v.dtype.kind not in "fiu":
         return None

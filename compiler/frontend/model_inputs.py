@@ -97,8 +97,8 @@ def skeleton(specs: list[InputSpec]) -> dict[str, np.ndarray]:
     return {s.name: np.zeros(s.shape, dtype=s.dtype) for s in specs}
 
 
-def input_qparams(m: onnx.ModelProto, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(scale, zero point) the model itself uses for 8-bit input `name` (FrontendError if
+def input_qparams(m: onnx.ModelProto, name: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(scale, zero point or None) the model itself uses for 8-bit input `name` (FrontendError if
     no op reading it carries constant quantization parameters)."""
     inits = {i.name: numpy_helper.to_array(i) for i in constant_initializers(m)}
     for n in m.graph.node:

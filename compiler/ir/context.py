@@ -72,10 +72,16 @@ class CompileConfig:
         schedule: Mapping[str, str] | None = None,
         schedule_strategy: str | ScheduleStrategy | None = None,
         check: CheckOptions | None = None,
+        resolve_reference: Callable[[str | None], ReferenceProfile] | None = None,
         **rest: Any,
     ) -> CompileConfig:
         """Normalise the user's forms once: policy "bitwise" | "bounded:N" | Policy | None,
-        target Target | TOML path | shipped name | None, reference profile | name | None."""
+        target Target | TOML path | shipped name | None, reference profile | name | None.
+
+        A reference name is resolved by `resolve_reference` (the app passes
+        `compiler.ort.reference_host.resolve_reference`, which can probe this host's ONNX
+        Runtime for `ort-host`); without one, only the prover's machine-independent
+        profiles are known (`prover.reference.get_profile`)."""
         from npu_backend.target import Target, load_target
         from prover.policy import Policy
 
@@ -86,9 +92,7 @@ class CompileConfig:
         if not isinstance(target, Target):
             target = load_target(target if target is None else Path(target))
         if reference is None or isinstance(reference, str):
-            from compiler.ort.reference_host import resolve_reference
-
-            reference = resolve_reference(reference)
+            reference = (resolve_reference or _named_profile)(reference)
         return cls(
             target=target,
             policy=policy,
@@ -127,6 +131,18 @@ class PipelineState:
     )
     lowered: LoweredModel | None = None
     log: list[str] = field(default_factory=list)
+
+
+def _named_profile(name: str | None) -> ReferenceProfile:
+    """A machine-independent profile by name (None: the default); ValueError otherwise."""
+    from prover.reference import DEFAULT_PROFILE, HOST, get_profile
+
+    if name == HOST:
+        raise ValueError(
+            f"reference {HOST!r} probes this host's ONNX Runtime: pass "
+            "resolve_reference=compiler.ort.reference_host.resolve_reference"
+        )
+    return get_profile(DEFAULT_PROFILE if name is None else name)
 
 
 _CONFIG = tuple(f.name for f in fields(CompileConfig))

@@ -22,10 +22,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from compiler.errors import InternalError
 from npu_backend.postprocess import AddParams, LutParams, PostProcess, RequantParams
-from npu_backend.target import requant_from_scale
+from npu_backend.target import Target, requant_from_scale
 from prover.inttypes import int_type
-from prover.lut import build_lut, reorder_table
+from prover.lut import LutSpec, build_lut, reorder_table
 from prover.qlinear_binary import SpanMode
 from prover.terms import Term, Var, op, term_hash
 
@@ -106,6 +107,8 @@ class BiasView:
         """The reference's value for every x (offset order), column `j`."""
         if self.tables is not None:
             return self.tables[j if len(self.tables) > 1 else 0]
+        if self.node is None:
+            raise InternalError("a bias view holds neither its tables nor its node")
         return qlinear_binary_column_table(self.node, j)
 
 
@@ -215,7 +218,7 @@ def requant_stage(site: Site) -> int:
     raise ValueError(f"site {site.id}: no requantization between the accumulator and the table")
 
 
-def lut_spec_of(lut: Node, target) -> object:
+def lut_spec_of(lut: Node, target: Target) -> LutSpec:
     """The target toolchain's table description (`LutSpec`) for an activation node."""
     a = lut.attrs
     return target.lut_spec(
@@ -229,21 +232,21 @@ def lut_spec_of(lut: Node, target) -> object:
     )
 
 
-def npu_logical_table(lut: Node, target) -> tuple[np.ndarray, object]:
+def npu_logical_table(lut: Node, target: Target) -> tuple[np.ndarray, LutSpec]:
     """The target toolchain's table for an activation node, in offset (logical) order."""
     spec = lut_spec_of(lut, target)
     logical = build_lut(dataclasses.replace(spec, index_order="offset"))
     return logical, spec
 
 
-def composed_table(site: Site, target, stage: int) -> tuple[np.ndarray, object]:
+def composed_table(site: Site, target: Target, stage: int) -> tuple[np.ndarray, LutSpec | None]:
     """The table the NPU applies after requantization: the chain after the stage, composed."""
     bi = bias_index(site)
     after = site.chain[max(stage, -1 if bi is None else bi) + 1 :]
     in_t = int_type(_stage_out(site, stage))
     xs = np.arange(in_t.min, in_t.max + 1, dtype=np.int64)
     v = xs.copy()
-    spec = None
+    spec: LutSpec | None = None
     for n in after:
         if n.op == "clip":
             v = np.clip(v, n.attrs["lo"], n.attrs["hi"])
@@ -253,12 +256,14 @@ def composed_table(site: Site, target, stage: int) -> tuple[np.ndarray, object]:
     return v, spec
 
 
-def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]:
+def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[ColumnGroup]:
     """Column groups with identical (before, after) epilogues."""
     c = site.compute
     n_cols = c.attrs["w"].shape[1]
     stage = requant_stage(site)
     caps = target.compute(kind)
+    if caps is None:
+        raise ValueError(f"target {target.name} has no {kind} unit")
     logical, spec = composed_table(site, target, stage)
     act = site.activation
     in_type = _stage_out(site, stage)
@@ -297,7 +302,7 @@ def build_columns(site: Site, target, kind: str = "MatMul") -> list[ColumnGroup]
             before = acc
             rq = requant_params(site.chain[stage])
         before = before_term(site, before, j)
-        add_p = add_stage(bias, j, caps.add_fma) if two_rounding else None
+        add_p = add_stage(bias, j, caps.add_fma) if two_rounding and bias is not None else None
         post = PostProcess(
             rq,
             None,

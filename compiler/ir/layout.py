@@ -84,11 +84,8 @@ def index_map_terms(
         if n.op == "reshape":
             coords = _coords(_flat(coords, out_shape), in_shape)
         elif n.op == "transpose":
-            perm = n.attrs["perm"]
-            inv = [None] * len(perm)
-            for k, p in enumerate(perm):
-                inv[p] = coords[k]
-            coords = inv
+            inv = dict(zip(n.attrs["perm"], coords, strict=True))  # input axis -> coordinate
+            coords = [inv[k] for k in range(len(coords))]
     before = tuple(coords)
     out_shape = shapes[-1]
     r = len(strip_leading_ones(src_shape))

@@ -1,8 +1,9 @@
 """The one builder of the NPU step a matmul node (or a site about to be fused) lowers to.
 
-Legality validates the step a site would become (`fused_step`) and lowering emits the
-step of the fused node (`place_matmul`): both come from `place_matmul`, so what the
-backend's validation accepted is exactly what is emitted. A helper, not a pass.
+Legality validates the step a site would become (`compiler.ir.structure.fused_step`, in
+the structure it is validated in) and lowering emits the step of the fused node: both
+come from `place_matmul`, so what the backend's validation accepted is exactly what is
+emitted. A helper, not a pass.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from compiler.ir.fuse import fused_origin, post_of
 from compiler.ir.graph import Graph, Node, Value
 from npu_backend.lowered import NpuMatMul
 
@@ -92,16 +92,6 @@ def _moves_elements(nhwc: tuple[int, ...]) -> bool:
     H = W = 1: the only non-unit axes keep their order)."""
     _, h, w, c = nhwc
     return c != 1 and h * w != 1
-
-
-def fused_step(g: Graph, site: Any, groups: Any, ctx: Any) -> NpuMatMul:
-    """The fused NpuMatMul `site` lowers to once rewritten (validated before proving)."""
-    n = site.compute
-    post = post_of(groups, n.attrs["w"].shape[1])
-    from compiler.ir.structure import validated_structure  # it builds steps with place_matmul
-
-    structure = validated_structure(g, site, ctx)
-    return place_matmul(g, n, post, structure, site.activation.output, fused_origin(site)).step
 
 
 def validation_issues(step: Any, target: Any) -> list:

@@ -5,6 +5,11 @@ registered with `@rule(ReasonCode.X, action=...)`, and its docstring is the text
 reports show for that code. Codes no rule produces (the gate's, the lowering's, the
 frontend's) take their text and action from `OTHER_REASONS`. `REASON_CODES` (code ->
 text) and `ACTIONS` (code -> action) are read-only views of both.
+
+This registry imports no rule: the rules register themselves where they are defined
+(`compiler.passes.legality`), and whoever needs every code's text imports that module at
+its top level (`compiler.api` through the pipeline, `compiler.report.model`). Asking for
+a rule's code before its module is imported is an `InternalError`, never a wrong text.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.errors import InternalError
 from prover.verdict import ReasonCode
 
 
@@ -90,7 +96,6 @@ def rule(code: ReasonCode, *, action: str) -> Callable[[Callable[..., RuleResult
 
 def rules() -> list[Rule]:
     """The registered legality rules, in run order."""
-    _load_rules()
     return list(_RULES.values())
 
 
@@ -135,18 +140,16 @@ OTHER_REASONS: dict[ReasonCode, tuple[str, str]] = {
 def explain(code: ReasonCode | str) -> Explanation:
     """The text and action of a reason code (a ValueError for a code DESIGN.md lacks)."""
     c = ReasonCode(code)
-    _load_rules()
     r = _RULES.get(c)
     if r is not None:
         return Explanation(c, r.text, r.action)
+    if c not in OTHER_REASONS:
+        raise InternalError(
+            f"reason code {c.value} has no text: its legality rule is not registered "
+            "(import compiler.passes.legality first)"
+        )
     text, action = OTHER_REASONS[c]
     return Explanation(c, text, action)
-
-
-def _load_rules() -> None:
-    # The rules register themselves when their module is imported; a report may be
-    # rendered (or a code explained) by a process that never ran the passes.
-    import compiler.passes.legality  # noqa: F401
 
 
 class _View(Mapping[str, str]):

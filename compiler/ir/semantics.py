@@ -1,14 +1,19 @@
-"""The meaning of each IR op as a kernel term (prover.terms), and its concrete evaluation."""
+"""The meaning of each IR op as a kernel term (prover.terms), and its concrete evaluation.
+
+A `host_onnx` node means what ONNX Runtime computes, which the IR does not import: its
+evaluator registers itself where it is defined (`compiler.ort.host`, imported by the
+frontend that builds host nodes and by the passes), through `register_evaluator`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from compiler.errors import CompilerError
+from compiler.errors import CompilerError, InternalError
 from prover.domain import NUMPY
 from prover.matmul import matmul_acc
 from prover.pair_saturation import pair_saturating_acc
@@ -24,6 +29,15 @@ from prover.terms import Op, Term, Var, evaluate, op
 from .graph import Graph, Node
 
 ELEMENTWISE = ("requantize", "clip", "lut", "identity", "reshape", "transpose")
+
+# node, the graph it is in, the values computed so far -> the node's outputs
+Evaluator = Callable[[Node, Graph, Mapping[str, np.ndarray]], list[np.ndarray]]
+_EVALUATORS: dict[str, Evaluator] = {}
+
+
+def register_evaluator(op_name: str, fn: Evaluator) -> None:
+    """Give IR op `op_name` its concrete evaluation, defined above the IR (the host's)."""
+    _EVALUATORS[op_name] = fn
 
 
 def requant_scale(rq: Mapping[str, Any], column: int = 0) -> float:
@@ -132,7 +146,7 @@ def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarra
 
 def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
     """Columns grouped by identical requantization parameters (per-channel scales)."""
-    if np.ndim(rq.get("scale")) == 0:
+    if np.ndim(rq.get("scale", 0.0)) == 0:
         return [tuple(range(n_cols))]
     groups: dict[float, list[int]] = {}
     for j in range(n_cols):
@@ -167,10 +181,14 @@ def eval_node(
     `reference`: the `ReferenceProfile` whose u8s8 accumulation a `matmul` follows.
     """
     a = node.attrs
+    registered = _EVALUATORS.get(node.op)
+    if registered is not None:
+        return registered(node, graph, env)
     if node.op == "host_onnx":
-        from compiler.ort.host import run_host
-
-        return run_host(node, graph.values, graph.opsets, env)
+        raise InternalError(
+            f"node '{node.name}': no evaluator registered for host_onnx "
+            "(import compiler.ort.host first)"
+        )
     x = np.asarray(env[node.inputs[0]])
     if node.op in ("matmul", "fused"):
         acc = matmul_acc_of(node, to_natural(node, x), reference)

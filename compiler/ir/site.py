@@ -10,6 +10,7 @@ import numpy as np
 
 from prover.verdict import Counterexample, ReasonCode, Status
 
+from .float_bias import FloatBias
 from .graph import Node
 from .reasons import ACTIONS, Reason
 
@@ -86,8 +87,8 @@ class Site:
     obligation_hash: str | None = None  # the deciding obligation (the refuted one, else the first)
     solver: str | None = None
     ledger: Any = None
-    # compiler.frontend.float_bias.FloatBias when ORT's float bias group is in the chain
-    float_bias: Any = None
+    # ORT's float bias group when it is in the chain (set by legality)
+    float_bias: FloatBias | None = None
 
     @property
     def activation(self) -> Node:

@@ -26,13 +26,17 @@ Three strategies (`CompileConfig.schedule_strategy`) answer "which comes first":
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from compiler.ir import npu_step
+from compiler.ir.fuse import fused_origin, post_of
 from compiler.ir.graph import Graph, Node
 from compiler.ir.site import Site
 from compiler.ir.strategy import DEFAULT_STRATEGY, ScheduleStrategy, parse_strategy
 from npu_backend.codegen import storage_dtype
+from npu_backend.lowered import NpuMatMul
 from npu_backend.schedule import resident_fits
 
 __all__ = [
@@ -40,6 +44,7 @@ __all__ = [
     "OPTIONS",
     "UNSUPPORTED",
     "ScheduleStrategy",
+    "fused_step",
     "legality_problem",
     "parse_strategy",
     "scheduler_structure",
@@ -89,6 +94,16 @@ def validated_structure(g: Graph, site: Site, ctx) -> str:
     if ctx.config.schedule_strategy is ScheduleStrategy.ALTERNATIVES:
         return "plain"
     return structure_of_site(g, site, ctx)
+
+
+def fused_step(g: Graph, site: Site, groups: Any, ctx) -> NpuMatMul:
+    """The fused NpuMatMul `site` lowers to once rewritten, in the structure it is validated
+    in before proving (`validated_structure`), built by `npu_step.place_matmul`."""
+    n = site.compute
+    post = post_of(groups, n.attrs["w"].shape[1])
+    structure = validated_structure(g, site, ctx)
+    out = site.activation.output
+    return npu_step.place_matmul(g, n, post, structure, out, fused_origin(site)).step
 
 
 def unsupported(g: Graph, site: Site, ctx, structure: str) -> str | None:

@@ -11,6 +11,7 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.semantics import register_evaluator
 from compiler.ort.tables import session
 
 if TYPE_CHECKING:
@@ -146,6 +147,9 @@ def run_host(
 
 def _np_name(dtype: str) -> str:
     return "float32" if dtype == "float32" else dtype
+
+
+register_evaluator("host_onnx", lambda n, g, env: run_host(n, g.values, g.opsets, env))
 
 
 def host_diagnostics(graph: Graph) -> list[Diagnostic]:

@@ -11,15 +11,22 @@ input value; the conformance tests compare the two with the host's FMA flag.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto
 from onnx import helper as oh
 
+from compiler.errors import InternalError
+from compiler.ir.float_bias import FloatBias, node_proto
+from compiler.ir.graph import Graph
+from compiler.ir.site import Site
 from prover.inttypes import int_type
 from prover.lut import build_ort_leaky_relu_table, build_ort_qdq_table, build_ort_sigmoid_table
 
@@ -28,7 +35,7 @@ if TYPE_CHECKING:
 
 _ONNX_TYPES = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
 _SCALE_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
-_NP_SCALE = {"float32": np.float32, "float16": np.float16}
+_NP_SCALE: dict[str, type[np.floating]] = {"float32": np.float32, "float16": np.float16}
 
 # QLinear activations of the com.microsoft domain and their function kinds.
 QLINEAR_FUNCTIONS = {"QLinearSigmoid": "sigmoid", "QLinearLeakyRelu": "leakyrelu"}
@@ -57,6 +64,15 @@ def _session(blob: bytes, level: str = "off") -> ort.InferenceSession:
     )
     so.log_severity_level = 3
     return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+
+
+def ort_outputs(
+    model_path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Run the model file in ONNX Runtime (the compiler's `session`: CPU, optimisations off)."""
+    sess = session(Path(model_path).read_bytes())
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(inputs)), strict=True))
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,11 @@ def reference_table(
     return tuple(int(v) for v in table)
 
 
+def _scale(scale_type: str, value: float) -> float:
+    """`value` rounded to the scale type (exact as a Python float: the tensor holds it)."""
+    return float(_NP_SCALE[scale_type](value))
+
+
 @lru_cache(maxsize=1024)
 def ort_table(t: TableSpec, opset: int | None = None) -> tuple[int, ...]:
     """The table (offset index order) this host's ONNX Runtime computes for one activation
@@ -137,12 +158,12 @@ def ort_table(t: TableSpec, opset: int | None = None) -> tuple[int, ...]:
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64).astype(it.numpy_dtype())
     consts = [
-        oh.make_tensor("xs", _SCALE_TYPES[scale_type], [], [_NP_SCALE[scale_type](in_scale)]),
+        oh.make_tensor("xs", _SCALE_TYPES[scale_type], [], [_scale(scale_type, in_scale)]),
         oh.make_tensor("xz", _ONNX_TYPES[in_type], [], [in_zp]),
-        oh.make_tensor("ys", _SCALE_TYPES[scale_type], [], [_NP_SCALE[scale_type](out_scale)]),
+        oh.make_tensor("ys", _SCALE_TYPES[scale_type], [], [_scale(scale_type, out_scale)]),
         oh.make_tensor("yz", _ONNX_TYPES[out_type], [], [out_zp]),
     ]
-    kw = {} if alpha is None else {"alpha": float(alpha)}
+    kw: dict[str, Any] = {} if alpha is None else {"alpha": float(alpha)}
     opsets = [oh.make_opsetid("", opset or (17 if scale_type == "float32" else 19))]
     if form == "qlinear":
         nodes = [
@@ -173,3 +194,38 @@ def ort_table(t: TableSpec, opset: int | None = None) -> tuple[int, ...]:
     if min(table) < ot.min or max(table) > ot.max:
         raise AssertionError("ONNX Runtime returned a table outside the output type")
     return table
+
+
+def float_bias_tables(g: Graph, site: Site, fb: FloatBias) -> tuple[tuple[int, ...], ...]:
+    """ORT's value of a float bias group (`compiler.ir.float_bias`) for every 8-bit x, per
+    column: the group's own ONNX nodes run in ORT."""
+    from onnx import numpy_helper
+
+    dq, add, q = site.chain[fb.start : fb.start + 3]
+    protos = []
+    for n in (fb.const_node, dq, add, q):
+        p = node_proto(n)
+        if p is None:
+            raise InternalError(f"float bias node '{n.name}' does not hold one ONNX node")
+        protos.append(p)
+    consts: dict[str, np.ndarray] = {}
+    for n in (fb.const_node, dq, add, q):
+        consts.update({k: np.asarray(v) for k, v in (n.attrs.get("consts") or {}).items()})
+    t = int_type(fb.x_type)
+    n_cols = len(fb.const)
+    xs = np.repeat(np.arange(t.min, t.max + 1)[:, None], n_cols, axis=1).astype(fb.x_type)
+    x_name, y_name = dq.inputs[0], q.output
+    elem = oh.np_dtype_to_tensor_dtype(np.dtype(fb.x_type))
+    graph = oh.make_graph(
+        protos,
+        "float_bias",
+        [oh.make_tensor_value_info(x_name, elem, list(xs.shape))],
+        [oh.make_tensor_value_info(y_name, elem, list(xs.shape))],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    opset = int(g.opsets.get("", g.opsets.get("ai.onnx", 13)))
+    m = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    m.ir_version = 8
+    sess = session(m)
+    y = np.asarray(sess.run(None, {x_name: xs})[0], dtype=np.int64)
+    return tuple(tuple(int(v) for v in y[:, j]) for j in range(n_cols))

@@ -318,7 +318,8 @@ def descriptor(g: Graph, site: Site, ctx):
     """The site's postprocessing descriptor (per column group) and the backend's validation
     issues of the fused step built from it; or why it cannot be built (a message)."""
     from compiler.ir.epilogue import build_columns
-    from compiler.ir.npu_step import fused_step, validation_issues
+    from compiler.ir.npu_step import validation_issues
+    from compiler.ir.structure import fused_step
 
     try:
         groups = build_columns(site, ctx.target, compute_kind(site.compute))
@@ -388,14 +389,15 @@ def judge(g: Graph, site: Site, ctx) -> Judgement:
 
 def float_bias_of(g: Graph, site: Site):
     """ORT's float bias group right after the compute op's own requantization, with its
-    per-column tables (`compiler.frontend.float_bias`), or None."""
+    per-column tables (`compiler.ir.float_bias`, `compiler.ort.tables`), or None."""
     if site.compute.attrs.get("requant") is None or site.compute.op == "host_onnx":
         return None
-    from compiler.frontend.float_bias import ort_tables, recognize
+    from compiler.ir.float_bias import recognize
+    from compiler.ort.tables import float_bias_tables
 
     fb = recognize(g, site, site.compute.output)
     if fb is not None:
-        fb.tables = ort_tables(g, site, fb)
+        fb.tables = float_bias_tables(g, site, fb)
     return fb
 
 

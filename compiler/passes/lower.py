@@ -149,7 +149,7 @@ class Lowerer:
         N = a["w"].shape[1]
         r = acc_range(n)
         posts: list[PostProcess | None] = [None] * N
-        ok, code, msg = True, "", ""
+        ok, code, msg = True, None, ""
         for cols in requant_groups(rq, N):
             scale = requant_scale(rq, cols[0])
             try:

@@ -107,7 +107,7 @@ def violation(site: Site, n_cols: int, tiles: Sequence[ColumnTile]) -> str | Non
         pos = n1
         if isinstance(t.post, tuple) and len(t.post) != n1 - n0:
             return f"column tile [{n0}, {n1}) carries {len(t.post)} column epilogues"
-        tile_zp_scalar = np.ndim(t.w_zp) == 0  # once per tile: np.ndim converts a tuple
+        tile_zps = np.asarray(t.w_zp, dtype=np.int64).reshape(-1)  # once per tile
         for j in range(n0, n1):
             got = t.post[j - n0] if isinstance(t.post, tuple) else t.post
             if got != proven[j]:
@@ -115,7 +115,7 @@ def violation(site: Site, n_cols: int, tiles: Sequence[ColumnTile]) -> str | Non
                     f"column tile [{n0}, {n1}) computes column {j} with an epilogue that is not "
                     "the one proven for it (parameters or table of other columns)"
                 )
-            got_zp = t.w_zp if tile_zp_scalar else t.w_zp[j - n0]
+            got_zp = tile_zps[0 if tile_zps.size == 1 else j - n0]
             if int(got_zp) != (int(w_zp) if zp_scalar else int(w_zp[j])):
                 return f"column tile [{n0}, {n1}) uses another column's weight zero point at {j}"
     if pos != n_cols:

@@ -240,6 +240,10 @@ def replay_row(
         base.expected_by, base.actual_by = expected_by, "kernel"
         base.note = f"the fused form's result is undefined at this input: {undefined}"
         return base
+    if after is None:
+        raise InternalError(
+            f"site {site.id}: a counterexample with no fused value is not undefined"
+        )
     env1 = run_graph(trial, feeds, keep_all=True)
     a = int(np.asarray(env1[out_name]).reshape(-1)[flat])
     if (b, a) != (int(before), int(after)):

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from compiler.errors import InternalError
 from compiler.ir.graph import Graph, Node
 from compiler.ir.semantics import is_u8s8
 from compiler.proving.cex import lift_spec
@@ -118,6 +119,8 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
         j = cols[0]
         w, w_zp, a_zp, bias = _col_params(n, j)
         row = saturating_row(w)
+        if row is None:
+            raise InternalError(f"{n.name}: column {j} is saturable but has no saturating row")
         exact, sat = column_accs(row, w, a_zp, w_zp, bias)
         shown = str(list(row)) if len(row) <= 32 else "`input_row` in the JSON report"
         out.append(

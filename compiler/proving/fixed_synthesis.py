@@ -20,13 +20,13 @@ from npu_backend.postprocess import LutParams, PostProcess, RequantParams
 from npu_backend.target import SYNTHESIS_PARAMS
 from prover.domain import KernelError
 from prover.inttypes import int_type
+from prover.shared_table import synthesize_shared
 from prover.synthesis import (
     SCHEMES,
     FixedEpilogue,
     FixedPointSpace,
     Synthesis,
     synthesize,
-    synthesize_shared,
 )
 from prover.terms import Var
 from prover.verdict import ReasonCode, Status
@@ -228,7 +228,7 @@ def _prove(ob, new, check_fn, ctx):
 
 
 def _share_table(site, verdicts, outcomes, caps, order, ctx, check_fn):
-    """One table for every epilogue group of the site (`prover.synthesis.synthesize_shared`):
+    """One table for every epilogue group of the site (`prover.shared_table.synthesize_shared`):
     each group's shared-table parameters are proven like any lowering. When there is none
     the groups keep their own (lowering then keeps the site on the host) and the note says
     whether that is proven (a minimal set of groups) or the search's budget ran out."""

@@ -64,15 +64,6 @@ def site_key(site: SiteReport, model_bytes: bytes, policy: str) -> str:
     return h.hexdigest()[:KEY_LEN]
 
 
-def ort_outputs(model_path: str | Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the model in ONNX Runtime (CPU, graph optimisations off: the compiler's session)."""
-    from compiler.ort.tables import session
-
-    sess = session(Path(model_path).read_bytes())
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, inputs), strict=True))
-
-
 def _write_if_changed(path: Path, data: bytes) -> None:
     if path.exists() and path.read_bytes() == data:
         return
@@ -112,6 +103,8 @@ def emit_site(
     assert cex is not None and cex.inputs
     model_bytes = Path(model_path).read_bytes()
     key = site_key(site, model_bytes, policy)
+    from compiler.ort.tables import ort_outputs
+
     expected = ort_outputs(model_path, cex.inputs)
     d = out_dir / f"cex_{key}"
     d.mkdir(parents=True, exist_ok=True)
@@ -126,13 +119,15 @@ def emit_site(
                 "Runtime's on the counterexample input (a bug in the tool)"
             )
     out_names = list(expected)
-    arrays: dict[str, np.ndarray] = {}
+    # name -> array (typed Any: numpy's `savez` stub checks **arrays against `allow_pickle`)
+    arrays: dict[str, Any] = {}
     for i, v in enumerate(cex.inputs.values()):
         arrays[f"input_{i}"] = np.asarray(v)
+    actual = cex.actual or {}
     for i, name in enumerate(out_names):
         arrays[f"expected_{i}"] = expected[name]
-        if name in (cex.actual or {}):
-            arrays[f"actual_{i}"] = np.asarray(cex.actual[name])
+        if name in actual:
+            arrays[f"actual_{i}"] = np.asarray(actual[name])
     npz = d / "counterexample.npz"
     if not _same_npz(npz, arrays):
         np.savez(npz, **arrays)

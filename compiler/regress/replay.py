@@ -83,7 +83,7 @@ def check_original(d: str | Path) -> None:
     under this host's profile and the recorded output the IR under the reference.
     """
     from compiler.ort.reference_host import host_profile
-    from compiler.regress.emit_tests import ort_outputs
+    from compiler.ort.tables import ort_outputs
 
     case = load_case(d)
     got = ort_outputs(case.dir / "model.onnx", case.inputs)

@@ -171,7 +171,8 @@ def _counterexample(c: WholeModelCounterexample) -> str:
         )
     diffs = c.differing()
     differ = {n for n, _, _, _ in diffs}
-    rows, same = [], []
+    rows: list[str] = []
+    same: list[str] = []
     actual = c.actual or {}
     for name, a in (c.inputs or {}).items():
         rows.append(_row(f"input {name}", f"<pre>{_e(_array(a))}</pre>"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+import compiler.passes.legality  # noqa: F401 - registers the legality rules' reason texts
 from compiler.ir.reasons import REASON_CODES, Reason
 from compiler.ir.site import Diagnostic, Site, WholeModelCounterexample
 from prover.verdict import ReasonCode, Status

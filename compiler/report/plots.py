@@ -82,11 +82,11 @@ def graph_svg(nodes: list[GraphNode], edges: list[tuple[str, str]]) -> str:
         layers = list(nx.topological_generations(sub))
         height = max(len(layer) for layer in layers)
         bands = -(-len(layers) // WRAP)  # a long chain wraps into bands of WRAP layers
-        for x, layer in enumerate(layers):
-            band = x // WRAP
+        for i, layer in enumerate(layers):
+            band = i // WRAP
             for k, name in enumerate(sorted(layer, key=lambda n: _first(nodes, {n}))):
                 y = rows + band * height + k + (height - len(layer)) / 2
-                pos[name] = (float(x % WRAP), -y)
+                pos[name] = (float(i % WRAP), -y)
         rows += bands * height
     cols = 1 + max((int(p[0]) for p in pos.values()), default=0)
     fig, ax = plt.subplots(figsize=(min(2.3 * cols + 0.6, 16), min(0.62 * rows + 0.5, 30)))

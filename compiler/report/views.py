@@ -116,8 +116,8 @@ def collect(run: CheckRun) -> Views:
     host = _host_nodes(result.lowered)
     by_node: dict[str, str] = {}
     for s in report.sites:
-        for n in s.nodes:
-            by_node.setdefault(n, s.id)
+        for name in s.nodes:
+            by_node.setdefault(name, s.id)
     for n in nodes:
         n.site = by_node.get(n.name)
         n.verdict = verdicts.get(n.site) if n.site else None

@@ -4,21 +4,24 @@ Under the integer QDQ reading, ORT's transformers turn DQ -> MatMul -> Q into a
 QLinearMatMul but, on x86-64, leave an int8 bias group DequantizeLinear -> Add(constant
 DequantizeLinear) -> QuantizeLinear as float ops (it has no int8 QLinearAdd there). Per
 output column the group is a function of one 8-bit value; its exact table is taken from
-ORT itself (the group's own ONNX nodes run on all 256 values), so the fusion's `before`
-side is what ORT computes, and the target's add stage (or a bias folded into the
-accumulator) is checked against it like a QLinearAdd.
+ORT itself (the group's own ONNX nodes run on all 256 values:
+`compiler.ort.tables.float_bias_tables`), so the fusion's `before` side is what ORT
+computes, and the target's add stage (or a bias folded into the accumulator) is checked
+against it like a QLinearAdd. This module only recognises the group in a site's chain.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
 from compiler.ir.graph import Graph, Node
-from compiler.ir.site import Site
-from prover.inttypes import int_type
+
+if TYPE_CHECKING:  # a Site holds its FloatBias (site.py imports this module)
+    from compiler.ir.site import Site
 
 EIGHT_BIT = ("int8", "uint8")
 
@@ -45,7 +48,8 @@ class FloatBias:
         return self.start + 2
 
 
-def _proto(n: Node) -> onnx.NodeProto | None:
+def node_proto(n: Node) -> onnx.NodeProto | None:
+    """The one ONNX node a host node runs, or None."""
     protos = n.attrs.get("nodes") or []
     return onnx.NodeProto.FromString(protos[0]) if len(protos) == 1 else None
 
@@ -62,7 +66,7 @@ def _qparams(n: Node, op: str) -> tuple[onnx.NodeProto, float, int, str] | None:
     """(proto, scale, zero point, 8-bit type) of a per-tensor host DQ/Q node, else None."""
     if n.op != "host_onnx" or n.attrs.get("onnx_op") != op:
         return None
-    p = _proto(n)
+    p = node_proto(n)
     if p is None or p.domain not in ("", "ai.onnx"):
         return None
     if any(a.name not in ("axis",) for a in p.attribute):
@@ -87,7 +91,9 @@ def recognize(g: Graph, site: Site, stage_out: str) -> FloatBias | None:
         if x is None or y is None or len(add.inputs) != 2 or len(others) != 1:
             return None
         c = g.producer(others[0])
-        cq = None if c is None or c.inputs else _qparams(c, "DequantizeLinear")
+        if c is None or c.inputs:
+            return None
+        cq = _qparams(c, "DequantizeLinear")
         if cq is None or len(g.users(c.output)) != 1 or c.output in g.outputs:
             return None
         cp = cq[0]
@@ -114,34 +120,3 @@ def recognize(g: Graph, site: Site, stage_out: str) -> FloatBias | None:
             y_zp=y[2],
         )
     return None
-
-
-def ort_tables(g: Graph, site: Site, fb: FloatBias) -> tuple[tuple[int, ...], ...]:
-    """ORT's value of the group for every 8-bit x, per column (the group's own nodes)."""
-    from onnx import helper, numpy_helper
-
-    from compiler.ort.tables import session
-
-    dq, add, q = site.chain[fb.start : fb.start + 3]
-    protos = [_proto(fb.const_node), _proto(dq), _proto(add), _proto(q)]
-    consts: dict[str, np.ndarray] = {}
-    for n in (fb.const_node, dq, add, q):
-        consts.update({k: np.asarray(v) for k, v in (n.attrs.get("consts") or {}).items()})
-    t = int_type(fb.x_type)
-    n_cols = len(fb.const)
-    xs = np.repeat(np.arange(t.min, t.max + 1)[:, None], n_cols, axis=1).astype(fb.x_type)
-    x_name, y_name = dq.inputs[0], q.output
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(fb.x_type))
-    graph = helper.make_graph(
-        protos,
-        "float_bias",
-        [helper.make_tensor_value_info(x_name, elem, list(xs.shape))],
-        [helper.make_tensor_value_info(y_name, elem, list(xs.shape))],
-        [numpy_helper.from_array(v, k) for k, v in consts.items()],
-    )
-    opset = int(g.opsets.get("", g.opsets.get("ai.onnx", 13)))
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    sess = session(m)
-    y = np.asarray(sess.run(None, {x_name: xs})[0], dtype=np.int64)
-    return tuple(tuple(int(v) for v in y[:, j]) for j in range(n_cols))

@@ -1,4 +1,4 @@
-"""Soundness review s4: the targeted exhaustive fuzzer (bench/fuzz_review.py) as a test.
+"""Every input row of each fuzzed model family equals ONNX Runtime (bench/fuzz_review.py).
 
 Every family builds a real model (QGemm, QLinearAdd/Mul, layout ops, pointwise QLinearConv,
 quantize_static QDQ, float16 QDQ activation chains, opset-21 blocked weights), compiles
@@ -24,7 +24,7 @@ import fuzz_review as F  # noqa: E402
 
 FAILURES = F.FAILURES
 # families whose failures are known and tested as strict xfails elsewhere
-# (tests/test_review_s4_host_float.py): int16-activation QDQ read as a float graph
+# (tests/test_host_float_equals_ort.py): int16-activation QDQ read as a float graph
 KNOWN = ("qdq_wide",)
 FAST = ("qgemm", "binary", "layout", "conv", "qdq_act", "block")
 

@@ -1,4 +1,4 @@
-"""Soundness review s4: a pointwise QLinearConv whose NHWC output has its NCHW shape.
+"""A pointwise QLinearConv whose NHWC output has its NCHW shape is transposed back.
 
 Found by bench/fuzz_review.py (family conv, seed 61, model 2): the NPU computes a
 pointwise conv as a matmul over channels and writes NHWC; `compiler.ir.npu_step.
