@@ -42,89 +42,51 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 
-from compiler.errors import FrontendError, node_label
+from compiler.errors import FrontendError
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ort.tables import (
     QDQ_FUNCTIONS,
     QLINEAR_FUNCTIONS,
     TableSpec,
     reference_table,
-    session,
 )
 from prover.domain import KernelError
 from prover.inttypes import TYPES, int_type
-from prover.matmul import AccRange, accumulator_range
+from prover.matmul import accumulator_range
 from prover.qgemm import QGemmParams, output_scales
 from prover.qlinear_binary import QLinearBinaryParams, span_mode
 from prover.reference import ONNX, ReferenceProfile
 from prover.requant import check_multiplier, onnx_requant_scale
 
+from . import ops  # noqa: F401 - registers the converters
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
-from .checked import COUNTS, CheckedModel, one_line, validate
-from .f16_context import PROJECT_DOMAIN, decorated_groups, fold_cast, ort_dequantize_types
-from .overridable import overridable_initializers, overridable_message
-from .qdq_reading import integer_reading
-
-MS_DOMAIN = "com.microsoft"
-ML_DOMAIN = "ai.onnx.ml"
-KNOWN_DOMAINS = ("", "ai.onnx", MS_DOMAIN, PROJECT_DOMAIN, ML_DOMAIN)
-
-DTYPES = {
-    TensorProto.INT8: "int8",
-    TensorProto.UINT8: "uint8",
-    TensorProto.INT16: "int16",
-    TensorProto.UINT16: "uint16",
-    TensorProto.INT32: "int32",
-    TensorProto.INT64: "int64",
-    TensorProto.FLOAT: "float32",
-}
-# Ops with an NPU form whose other valid forms (ONNX Runtime runs them) stay on the host.
-NPU_FORM_OPS = ("QLinearMatMul", "MatMulInteger", "QLinearConv", *QLINEAR_FUNCTIONS)
-HOST_FLOAT_OPS = ("MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Add", "Sub", "Mul", "Clip")
-EIGHT_BIT = ("int8", "uint8")
-MAX_ELEMENTS = 1 << 31
-
-# The attributes each op the frontend lowers itself interprets (the handler reads and
-# checks their values). Any other attribute is an error naming it: a silently ignored
-# attribute would change the model's meaning.
-INTERPRETED_ATTRIBUTES: dict[str, frozenset[str]] = {
-    "QLinearMatMul": frozenset(),
-    "MatMulInteger": frozenset(),
-    "QLinearConv": frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}),
-    "Reshape": frozenset({"allowzero"}),
-    "Transpose": frozenset({"perm"}),
-    "Identity": frozenset(),
-    "Clip": frozenset(),
-    "Constant": frozenset(
-        {"value", "value_float", "value_floats", "value_int", "value_ints", "sparse_value"}
-    ),
-    "QLinearSigmoid": frozenset(),
-    "QLinearLeakyRelu": frozenset({"alpha"}),
-    "Requantize": frozenset(
-        {"multiplier", "shift", "zero_point", "rounding", "output_type", "scale"}
-    ),
-    # members of a DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear table
-    "DequantizeLinear": frozenset({"axis", "block_size", "output_dtype"}),
-    "QuantizeLinear": frozenset({"axis", "block_size", "output_dtype", "saturate", "precision"}),
-    "Sigmoid": frozenset(),
-    "Tanh": frozenset(),
-    "Relu": frozenset(),
-    "QLinearAdd": frozenset(),
-    "QLinearMul": frozenset(),
-    "QGemm": frozenset({"alpha", "transA", "transB"}),
-}
-# (a, b, y) element types ONNX Runtime 1.32's CPU provider has a QLinearMatMul, QLinearConv
-# and QGemm kernel for (measured, tests/test_ort_kernel_types.py); a model using another
-# combination cannot run and has no reference meaning.
-ORT_QLINEAR_TYPES = (
-    ("uint8", "uint8", "uint8"),
-    ("uint8", "int8", "uint8"),
-    ("int8", "int8", "int8"),
+from .checked import CheckedModel, one_line, validate
+from .context import BuildContext
+from .elem_types import (
+    DTYPES,
+    EIGHT_BIT,
+    MAX_ELEMENTS,
+    ORT_QLINEAR_TYPES,
+    QDQ_SCALE_TYPES,
 )
-# Scale element types a QDQ activation table models exactly (prover.lut.build_ort_qdq_table).
-QDQ_SCALE_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
+from .elem_types import type_name as _type_name
+from .f16_context import PROJECT_DOMAIN, decorated_groups, ort_dequantize_types
+from .ops.constant import constant_value
+from .overridable import overridable_message
+from .qdq_reading import integer_reading
+from .registry import (
+    KNOWN_DOMAINS,
+    ML_DOMAIN,  # noqa: F401 - re-exported
+    MS_DOMAIN,
+    REGISTRY,
+    canonical_domain,
+    converter,
+    opset_version,
+)
+
+HOST_FLOAT_OPS = ("MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Add", "Sub", "Mul")
 
 
 def load_model(model: str | Path | onnx.ModelProto | CheckedModel) -> onnx.ModelProto:
@@ -143,112 +105,12 @@ def load_model(model: str | Path | onnx.ModelProto | CheckedModel) -> onnx.Model
     return validate(m).proto
 
 
-class _Builder:
-    """Converts ONNX nodes one at a time, tracking value types and shapes."""
+class _Builder(BuildContext):
+    """The dispatcher: walks the graph and calls each node's converter (`.registry`)."""
 
-    def __init__(self, m: onnx.ModelProto, reference: ReferenceProfile = ONNX) -> None:
-        COUNTS["built"] += 1
-        self.m = m
-        self.reference = reference
-        g = m.graph
-        # an overridable initializer is a run-time graph input (`.overridable`), no constant
-        self.overridable = overridable_initializers(m)
-        self.consts: dict[str, np.ndarray] = {
-            i.name: numpy_helper.to_array(i)
-            for i in g.initializer
-            if i.name not in self.overridable
-        }
-        self.values: dict[str, Value] = {}
-        self.nodes: list[Node] = []
-        self.opsets = {o.domain: o.version for o in m.opset_import}
-        self.inferred = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
-        self.onnx_users: dict[str, list[onnx.NodeProto]] = {}
-        for n in g.node:
-            for i in n.input:
-                self.onnx_users.setdefault(i, []).append(n)
-        self.graph_outputs = [o.name for o in g.output]
-        self.names: set[str] = set()
-        self.f16_dq_types: dict[str, str] = {}
-        self._ort_dq_types: list[dict[str, str]] | None = None
-        self.acc_ranges: dict[int, AccRange] = {}  # id(ONNX node) -> its checked range
-
-    # -- helpers -------------------------------------------------------------------------
-
-    def label(self, n: onnx.NodeProto) -> str:
-        return node_label(n.name or n.output[0], n.op_type)
-
-    def fail(self, n: onnx.NodeProto, msg: str) -> FrontendError:
-        return FrontendError(f"{self.label(n)}: {msg}")
-
-    def bad(self, n: onnx.NodeProto, msg: str) -> FrontendError:
-        """A value no reading makes meaningful (e.g. a zero scale): bad input even on the host."""
-        e = self.fail(n, msg)
-        e.bad_input = True
-        return e
-
-    def attrs(self, n: onnx.NodeProto) -> dict[str, Any]:
-        """The node's attributes by name; an attribute its handler does not interpret fails."""
-        allowed = INTERPRETED_ATTRIBUTES[n.op_type]
-        out = {}
-        for a in n.attribute:
-            if a.name not in allowed:
-                raise self.fail(n, f"attribute '{a.name}' is not supported")
-            out[a.name] = onnx.helper.get_attribute_value(a)
-        return out
-
-    def scale(self, n: onnx.NodeProto, idx: int, what: str, types=("float32",)) -> tuple[Any, str]:
-        """A per-tensor scale and its element type, which must be one of `types`."""
-        v = self.const(n, idx, what)
-        if v.dtype.name not in types:
-            raise self.fail(n, f"{what} has type {v.dtype.name}; supported: {', '.join(types)}")
-        return self.scalar(n, idx, what), v.dtype.name
-
-    def const(
-        self, n: onnx.NodeProto, idx: int, what: str, optional: bool = False
-    ) -> np.ndarray | None:
-        if idx >= len(n.input) or n.input[idx] == "":
-            if optional:
-                return None
-            raise self.fail(n, f"missing input {what}")
-        name = n.input[idx]
-        if name in self.overridable:
-            e = self.fail(n, f"{what}: {overridable_message(name, self.m.ir_version)}")
-            e.overridable = True
-            raise e
-        if name not in self.consts:
-            raise self.fail(n, f"{what} '{name}' must be a constant initializer")
-        return self.consts[name]
-
-    def scalar(self, n: onnx.NodeProto, idx: int, what: str, default: Any = None) -> Any:
-        v = self.const(n, idx, what, optional=default is not None)
-        if v is None:
-            return default
-        if v.size != 1:
-            raise self.fail(n, f"{what} must be a scalar (per-tensor), got shape {list(v.shape)}")
-        return v.reshape(()).item()
-
-    def value(self, n: onnx.NodeProto, name: str) -> Value:
-        if name in self.consts:
-            raise self.fail(n, f"input '{name}' is a constant; only constant weights are supported")
-        if name not in self.values:
-            raise self.fail(n, f"input '{name}' is not produced by any supported node")
-        return self.values[name]
-
-    def dtype_of(self, n: onnx.NodeProto, name: str) -> str:
-        return self.value(n, name).dtype
-
-    def expect_dtype(self, n: onnx.NodeProto, name: str, allowed: tuple[str, ...]) -> str:
-        t = self.dtype_of(n, name)
-        if t not in allowed:
-            raise self.fail(n, f"input '{name}' has type {t}; supported: {', '.join(allowed)}")
-        return t
-
-    def new_name(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.names:
-            name, k = f"{base}_{k}", k + 1
-        self.names.add(name)
-        return name
+    def constant(self, n: onnx.NodeProto) -> np.ndarray:
+        """The value of Constant node `n` (`.ops.constant`)."""
+        return constant_value(self, n)
 
     def emit_matmul(
         self,
@@ -287,22 +149,6 @@ class _Builder:
             bias=bias,
             requant=requant,
         )
-
-    def emit(
-        self, op: str, origin: list[onnx.NodeProto], inputs: list[str], result: Value, **attrs: Any
-    ) -> Node:
-        base = origin[-1].name or origin[-1].output[0]
-        node = Node(
-            self.new_name(base),
-            op,
-            list(inputs),
-            [result.name],
-            attrs,
-            tuple(o.name or o.output[0] for o in origin),
-        )
-        self.values[result.name] = result
-        self.nodes.append(node)
-        return node
 
     # -- graph inputs --------------------------------------------------------------------
 
@@ -348,14 +194,13 @@ class _Builder:
 
     # -- QDQ grouping --------------------------------------------------------------------
 
-    def producer_map(self) -> dict[str, onnx.NodeProto]:
-        return {o: n for n in self.m.graph.node for o in n.output}
-
-    def single_use(self, name: str) -> bool:
-        return len(self.onnx_users.get(name, [])) == 1 and name not in self.graph_outputs
-
     def qdq_groups(self) -> dict[str, tuple[str, list[onnx.NodeProto]]]:
         """Map the name of each group's final QuantizeLinear to (kind, nodes of the group)."""
+        version = opset_version(self.opsets, "")
+        if not all(
+            REGISTRY.lookup("", op, version) for op in ("QuantizeLinear", "DequantizeLinear")
+        ):
+            return {}  # Q/DQ of an opset no converter has read: each node is converted alone
         prod = self.producer_map()
         groups: dict[str, tuple[str, list[onnx.NodeProto]]] = {}
         # float16 groups as ORT runs them, with its float32 casts (the integer QDQ reading)
@@ -419,9 +264,6 @@ class _Builder:
             if id(n) in skip:
                 continue
             key = n.name or n.output[0]
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-                self.consts[n.output[0]] = self.constant(n)
-                continue
             if key in groups:
                 kind, members = groups[key]
                 if kind == "act":
@@ -447,77 +289,31 @@ class _Builder:
         g.prune_values()
         return g
 
-    def constant(self, n: onnx.NodeProto) -> np.ndarray:
-        """The value of a Constant node (value_string(s) are rejected by name)."""
-        attrs = self.attrs(n)
-        if len(attrs) != 1:
-            raise self.fail(n, "a Constant needs exactly one value attribute")
-        ((name, v),) = attrs.items()
-        if name == "value":
-            return numpy_helper.to_array(v)
-        if name in ("value_float", "value_floats"):
-            return np.asarray(v, dtype=np.float32)
-        if name in ("value_int", "value_ints"):
-            return np.asarray(v, dtype=np.int64)
-        return self.dense(n, v)
-
-    def dense(self, n: onnx.NodeProto, sp: onnx.SparseTensorProto) -> np.ndarray:
-        """A sparse_value as a dense array (ONNX: linear or [NNZ, rank] coordinate indices)."""
-        values = numpy_helper.to_array(sp.values).reshape(-1)
-        idx = numpy_helper.to_array(sp.indices).astype(np.int64)
-        dims = tuple(int(d) for d in sp.dims)
-        if int(np.prod(dims, dtype=object)) > MAX_ELEMENTS:
-            raise self.fail(n, f"sparse_value shape {list(dims)} has more than 2^31 elements")
-        out = np.zeros(dims, dtype=values.dtype)
-        if idx.ndim == 2:
-            idx = np.ravel_multi_index(tuple(idx.T), dims) if idx.size else idx.reshape(-1)
-        out.reshape(-1)[idx.reshape(-1)] = values
-        return out
-
     def convert(self, n: onnx.NodeProto) -> None:
-        dom = n.domain or ""
-        if dom in ("", "ai.onnx"):
-            handler = {
-                "QLinearMatMul": self.qlinear_matmul,
-                "MatMulInteger": self.matmul_integer,
-                "QLinearConv": self.qlinear_conv,
-                "Reshape": self.reshape,
-                "Transpose": self.transpose,
-                "Identity": self.identity,
-                "Clip": self.clip,
-                "QuantizeLinear": lambda n: self.host([n]),
-                "DequantizeLinear": lambda n: self.host([n]),
-            }.get(n.op_type)
-            if handler is None and n.op_type in HOST_FLOAT_OPS:
-                handler = self.float_op
-            if n.op_type in ("Cast", "Dropout"):
-                handler = self.cast if n.op_type == "Cast" else self.dropout
-        elif dom == MS_DOMAIN:
-            handler = {
-                "QLinearAdd": self.qlinear_binary,
-                "QLinearMul": self.qlinear_binary,
-                "QGemm": self.qgemm,
-            }.get(n.op_type)
-            if n.op_type in QLINEAR_FUNCTIONS:
-                handler = self.qlinear_activation
-        elif dom == PROJECT_DOMAIN:
-            handler = self.requantize if n.op_type == "Requantize" else None
-        else:
-            handler = None
-        if handler is None:
+        """Call the converter registered for `n`'s domain, op and the model's opset version.
+
+        Without one, `n` runs on the host (`unsupported_op`, naming the op and version); in
+        the project domain, which ONNX Runtime cannot run, that is an error.
+        """
+        dom = canonical_domain(n.domain or "")
+        version = opset_version(self.opsets, dom)
+        conv = REGISTRY.lookup(dom, n.op_type, version)
+        if conv is None:
             if dom == PROJECT_DOMAIN:
+                if REGISTRY.known(dom, n.op_type):
+                    raise self.fail(n, REGISTRY.unclaimed_reason(dom, n.op_type, version))
                 raise self.fail(n, f"unsupported operator (domain '{dom}')")
-            return self.unsupported(n, f"{n.op_type} (domain '{dom or 'ai.onnx'}') has no NPU form")
+            return self.unsupported(n, REGISTRY.unclaimed_reason(dom, n.op_type, version))
         if dom == PROJECT_DOMAIN:
-            return handler(n)
+            return conv.fn(self, n)
         try:
-            handler(n)
+            conv.fn(self, n)
         except FrontendError as e:
             # a form the NPU has no meaning for (a 3x3 QLinearConv, dynamic weights, an
             # overridable initializer where a constant is needed, ...) is still a valid op
             # ONNX Runtime runs: it stays on the host; else the input is bad
             overridable = getattr(e, "overridable", False)
-            if not (n.op_type in NPU_FORM_OPS or overridable):
+            if not (conv.host_fallback or overridable):
                 raise
             if getattr(e, "bad_input", False) or not self.ort_runs(n):
                 raise
@@ -527,64 +323,6 @@ class _Builder:
                 if overridable:  # e.g. a Reshape to a run-time shape: name the cause
                     raise e from None
                 raise
-
-    def ort_runs(self, n: onnx.NodeProto) -> bool:
-        """Whether ONNX Runtime accepts node `n` on its inputs' types and shapes."""
-        from compiler.ort.host import submodel
-
-        ins = {i: self.values[i] for i in n.input if i and i in self.values}
-        if any(i and i not in self.values and i not in self.consts for i in n.input):
-            return False
-        consts = {i: self.consts[i] for i in n.input if i in self.consts}
-        try:
-            m = submodel([n], ins, consts, None, self.opsets)
-            del m.graph.output[:]
-            m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in n.output if o)
-            session(m)
-        except Exception:  # noqa: BLE001 - any refusal means ORT cannot run it
-            return False
-        return True
-
-    def unsupported(self, n: onnx.NodeProto, why: str) -> None:
-        """Keep `n` on the host (ONNX Runtime runs it) with an `unsupported_op` diagnostic."""
-        self.host([n], placement=f"{self.label(n)} runs on the host: {why}")
-
-    def cast(self, n: onnx.NodeProto) -> None:
-        """Cast to the input's own type is a no-op (`identity`); any other Cast is hosted.
-
-        A Cast of a constant (ORT's InsertedPrecisionFreeCast_* on a float16 scale, in the
-        graph the integer QDQ reading reads) is folded exactly as ORT casts.
-        """
-        to = next((int(a.i) for a in n.attribute if a.name == "to"), None)
-        if n.input and n.input[0] in self.consts and to is not None:
-            folded = fold_cast(self.consts[n.input[0]], to)
-            if folded is None:
-                raise self.fail(
-                    n, f"a Cast of constant '{n.input[0]}' to {_type_name(to)} is not folded"
-                )
-            self.consts[n.output[0]] = folded
-            return
-        x = self.value(n, n.input[0])
-        if to is not None and DTYPES.get(to) == x.dtype:
-            self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
-            return
-        target = DTYPES.get(to) or (_type_name(to) if to is not None else "?")
-        self.unsupported(n, f"a Cast from {x.dtype} to {target} changes the type")
-
-    def dropout(self, n: onnx.NodeProto) -> None:
-        """Dropout in inference (no training_mode, or a constant false; mask unused) is a no-op."""
-        x = self.value(n, n.input[0])
-        mode = self.consts.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
-        training = len(n.input) > 2 and n.input[2] and (mode is None or bool(np.any(mode)))
-        mask_used = (
-            len(n.output) > 1
-            and n.output[1]
-            and (self.onnx_users.get(n.output[1]) or n.output[1] in self.graph_outputs)
-        )
-        if training or mask_used:
-            self.unsupported(n, "a Dropout in training mode or with its mask used")
-            return
-        self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
 
     def weights(self, n: onnx.NodeProto, idx: int) -> np.ndarray:
         w = self.const(n, idx, "weights")
@@ -624,42 +362,11 @@ class _Builder:
                 n, f"accumulator range {list(r.overall)} may leave int32 (ONNX Runtime would wrap)"
             )
 
-    def float32_scales(self, n: onnx.NodeProto, names: dict[int, str]) -> None:
-        """Integer-kernel ops: every scale input must be float32 (opset 21 allows others)."""
-        for idx, what in names.items():
-            v = self.const(n, idx, what)
-            if v.dtype.name != "float32":
-                raise self.fail(n, f"{what} has type {v.dtype.name}; supported: float32")
-
-    def positive_scales(self, n: onnx.NodeProto, names: dict[int, str]) -> None:
-        """Bad input (even on the host) if a constant float scale input holds a value that is
-        zero, negative or not finite in float32; absent or dynamic scales are left to the
-        handler."""
-        for idx, what in names.items():
-            name = n.input[idx] if idx < len(n.input) else ""
-            v = self.consts.get(name) if name else None
-            if v is None or v.dtype.kind != "f":
-                continue
-            with np.errstate(all="ignore"):
-                f = v.astype(np.float32).reshape(-1)
-            bad = f[~(np.isfinite(f) & (f > 0))]
-            if bad.size:
-                raise self.bad(
-                    n, f"{what} '{name}' holds {float(bad[0])}: a scale must be finite and positive"
-                )
-
     def out_type(self, n: onnx.NodeProto, zp: np.ndarray) -> str:
         t = zp.dtype.name
         if t not in EIGHT_BIT:
             raise self.fail(n, f"output type {t} not supported; supported: int8, uint8")
         return t
-
-    def elem_type(self, name: str) -> str | None:
-        """Element type of a constant or a known value (None if neither)."""
-        if name in self.consts:
-            return self.consts[name].dtype.name
-        v = self.values.get(name)
-        return None if v is None else v.dtype
 
     def ort_kernel_types(self, n: onnx.NodeProto, b_idx: int, y_zp_idx: int) -> None:
         """Bad input unless ONNX Runtime has a kernel for the node's (a, b, y) types.
@@ -1203,37 +910,6 @@ class _Builder:
             "clip", [n], [x.name], Value(n.output[0], x.dtype, x.shape), lo=int(lo), hi=int(hi)
         )
 
-    def reshape(self, n: onnx.NodeProto) -> None:
-        x = self.value(n, n.input[0])
-        spec = [int(v) for v in self.const(n, 1, "shape").reshape(-1)]
-        allowzero = bool(self.attrs(n).get("allowzero", 0))
-        dims = [x.shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(spec)]
-        total = int(np.prod(x.shape))
-        if dims.count(-1) == 1:
-            rest = int(np.prod([d for d in dims if d != -1]))
-            dims[dims.index(-1)] = total // rest if rest else 0
-        if int(np.prod(dims)) != total or any(d < 0 for d in dims):
-            raise self.fail(n, f"cannot reshape {list(x.shape)} to {spec}")
-        self.emit(
-            "reshape", [n], [x.name], Value(n.output[0], x.dtype, tuple(dims)), shape=tuple(dims)
-        )
-
-    def transpose(self, n: onnx.NodeProto) -> None:
-        x = self.value(n, n.input[0])
-        perm = self.attrs(n).get("perm")
-        if perm is None:
-            perm = list(range(len(x.shape)))[::-1]
-        perm = [int(p) for p in perm]
-        if sorted(perm) != list(range(len(x.shape))):
-            raise self.fail(n, f"perm {perm} is not a permutation of {len(x.shape)} axes")
-        shape = tuple(x.shape[p] for p in perm)
-        self.emit("transpose", [n], [x.name], Value(n.output[0], x.dtype, shape), perm=tuple(perm))
-
-    def identity(self, n: onnx.NodeProto) -> None:
-        self.attrs(n)
-        x = self.value(n, n.input[0])
-        self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
-
     def float_op(self, n: onnx.NodeProto) -> None:
         """A float op ONNX Runtime runs as written; on other types it has no NPU form either."""
         for i in n.input:
@@ -1242,67 +918,39 @@ class _Builder:
                 return self.unsupported(n, f"{n.op_type} on {t} (input '{i}') has no NPU form")
         self.host([n])
 
-    def host(
-        self,
-        members: list[onnx.NodeProto],
-        compute: str | None = None,
-        placement: str | None = None,
-    ) -> None:
-        """Nodes run by ONNX Runtime on the host; shapes from ONNX shape inference.
 
-        `placement`: why an op the NPU could not take is here (an `unsupported_op`
-        diagnostic, `compiler.host_placement`).
-        """
-        produced = {o for m in members for o in m.output}
-        ext, consts = [], {}
-        for m in members:
-            for i in m.input:
-                if not i or i in produced:
-                    continue
-                if i in self.consts:
-                    consts[i] = self.consts[i]
-                elif i not in ext:
-                    self.value(m, i)
-                    ext.append(i)
-        last = members[-1]
-        outs = [Value(o, *self.host_out_type(last, o, ext, consts, members)) for o in last.output]
-        onnx_op = compute and f"QDQ {compute}" or last.op_type
-        node = Node(
-            self.new_name(last.name or last.output[0]),
-            "host_onnx",
-            ext,
-            [o.name for o in outs],
-            {
-                "onnx_op": onnx_op,
-                "nodes": [m.SerializeToString() for m in members],
-                "consts": consts,
-                "compute": compute,
-                **({"placement": placement} if placement else {}),
-            },
-            tuple(m.name or m.output[0] for m in members),
-        )
-        for o in outs:
-            self.values[o.name] = o
-        self.nodes.append(node)
+def _method(name: str) -> Any:
+    return lambda ctx, n: getattr(ctx, name)(n)
 
-    def host_out_type(self, n, name, ext, consts, members) -> tuple[str, tuple[int, ...]]:
-        from compiler.ort.host import infer_host_outputs
 
-        try:
-            info = infer_host_outputs(
-                members, {i: self.values[i] for i in ext}, consts, self.opsets
-            )
-        except Exception as e:  # noqa: BLE001
-            raise self.fail(n, f"shape inference failed: {one_line(e)}") from None
-        if name not in info:
-            raise self.fail(n, f"cannot infer the type and shape of '{name}'")
-        if info[name][0] not in DTYPES.values():
-            raise self.fail(
-                n,
-                f"output '{name}' has type {info[name][0]}; "
-                f"supported: {', '.join(sorted(set(DTYPES.values())))}",
-            )
-        return info[name]
+for _op, _name, _attrs, _fallback in (
+    ("QLinearMatMul", "qlinear_matmul", (), True),
+    ("MatMulInteger", "matmul_integer", (), True),
+    ("QLinearConv", "qlinear_conv",
+     ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"), True),
+    ("Clip", "clip", (), False),
+):  # fmt: skip
+    converter("", _op, since=10, attributes=_attrs, host_fallback=_fallback)(_method(_name))
+converter("", "QuantizeLinear", since=10,
+          attributes=("axis", "block_size", "output_dtype", "saturate", "precision"))(
+    lambda ctx, n: ctx.host([n]))  # fmt: skip
+converter("", "DequantizeLinear", since=10, attributes=("axis", "block_size", "output_dtype"))(
+    lambda ctx, n: ctx.host([n])
+)
+for _op in HOST_FLOAT_OPS:
+    converter("", _op, since=1, attributes=() if _op in QDQ_FUNCTIONS else None)(
+        _method("float_op")
+    )
+for _op in QLINEAR_FUNCTIONS:
+    converter(MS_DOMAIN, _op, since=1, attributes=("alpha",) if "Leaky" in _op else (),
+              host_fallback=True)(_method("qlinear_activation"))  # fmt: skip
+for _op in ("QLinearAdd", "QLinearMul"):
+    converter(MS_DOMAIN, _op, since=1, attributes=())(_method("qlinear_binary"))
+converter(MS_DOMAIN, "QGemm", since=1, attributes=("alpha", "transA", "transB"))(_method("qgemm"))
+converter(PROJECT_DOMAIN, "Requantize", since=1,
+          attributes=("multiplier", "shift", "zero_point", "rounding", "output_type", "scale"))(
+    _method("requantize"))  # fmt: skip
+INTERPRETED_ATTRIBUTES = REGISTRY.attributes
 
 
 @lru_cache(maxsize=1)
@@ -1318,13 +966,6 @@ def _ort_domains() -> frozenset[str]:
 def _ort_knows_domain(domain: str) -> bool:
     """Whether ONNX Runtime registers op schemas for an opset domain (then it can host them)."""
     return domain in _ort_domains()
-
-
-def _type_name(t: int) -> str:
-    try:
-        return TensorProto.DataType.Name(int(t))
-    except ValueError:
-        return str(t)
 
 
 def to_ir(
