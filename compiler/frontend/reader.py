@@ -45,7 +45,7 @@ import onnx
 from onnx import TensorProto
 
 from compiler.errors import FrontendError
-from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.graph import Graph, Value
 from compiler.ort.tables import (
     QDQ_FUNCTIONS,
     QLINEAR_FUNCTIONS,
@@ -54,11 +54,9 @@ from compiler.ort.tables import (
 )
 from prover.domain import KernelError
 from prover.inttypes import TYPES, int_type
-from prover.matmul import accumulator_range
-from prover.qgemm import QGemmParams, output_scales
 from prover.qlinear_binary import QLinearBinaryParams, span_mode
 from prover.reference import ONNX, ReferenceProfile
-from prover.requant import check_multiplier, onnx_requant_scale
+from prover.requant import check_multiplier
 
 from . import ops  # noqa: F401 - registers the converters
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
@@ -68,7 +66,7 @@ from .elem_types import (
     DTYPES,
     EIGHT_BIT,
     MAX_ELEMENTS,
-    ORT_QLINEAR_TYPES,
+    ORT_QLINEAR_TYPES,  # noqa: F401 - re-exported
     QDQ_SCALE_TYPES,
 )
 from .elem_types import type_name as _type_name
@@ -111,44 +109,6 @@ class _Builder(BuildContext):
     def constant(self, n: onnx.NodeProto) -> np.ndarray:
         """The value of Constant node `n` (`.ops.constant`)."""
         return constant_value(self, n)
-
-    def emit_matmul(
-        self,
-        n: onnx.NodeProto,
-        a: str,
-        out: Value,
-        *,
-        w,
-        a_zp,
-        w_zp,
-        a_type: str,
-        bias,
-        requant: dict | None,
-        kind: str = "MatMul",
-        **extra: Any,
-    ) -> Node:
-        """An integer matmul node (the one IR form of QLinearMatMul, MatMulInteger, QLinearConv).
-
-        `acc_range` (a `prover.matmul.AccRange`) is the exact per-column accumulator range
-        `check_acc` computed for these weights, zero points and bias.
-        """
-        r = self.acc_ranges.pop(id(n))  # every handler calls check_acc(n, ...) first
-        return self.emit(
-            "matmul",
-            [n],
-            [a],
-            out,
-            kind=kind,
-            **extra,
-            acc_range=r,
-            w=w,
-            a_zp=a_zp,
-            w_zp=w_zp,
-            a_type=a_type,
-            w_type=self.w_dtype,
-            bias=bias,
-            requant=requant,
-        )
 
     # -- graph inputs --------------------------------------------------------------------
 
@@ -324,204 +284,6 @@ class _Builder(BuildContext):
                     raise e from None
                 raise
 
-    def weights(self, n: onnx.NodeProto, idx: int) -> np.ndarray:
-        w = self.const(n, idx, "weights")
-        if w.dtype.name not in EIGHT_BIT:
-            raise self.fail(n, f"weights have type {w.dtype.name}; supported: int8, uint8")
-        if w.ndim != 2:
-            raise self.fail(n, f"weights must be 2-D [K, N], got shape {list(w.shape)}")
-        self.w_dtype = w.dtype.name
-        return w.astype(np.int64)
-
-    def column_param(self, n: onnx.NodeProto, idx: int, what: str, N: int, default: Any = None):
-        v = self.const(n, idx, what, optional=default is not None)
-        if v is None:
-            return default
-        if v.size == 1:
-            return v.reshape(()).item()
-        if v.shape != (N,):
-            raise self.fail(n, f"{what} must be a scalar or have shape [{N}], got {list(v.shape)}")
-        return tuple(v.tolist())
-
-    def matmul_out(self, n: onnx.NodeProto, a: Value, w: np.ndarray, dtype: str) -> Value:
-        if len(a.shape) < 2 or a.shape[-1] != w.shape[0]:
-            raise self.fail(
-                n, f"input shape {list(a.shape)} does not match weights {list(w.shape)}"
-            )
-        return Value(n.output[0], dtype, a.shape[:-1] + (w.shape[1],))
-
-    def check_acc(self, n, w, w_zp, a_type, a_zp, bias=None) -> None:
-        """Bad input unless the accumulator stays in int32; the exact per-column range is
-        kept for the node's `acc_range` attribute (computed once, read by every pass)."""
-        r = accumulator_range(
-            w, np.asarray(w_zp, dtype=np.int64), int_type(a_type), int(a_zp), bias
-        )
-        self.acc_ranges[id(n)] = r
-        if not r.fits():
-            raise self.fail(
-                n, f"accumulator range {list(r.overall)} may leave int32 (ONNX Runtime would wrap)"
-            )
-
-    def out_type(self, n: onnx.NodeProto, zp: np.ndarray) -> str:
-        t = zp.dtype.name
-        if t not in EIGHT_BIT:
-            raise self.fail(n, f"output type {t} not supported; supported: int8, uint8")
-        return t
-
-    def ort_kernel_types(self, n: onnx.NodeProto, b_idx: int, y_zp_idx: int) -> None:
-        """Bad input unless ONNX Runtime has a kernel for the node's (a, b, y) types.
-
-        y's type is y_zero_point's; without one (QGemm) it is a's, or float.
-        """
-        names = [n.input[i] if i < len(n.input) else "" for i in (0, b_idx, y_zp_idx)]
-        a_t, b_t, y_t = (self.elem_type(x) if x else None for x in names)
-        if a_t is None or b_t is None:
-            return  # a missing or unknown input is reported by the handler
-        if not names[2]:
-            y_t = a_t
-        if (a_t, b_t, y_t) not in ORT_QLINEAR_TYPES:
-            known = ", ".join(f"({a}, {b}, {y})" for a, b, y in ORT_QLINEAR_TYPES)
-            raise self.bad(
-                n,
-                f"ONNX Runtime has no {n.op_type} kernel for types (a, b, y) = "
-                f"({a_t}, {b_t}, {y_t}); it has {known}",
-            )
-
-    def qlinear_matmul(self, n: onnx.NodeProto) -> None:
-        self.ort_kernel_types(n, 3, 7)
-        self.positive_scales(n, {1: "a_scale", 4: "b_scale", 6: "y_scale"})  # before any form
-        self.attrs(n)
-        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        a = self.value(n, n.input[0])
-        w = self.weights(n, 3)
-        N = w.shape[1]
-        a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr = self.qlinear_quant(
-            n, N, ("a", "b"), "y_zero_point must be a scalar"
-        )
-        y_zp = int(y_zp_arr.reshape(()).item())
-        out_t = self.out_type(n, y_zp_arr)
-        scales = self.requant_scales(n, a_scale, bs, y_scale)
-        if any(not (s > 0 and np.isfinite(s)) for s in scales):
-            raise self.bad(n, "requantization scale must be finite and positive")
-        self.check_acc(n, w, w_zp, at, a_zp)
-        out = self.matmul_out(n, a, w, out_t)
-        requant = {"scheme": "float", "scale": scales, "zp": y_zp, "out": out_t}
-        self.emit_matmul(
-            n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=requant
-        )
-
-    def qlinear_quant(self, n: onnx.NodeProto, N: int, names: tuple[str, str], y_zp_msg: str):
-        """Inputs 1, 2 and 4-7 of a QLinearMatMul / QLinearConv (`names`: the a and b
-        inputs' prefixes): (a_scale, a_zp, b scale per column, b zero point(s), y_scale,
-        y_zero_point array), float32 scales and a scalar y_zero_point checked."""
-        a, b = names
-        self.float32_scales(n, {1: f"{a}_scale", 4: f"{b}_scale", 6: "y_scale"})
-        a_scale = self.scalar(n, 1, f"{a}_scale")
-        a_zp = int(self.scalar(n, 2, f"{a}_zero_point"))
-        b_scale = self.column_param(n, 4, f"{b}_scale", N)
-        w_zp = self.column_param(n, 5, f"{b}_zero_point", N)
-        y_scale = self.scalar(n, 6, "y_scale")
-        y_zp_arr = self.const(n, 7, "y_zero_point")
-        if y_zp_arr.size != 1:
-            raise self.fail(n, y_zp_msg)
-        bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
-        return a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr
-
-    def requant_scales(self, n, a_scale, b_scales, y_scale) -> tuple[float, ...]:
-        """ONNX Runtime's float32 requantization scale per output column, all finite and > 0."""
-        for what, v in (
-            ("input scale", a_scale),
-            ("output scale", y_scale),
-            *(("weight scale", b) for b in b_scales),
-        ):
-            f = float(np.float32(v))
-            if not (np.isfinite(f) and f > 0):
-                raise self.bad(n, f"{what} {v} must be finite and positive")
-        with np.errstate(all="ignore"):
-            scales = tuple(float(onnx_requant_scale(a_scale, s, y_scale)) for s in b_scales)
-        if any(not (np.isfinite(s) and s > 0) for s in scales):
-            raise self.bad(
-                n, "requantization scale a_scale*b_scale/y_scale must be finite and positive"
-            )
-        return scales
-
-    def qlinear_conv(self, n: onnx.NodeProto) -> None:
-        """Pointwise (1x1) QLinearConv: a matmul over channels, channel axis 1 (NCHW)."""
-        self.ort_kernel_types(n, 3, 7)
-        self.positive_scales(n, {1: "x_scale", 4: "w_scale", 6: "y_scale"})  # before any form
-        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        x = self.value(n, n.input[0])
-        W = self.const(n, 3, "weights")
-        if W.dtype.name not in EIGHT_BIT:
-            raise self.fail(n, f"weights have type {W.dtype.name}; supported: int8, uint8")
-        if W.ndim != 4 or W.shape[2:] != (1, 1):
-            raise self.fail(
-                n, f"only pointwise (1x1) kernels are supported, got weights {list(W.shape)}"
-            )
-        attrs = self.attrs(n)
-        auto_pad = attrs.get("auto_pad", b"NOTSET")
-        if list(attrs.get("kernel_shape", [1, 1])) != [1, 1]:
-            raise self.fail(n, f"kernel_shape {list(attrs['kernel_shape'])} is not [1, 1]")
-        if (
-            int(attrs.get("group", 1)) != 1
-            or any(int(v) != 1 for v in attrs.get("strides", []))
-            or any(int(v) != 1 for v in attrs.get("dilations", []))
-            or any(int(v) != 0 for v in attrs.get("pads", []))
-            or auto_pad not in (b"NOTSET", b"VALID", "NOTSET", "VALID")
-        ):
-            raise self.fail(n, "only group=1, stride 1, dilation 1, no padding are supported")
-        if len(x.shape) != 4 or x.shape[1] != W.shape[1]:
-            raise self.fail(
-                n, f"input shape {list(x.shape)} does not match weights {list(W.shape)}"
-            )
-        self.w_dtype = W.dtype.name
-        w = W[:, :, 0, 0].T.astype(np.int64)
-        N = w.shape[1]
-        a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr = self.qlinear_quant(
-            n, N, ("x", "w"), "y_zero_point must be a scalar (per-tensor)"
-        )
-        bias_arr = self.const(n, 8, "B", optional=True)
-        bias = None if bias_arr is None else tuple(int(v) for v in bias_arr.reshape(-1))
-        if bias is not None and len(bias) != N:
-            raise self.fail(n, f"bias must have {N} entries")
-        out_t = self.out_type(n, y_zp_arr)
-        scales = self.requant_scales(n, a_scale, bs, y_scale)
-        self.check_acc(n, w, w_zp, at, a_zp, None if bias is None else np.asarray(bias))
-        out = Value(n.output[0], out_t, (x.shape[0], N, x.shape[2], x.shape[3]))
-        requant = {
-            "scheme": "float",
-            "scale": scales,
-            "zp": int(y_zp_arr.reshape(()).item()),
-            "out": out_t,
-        }
-        self.emit_matmul(
-            n,
-            x.name,
-            out,
-            kind="Conv",
-            layout="channels_first",
-            w=w,
-            a_zp=a_zp,
-            w_zp=w_zp,
-            a_type=at,
-            bias=bias,
-            requant=requant,
-        )
-
-    def matmul_integer(self, n: onnx.NodeProto) -> None:
-        self.attrs(n)
-        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        a = self.value(n, n.input[0])
-        w = self.weights(n, 1)
-        N = w.shape[1]
-        a_zp = int(self.scalar(n, 2, "a_zero_point", default=0))
-        w_zp = self.column_param(n, 3, "b_zero_point", N, default=0)
-        self.check_acc(n, w, w_zp, at, a_zp)
-        out = self.matmul_out(n, a, w, "int32")
-        self.emit_matmul(
-            n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=None
-        )
-
     def qlinear_binary(self, n: onnx.NodeProto) -> None:
         """com.microsoft QLinearAdd/QLinearMul with one constant operand: `qlinear_binary`.
 
@@ -607,78 +369,6 @@ class _Builder(BuildContext):
             params=dataclasses.asdict(params),
             fma=bool(self.reference.mlas_fma),
         )
-
-    def qgemm(self, n: onnx.NodeProto) -> None:
-        """com.microsoft QGemm with y_scale: the integer `matmul` with bias and QGemm's scale.
-
-        transA, a float output (no y_scale) or a bias varying by row stay on the host; a zero,
-        negative or non-finite scale is bad input.
-        """
-        self.ort_kernel_types(n, 3, 8)
-        self.positive_scales(n, {1: "a_scale", 4: "b_scale", 7: "y_scale"})
-        try:
-            self._qgemm(n)
-        except FrontendError as e:
-            self.unsupported(n, str(e).split(": ", 1)[-1])
-
-    def _qgemm(self, n: onnx.NodeProto) -> None:
-        attrs = self.attrs(n)
-        if int(attrs.get("transA", 0)):
-            raise self.fail(n, "transA=1 (a transposed activation) has no NPU form")
-        if len(n.input) < 8 or not n.input[7]:
-            raise self.fail(n, "a QGemm without y_scale has a float output")
-        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        a = self.value(n, n.input[0])
-        B = self.const(n, 3, "B")
-        if B.dtype.name not in EIGHT_BIT or B.ndim != 2:
-            raise self.fail(n, f"B must be a 2-D 8-bit constant, got {B.dtype.name}{list(B.shape)}")
-        w = (B.T if int(attrs.get("transB", 0)) else B).astype(np.int64)
-        self.w_dtype = B.dtype.name
-        N = w.shape[1]
-        self.float32_scales(n, {1: "a_scale", 4: "b_scale", 7: "y_scale"})
-        b_scale = self.const(n, 4, "b_scale").reshape(-1)
-        b_zp_arr = self.const(n, 5, "b_zero_point", optional=True)
-        b_zp = np.zeros(b_scale.shape, np.int64) if b_zp_arr is None else b_zp_arr.reshape(-1)
-        y_zp_arr = self.const(n, 8, "y_zero_point", optional=True)
-        if y_zp_arr is not None and y_zp_arr.size != 1:
-            raise self.fail(n, "y_zero_point must be a scalar (per-tensor)")
-        try:
-            p = QGemmParams(
-                a_type=at,
-                b_type=B.dtype.name,
-                a_scale=float(self.scalar(n, 1, "a_scale")),
-                a_zp=int(self.scalar(n, 2, "a_zero_point", default=0)),
-                b_scale=tuple(float(v) for v in b_scale),
-                b_zp=tuple(int(v) for v in b_zp),
-                y_scale=float(self.scalar(n, 7, "y_scale")),
-                y_zp=0 if y_zp_arr is None else int(y_zp_arr.reshape(()).item()),
-                y_type=at if y_zp_arr is None else y_zp_arr.dtype.name,
-                alpha=float(attrs.get("alpha", 1.0)),
-                trans_b=bool(int(attrs.get("transB", 0))),
-            )
-        except KernelError as e:
-            raise self.fail(n, str(e)) from None
-        if len(p.b_scale) not in (1, N):
-            raise self.fail(n, f"b_scale must have 1 or {N} entries")
-        C = self.const(n, 6, "C", optional=True)
-        bias = None
-        if C is not None:
-            if C.dtype.name != "int32":
-                raise self.fail(n, f"bias C has type {C.dtype.name}; QGemm's is int32")
-            if any(d != 1 for d in C.shape[:-1]) or (C.ndim and C.shape[-1] not in (1, N)):
-                raise self.fail(n, f"bias C of shape {list(C.shape)} varies by row")
-            bias = tuple(int(v) for v in np.broadcast_to(C.reshape(-1), (N,)))
-        w_zp = p.b_zp[0] if len(p.b_zp) == 1 else p.b_zp
-        self.check_acc(n, w, w_zp, at, p.a_zp, None if bias is None else np.asarray(bias))
-        scales = tuple(float(v) for v in np.broadcast_to(output_scales(p), (N,)))
-        if len(a.shape) != 2:
-            raise self.fail(n, f"A must be 2-D, got shape {list(a.shape)}")
-        out = self.matmul_out(n, a, w, p.out.name)
-        requant = {"scheme": "float", "scale": scales, "zp": int(p.y_zp), "out": p.out.name}
-        self.emit_matmul(
-            n, a.name, out, kind="Gemm", w=w, a_zp=p.a_zp, w_zp=w_zp, a_type=at,
-            bias=bias, requant=requant,
-        )  # fmt: skip
 
     def qlinear_activation(self, n: onnx.NodeProto) -> None:
         attrs = self.attrs(n)
@@ -924,10 +614,6 @@ def _method(name: str) -> Any:
 
 
 for _op, _name, _attrs, _fallback in (
-    ("QLinearMatMul", "qlinear_matmul", (), True),
-    ("MatMulInteger", "matmul_integer", (), True),
-    ("QLinearConv", "qlinear_conv",
-     ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"), True),
     ("Clip", "clip", (), False),
 ):  # fmt: skip
     converter("", _op, since=10, attributes=_attrs, host_fallback=_fallback)(_method(_name))
@@ -946,7 +632,6 @@ for _op in QLINEAR_FUNCTIONS:
               host_fallback=True)(_method("qlinear_activation"))  # fmt: skip
 for _op in ("QLinearAdd", "QLinearMul"):
     converter(MS_DOMAIN, _op, since=1, attributes=())(_method("qlinear_binary"))
-converter(MS_DOMAIN, "QGemm", since=1, attributes=("alpha", "transA", "transB"))(_method("qgemm"))
 converter(PROJECT_DOMAIN, "Requantize", since=1,
           attributes=("multiplier", "shift", "zero_point", "rounding", "output_type", "scale"))(
     _method("requantize"))  # fmt: skip
