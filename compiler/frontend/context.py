@@ -52,7 +52,7 @@ class BuildContext:
         self.graph_outputs = [o.name for o in g.output]
         self.names: set[str] = set()
         self.f16_dq_types: dict[str, str] = {}
-        self._ort_dq_types: list[dict[str, str]] | None = None
+        self.ort_dq_types: list[dict[str, str]] | None = None
         self.acc_ranges: dict[int, AccRange] = {}  # id(ONNX node) -> its checked range
         self.w_dtype = ""  # weight element type of the integer matmul being read
 

@@ -1,28 +1,32 @@
 """ONNX frontend: load, validate, and lower a quantized ONNX model to the integer IR.
 
-Accepted forms:
-- QOperator: QLinearMatMul, MatMulInteger, QuantizeLinear, DequantizeLinear,
-  com.microsoft QLinearSigmoid / QLinearLeakyRelu;
-- QDQ: DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear becomes one table;
+The graph is walked by a dispatcher (`_Builder`) that calls, for every node, the converter
+registered for its domain, op type and the model's opset version of that domain
+(`compiler.frontend.registry`); converters live in `compiler.frontend.ops`, one module per
+op family, and share the builder context (`compiler.frontend.context.BuildContext`).
+Accepted forms (each family module names the opset versions it reads):
+- QOperator: QLinearMatMul, MatMulInteger, pointwise QLinearConv (`ops.matmul`,
+  `ops.conv`), com.microsoft QLinearSigmoid / QLinearLeakyRelu (`ops.elementwise`),
+  standalone QuantizeLinear / DequantizeLinear (on the host, `ops.qdq`);
+- QDQ (`ops.qdq`): DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear becomes one table;
   DequantizeLinear(x), DequantizeLinear(W) -> MatMul|Gemm -> QuantizeLinear becomes one
   host float MatMul (run by ONNX Runtime: its float32 summation order is not an integer op);
 - com.microsoft QGemm with y_scale (a `matmul` with its int32 bias and QGemm's scale) and
   QLinearAdd / QLinearMul with one constant operand (`qlinear_binary`, exact MLAS);
 - integer Clip, Reshape, Transpose, Identity; Cast to the same type and inference
-  Dropout (no-ops: `identity`);
-- the project domain `ai.npufusion`: `Requantize(x)` with attributes `multiplier`,
-  `shift`, `zero_point`, `rounding` ("double" | "single" | "float", the last with `scale`)
-  and `output_type` ("int8", "uint8", "int16", ...).
+  Dropout (no-ops: `identity`) (`ops.elementwise`, `ops.layout`);
+- the project domain `ai.npufusion`: `Requantize` (`ops.project`).
 
 Every attribute of an op the frontend interprets itself is either interpreted or
-rejected (`INTERPRETED_ATTRIBUTES`); ops run by ONNX Runtime on the host (float ops,
-standalone QuantizeLinear/DequantizeLinear, QDQ MatMul groups) keep their attributes,
-which ONNX Runtime interprets. Any other op, of any opset domain ONNX Runtime knows
-(ai.onnx.ml, com.microsoft, ...), or a form of a known op the NPU has no meaning for, is
-kept on the host as it is written (`host_onnx` with a `placement` reason, reported as
-`unsupported_op`); the rest of the model is still analysed. Malformed input (invalid
-model, bad attribute of an interpreted op, unknown domain) raises `FrontendError` with
-a one-line message naming the node (and the attribute or type).
+rejected (`INTERPRETED_ATTRIBUTES`, declared with each converter); ops run by ONNX Runtime
+on the host (float ops, standalone QuantizeLinear/DequantizeLinear, QDQ MatMul groups) keep
+their attributes, which ONNX Runtime interprets. Any other op, of any opset domain ONNX
+Runtime knows (ai.onnx.ml, com.microsoft, ...), an opset version no converter claims, or a
+form of a known op the NPU has no meaning for, is kept on the host as it is written
+(`host_onnx` with a `placement` reason, reported as `unsupported_op`); the rest of the model
+is still analysed. Malformed input (invalid model, bad attribute of an interpreted op,
+unknown domain) raises `FrontendError` with a one-line message naming the node (and the
+attribute or type).
 
 An initializer listed in graph.input of an IR>=4 model is overridable at run time
 (`compiler.frontend.overridable`): a graph input, never a constant; an op that needs it
@@ -35,10 +39,8 @@ transformers (`compiler.frontend.qdq_reading`).
 
 from __future__ import annotations
 
-import dataclasses
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -46,45 +48,48 @@ from onnx import TensorProto
 
 from compiler.errors import FrontendError
 from compiler.ir.graph import Graph, Value
-from compiler.ort.tables import (
-    QDQ_FUNCTIONS,
-    QLINEAR_FUNCTIONS,
-    TableSpec,
-    reference_table,
-)
-from prover.domain import KernelError
-from prover.inttypes import TYPES, int_type
-from prover.qlinear_binary import QLinearBinaryParams, span_mode
 from prover.reference import ONNX, ReferenceProfile
-from prover.requant import check_multiplier
 
-from . import ops  # noqa: F401 - registers the converters
+from . import ops  # noqa: F401 - registers every converter
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
 from .checked import CheckedModel, one_line, validate
 from .context import BuildContext
-from .elem_types import (
-    DTYPES,
-    EIGHT_BIT,
-    MAX_ELEMENTS,
-    ORT_QLINEAR_TYPES,  # noqa: F401 - re-exported
-    QDQ_SCALE_TYPES,
-)
-from .elem_types import type_name as _type_name
-from .f16_context import PROJECT_DOMAIN, decorated_groups, ort_dequantize_types
+from .elem_types import DTYPES, EIGHT_BIT, MAX_ELEMENTS, ORT_QLINEAR_TYPES, QDQ_SCALE_TYPES
+from .f16_context import PROJECT_DOMAIN
 from .ops.constant import constant_value
+from .ops.host import HOST_FLOAT_OPS
+from .ops.qdq import qdq_activation, qdq_groups
 from .overridable import overridable_message
 from .qdq_reading import integer_reading
 from .registry import (
     KNOWN_DOMAINS,
-    ML_DOMAIN,  # noqa: F401 - re-exported
+    ML_DOMAIN,
     MS_DOMAIN,
     REGISTRY,
     canonical_domain,
-    converter,
     opset_version,
 )
 
-HOST_FLOAT_OPS = ("MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Add", "Sub", "Mul")
+__all__ = [
+    "DTYPES",
+    "EIGHT_BIT",
+    "HOST_FLOAT_OPS",
+    "INTERPRETED_ATTRIBUTES",
+    "KNOWN_DOMAINS",
+    "MAX_ELEMENTS",
+    "ML_DOMAIN",
+    "MS_DOMAIN",
+    "ORT_QLINEAR_TYPES",
+    "PROJECT_DOMAIN",
+    "QDQ_SCALE_TYPES",
+    "load_model",
+    "to_ir",
+]
+
+# The attributes each op the frontend lowers itself interprets (its converter reads and
+# checks their values, `registry.converter(..., attributes=)`). Any other attribute is an
+# error naming it: a silently ignored attribute would change the model's meaning.
+INTERPRETED_ATTRIBUTES: dict[str, frozenset[str]] = REGISTRY.attributes
 
 
 def load_model(model: str | Path | onnx.ModelProto | CheckedModel) -> onnx.ModelProto:
@@ -152,54 +157,6 @@ class _Builder(BuildContext):
         self.values[vi.name] = Value(vi.name, DTYPES[tt.elem_type], tuple(dims))
         self.names.add(vi.name)
 
-    # -- QDQ grouping --------------------------------------------------------------------
-
-    def qdq_groups(self) -> dict[str, tuple[str, list[onnx.NodeProto]]]:
-        """Map the name of each group's final QuantizeLinear to (kind, nodes of the group)."""
-        version = opset_version(self.opsets, "")
-        if not all(
-            REGISTRY.lookup("", op, version) for op in ("QuantizeLinear", "DequantizeLinear")
-        ):
-            return {}  # Q/DQ of an opset no converter has read: each node is converted alone
-        prod = self.producer_map()
-        groups: dict[str, tuple[str, list[onnx.NodeProto]]] = {}
-        # float16 groups as ORT runs them, with its float32 casts (the integer QDQ reading)
-        for out, (members, dq_type) in decorated_groups(self.m.graph, self.single_use).items():
-            q = members[-1]
-            groups[q.name or q.output[0]] = ("act", members)
-            self.f16_dq_types[out] = dq_type
-        for q in self.m.graph.node:
-            if q.output and q.output[0] in self.f16_dq_types:
-                continue
-            if q.op_type != "QuantizeLinear" or q.domain not in ("", "ai.onnx"):
-                continue
-            mid = prod.get(q.input[0])
-            if mid is None or not self.single_use(q.input[0]):
-                continue
-            if mid.op_type in QDQ_FUNCTIONS and mid.domain in ("", "ai.onnx"):
-                dq = prod.get(mid.input[0])
-                if (
-                    dq is not None
-                    and dq.op_type == "DequantizeLinear"
-                    and dq.input[0] not in self.consts
-                ):
-                    if self.single_use(mid.input[0]):
-                        groups[q.name or q.output[0]] = ("act", [dq, mid, q])
-            elif mid.op_type in ("MatMul", "Gemm") and mid.domain in ("", "ai.onnx"):
-                members = [mid, q]
-                ok = True
-                for i in mid.input:
-                    p = prod.get(i)
-                    if p is not None and p.op_type == "DequantizeLinear" and self.single_use(i):
-                        members.insert(0, p)
-                    elif i not in self.consts:
-                        ok = False
-                if ok and any(p.op_type == "DequantizeLinear" for p in members):
-                    pos = {id(n): i for i, n in enumerate(self.m.graph.node)}
-                    members.sort(key=lambda n: pos[id(n)])
-                    groups[q.name or q.output[0]] = ("matmul", members)
-        return groups
-
     # -- conversion ----------------------------------------------------------------------
 
     def check_names(self) -> None:
@@ -218,7 +175,7 @@ class _Builder(BuildContext):
     def run(self) -> Graph:
         self.check_names()
         self.add_inputs()
-        groups = self.qdq_groups()
+        groups = qdq_groups(self)
         skip = {id(n) for _, ns in groups.values() for n in ns[:-1]}
         for n in self.m.graph.node:
             if id(n) in skip:
@@ -228,7 +185,7 @@ class _Builder(BuildContext):
                 kind, members = groups[key]
                 if kind == "act":
                     try:
-                        self.qdq_activation(members)
+                        qdq_activation(self, members)
                     except FrontendError as e:
                         if not getattr(e, "overridable", False):
                             raise
@@ -283,359 +240,6 @@ class _Builder(BuildContext):
                 if overridable:  # e.g. a Reshape to a run-time shape: name the cause
                     raise e from None
                 raise
-
-    def qlinear_binary(self, n: onnx.NodeProto) -> None:
-        """com.microsoft QLinearAdd/QLinearMul with one constant operand: `qlinear_binary`.
-
-        Other forms (two dynamic operands, a constant that is not one value per output
-        column, a span mode that depends on the batch size) stay on the host; a zero, negative
-        or non-finite scale is bad input.
-        """
-        self.positive_scales(n, {1: "A_scale", 4: "B_scale", 6: "C_scale"})
-        try:
-            self._qlinear_binary(n)
-        except FrontendError as e:
-            self.unsupported(n, str(e).split(": ", 1)[-1])
-
-    def _qlinear_binary(self, n: onnx.NodeProto) -> None:
-        self.attrs(n)
-        if len(n.input) < 8:
-            raise self.fail(n, "needs 8 inputs")
-        a_name, b_name = n.input[0], n.input[3]
-        a_const, b_const = a_name in self.consts, b_name in self.consts
-        if a_const == b_const:
-            raise self.fail(n, "only a form with exactly one constant operand has an NPU form")
-        x_is_a = not a_const
-        x = self.value(n, a_name if x_is_a else b_name)
-        it = self.expect_dtype(n, x.name, EIGHT_BIT)
-        c = self.consts[b_name if x_is_a else a_name]
-        if c.dtype.name != it:
-            raise self.fail(n, f"constant operand has type {c.dtype.name}; the input is {it}")
-        scales = {}
-        for idx, what in ((1, "A_scale"), (4, "B_scale"), (6, "C_scale")):
-            self.float32_scales(n, {idx: what})
-            scales[what] = float(self.scalar(n, idx, what))
-        zps = {}
-        for idx, what in ((2, "A_zero_point"), (5, "B_zero_point"), (7, "C_zero_point")):
-            z = self.const(n, idx, what, optional=True)
-            if z is not None and z.dtype.name != it:
-                raise self.fail(n, f"{what} has type {z.dtype.name}; the input is {it}")
-            zps[what] = int(self.scalar(n, idx, what, default=0))
-        a_shape = x.shape if x_is_a else tuple(c.shape)
-        b_shape = tuple(c.shape) if x_is_a else x.shape
-        try:
-            out_shape = tuple(np.broadcast_shapes(a_shape, b_shape))
-        except ValueError:
-            raise self.fail(
-                n, f"shapes {list(a_shape)} and {list(b_shape)} do not broadcast"
-            ) from None
-        N = out_shape[-1] if out_shape else 1
-        if (
-            out_shape != x.shape
-            or any(d != 1 for d in c.shape[:-1])
-            or (c.ndim and c.shape[-1] not in (1, N))
-        ):
-            raise self.fail(
-                n, f"constant operand of shape {list(c.shape)} is not one value per column"
-            )
-        const = tuple(int(v) for v in np.broadcast_to(c.reshape(-1), (N,)))
-        mode = span_mode(a_shape, b_shape)
-        if x.shape and n.op_type == "QLinearAdd":
-            modes = set()
-            for rows in (1, 2):
-                xs = (rows,) + tuple(x.shape[1:])
-                modes.add(
-                    span_mode(xs, tuple(c.shape)) if x_is_a else span_mode(tuple(c.shape), xs)
-                )
-            if len(modes) > 1:
-                raise self.fail(n, "ONNX Runtime's operand roles depend on the batch size here")
-        try:
-            params = QLinearBinaryParams(
-                a_scale=scales["A_scale"], a_zp=zps["A_zero_point"],
-                b_scale=scales["B_scale"], b_zp=zps["B_zero_point"],
-                c_scale=scales["C_scale"], c_zp=zps["C_zero_point"], dtype=it,
-            )  # fmt: skip
-        except KernelError as e:
-            raise self.fail(n, str(e)) from None
-        self.emit(
-            "qlinear_binary",
-            [n],
-            [x.name],
-            Value(n.output[0], it, x.shape),
-            binary=n.op_type,
-            const=const,
-            x_is_a=x_is_a,
-            mode=str(mode.value),
-            params=dataclasses.asdict(params),
-            fma=bool(self.reference.mlas_fma),
-        )
-
-    def qlinear_activation(self, n: onnx.NodeProto) -> None:
-        attrs = self.attrs(n)
-        it = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        x = self.value(n, n.input[0])
-        xs = float(self.scale(n, 1, "X_scale")[0])
-        xz = int(self.scalar(n, 2, "X_zero_point", default=0))
-        ys = float(self.scale(n, 3, "Y_scale")[0])
-        yz = int(self.scalar(n, 4, "Y_zero_point", default=0))
-        for idx, what in ((2, "X_zero_point"), (4, "Y_zero_point")):
-            z = self.const(n, idx, what, optional=True)
-            if z is not None and z.dtype.name != it:
-                raise self.fail(n, f"{what} has type {z.dtype.name}; the input is {it}")
-        alpha = attrs.get("alpha")
-        if n.op_type == "QLinearLeakyRelu" and alpha is None:
-            alpha = 0.01
-        ot = it  # com.microsoft QLinear activations keep the input type
-        self.lut(n, [n], x, QLINEAR_FUNCTIONS[n.op_type], "qlinear", xs, xz, it, ys, yz, ot, alpha)
-
-    def qdq_activation(self, members: list[onnx.NodeProto]) -> None:
-        """DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear as one table.
-
-        Interprets opsets 13 to 23+: `axis` (per-tensor scales only: a per-axis scale is
-        rejected), `block_size` (0 only), `output_dtype` (QuantizeLinear: the output type
-        when there is no zero point; DequantizeLinear-23: must be the scale type),
-        `saturate` (float8 only, and float8 is rejected) and `precision` (the scale type).
-        """
-        dq, q = members[0], members[-1]
-        act = next(m for m in members if m.op_type in QDQ_FUNCTIONS)
-        da, qa = self.attrs(dq), self.attrs(q)
-        self.attrs(act)
-        for node, a in ((dq, da), (q, qa)):
-            if int(a.get("block_size", 0)) != 0:
-                raise self.fail(
-                    node, "attribute 'block_size' (blocked quantization) is not supported"
-                )
-        it = self.expect_dtype(dq, dq.input[0], EIGHT_BIT)
-        x = self.value(dq, dq.input[0])
-        xs, xs_t = self.scale(dq, 1, "x_scale", tuple(QDQ_SCALE_TYPES.values()))
-        ys, ys_t = self.scale(q, 1, "y_scale", tuple(QDQ_SCALE_TYPES.values()))
-        dq_type = self.f16_dq_types.get(q.output[0])
-        if dq_type is None and xs_t != ys_t:
-            raise self.fail(q, f"y_scale has type {ys_t}, x_scale {xs_t}; mixed types unsupported")
-        for node, attr, t in ((dq, "output_dtype", xs_t), (q, "precision", ys_t)):
-            a = (da if node is dq else qa).get(attr, 0)
-            scale_tp = {v: k for k, v in QDQ_SCALE_TYPES.items()}[t]
-            if int(a) not in (0, scale_tp):
-                raise self.fail(
-                    node,
-                    f"attribute '{attr}' = {_type_name(a)} differs from the scale type "
-                    f"{t}; not supported",
-                )
-        xz = int(self.scalar(dq, 2, "x_zero_point", default=0))
-        yz_arr = self.const(q, 2, "y_zero_point", optional=True)
-        out_dtype = int(qa.get("output_dtype", 0))
-        if yz_arr is not None:
-            ot = yz_arr.dtype.name
-            yz = int(yz_arr.reshape(()).item()) if yz_arr.size == 1 else None
-            if yz is None:
-                raise self.fail(q, "y_zero_point must be a scalar (per-tensor)")
-        else:
-            ot = DTYPES.get(out_dtype, _type_name(out_dtype)) if out_dtype else "uint8"
-            yz = 0
-        if ot not in EIGHT_BIT:
-            why = "y_zero_point" if yz_arr is not None else "attribute 'output_dtype'"
-            raise self.fail(q, f"output type {ot} ({why}) not supported; supported: int8, uint8")
-        if out_dtype and DTYPES.get(out_dtype) != ot:
-            raise self.fail(
-                q, f"attribute 'output_dtype' = {_type_name(out_dtype)} but y_zero_point is {ot}"
-            )
-        # QuantizeLinear-23 divides in `precision`, by default the scale's type.
-        q_version = self.opsets.get("", self.opsets.get("ai.onnx", 0))
-        precision = ys_t if q_version >= 23 else "float32"
-        if ys_t == "float16":
-            # written with casts or not, the group means what ORT runs (it may move casts)
-            ort_type = self.ort_dq_type(q)
-            if dq_type not in (None, ort_type):
-                raise self.fail(
-                    q,
-                    f"ONNX Runtime runs this float16 QDQ group's DequantizeLinear in {ort_type}, "
-                    f"not the {dq_type} its casts say; not supported",
-                )
-            dq_type = ort_type
-        self.lut(
-            q,
-            members,
-            x,
-            QDQ_FUNCTIONS[act.op_type],
-            "qdq",
-            float(xs),
-            xz,
-            it,
-            float(ys),
-            yz,
-            ot,
-            None,
-            op_type=act.op_type,
-            scale_type=ys_t,
-            quantize_precision=precision,
-            dequantize_type=dq_type,
-        )
-
-    def ort_dq_type(self, q: onnx.NodeProto) -> str:
-        """The DequantizeLinear output type ORT gives a float16 group in this model
-        (`compiler.frontend.f16_context`), else an error naming `q`.
-
-        The float QDQ reading names ORT's level off. The integer reading names its default
-        level, but counterexamples are replayed at level off: the two must agree.
-        """
-        if self._ort_dq_types is None:
-            integer = str(getattr(self.reference, "qdq_reading", "float")) == "integer"
-            levels = ("default", "off") if integer else ("off",)
-            self._ort_dq_types = [ort_dequantize_types(self.m, lv) for lv in levels]
-        found = []
-        for types in self._ort_dq_types:
-            t = types.get(q.output[0])
-            if t is None and q.name:
-                t = types.get(f"node:{q.name}")
-            found.append(t)
-        if None in found:
-            raise self.fail(
-                q,
-                "ONNX Runtime casts this float16 QDQ group to float32 in a way the tool does "
-                "not model (compiler.frontend.f16_context); not supported",
-            )
-        if len(set(found)) > 1:
-            raise self.fail(
-                q,
-                "ONNX Runtime computes this float16 QDQ group differently at optimisation "
-                "levels default and off (it rounds the dequantized value to float16 at one "
-                "only); not supported",
-            )
-        return found[0]
-
-    def lut(
-        self,
-        n,
-        origin,
-        x,
-        function,
-        form,
-        xs,
-        xz,
-        it,
-        ys,
-        yz,
-        ot,
-        alpha,
-        op_type=None,
-        scale_type: str = "float32",
-        quantize_precision: str = "float32",
-        dequantize_type: str | None = None,
-    ) -> None:
-        if not (xs > 0 and ys > 0 and np.isfinite(xs) and np.isfinite(ys)):
-            raise self.bad(n, "scales must be finite and positive")
-        try:
-            spec = TableSpec(form, op_type or n.op_type, xs, xz, it, ys, yz, ot, alpha, scale_type)
-            table = reference_table(
-                spec,
-                fma=self.reference.mlas_fma,
-                quantize_precision=quantize_precision,
-                dequantize_type=dequantize_type,
-            )
-        except KernelError as e:
-            raise self.fail(n, str(e)) from None
-        out = Value(n.output[0], ot, x.shape)
-        self.emit(
-            "lut",
-            origin,
-            [x.name],
-            out,
-            table=table,
-            in_type=it,
-            out_type=ot,
-            function=function,
-            in_scale=xs,
-            in_zp=xz,
-            out_scale=ys,
-            out_zp=yz,
-            source=form,
-        )
-
-    def requantize(self, n: onnx.NodeProto) -> None:
-        attrs = self.attrs(n)
-        x = self.value(n, n.input[0])
-        if x.dtype not in TYPES or x.dtype == "int64":
-            raise self.fail(n, f"input has type {x.dtype}; Requantize takes int8/uint8/int16/int32")
-        out_t = attrs.get("output_type", b"int8")
-        out_t = out_t.decode() if isinstance(out_t, bytes) else str(out_t)
-        rounding = attrs.get("rounding", b"double")
-        rounding = rounding.decode() if isinstance(rounding, bytes) else str(rounding)
-        if out_t not in TYPES or int_type(out_t).bits > 16:
-            raise self.fail(
-                n, f"output_type {out_t!r} not supported; use int8, uint8, int16 or uint16"
-            )
-        zp = int(attrs.get("zero_point", 0))
-        if not int_type(out_t).contains(zp):
-            raise self.fail(n, f"zero_point {zp} outside {out_t}")
-        if rounding in ("double", "single"):
-            for req in ("multiplier", "shift"):
-                if req not in attrs:
-                    raise self.fail(n, f"missing attribute '{req}'")
-            m, s = int(attrs["multiplier"]), int(attrs["shift"])
-            try:
-                check_multiplier(m, s, single_rounding=rounding == "single")
-            except KernelError as e:
-                raise self.fail(n, str(e)) from None
-            params = {"scheme": rounding, "multiplier": m, "shift": s}
-        elif rounding == "float":
-            if "scale" not in attrs or not float(attrs["scale"]) > 0:
-                raise self.fail(n, "rounding 'float' needs a positive attribute 'scale'")
-            params = {"scheme": "float", "scale": float(np.float32(attrs["scale"]))}
-        else:
-            raise self.fail(n, f"rounding {rounding!r} unknown; use double, single or float")
-        out = Value(n.output[0], out_t, x.shape)
-        self.emit("requantize", [n], [x.name], out, zp=zp, out=out_t, **params)
-
-    def clip(self, n: onnx.NodeProto) -> None:
-        x = self.value(n, n.input[0])
-        if x.dtype == "float32":
-            return self.float_op(n)
-        self.attrs(n)
-        t = int_type(x.dtype)
-        lo = self.scalar(n, 1, "min", default=t.min)
-        hi = self.scalar(n, 2, "max", default=t.max)
-        if int(lo) > int(hi):
-            raise self.fail(n, f"min {lo} > max {hi}")
-        self.emit(
-            "clip", [n], [x.name], Value(n.output[0], x.dtype, x.shape), lo=int(lo), hi=int(hi)
-        )
-
-    def float_op(self, n: onnx.NodeProto) -> None:
-        """A float op ONNX Runtime runs as written; on other types it has no NPU form either."""
-        for i in n.input:
-            if i and i not in self.consts and self.dtype_of(n, i) != "float32":
-                t = self.dtype_of(n, i)
-                return self.unsupported(n, f"{n.op_type} on {t} (input '{i}') has no NPU form")
-        self.host([n])
-
-
-def _method(name: str) -> Any:
-    return lambda ctx, n: getattr(ctx, name)(n)
-
-
-for _op, _name, _attrs, _fallback in (
-    ("Clip", "clip", (), False),
-):  # fmt: skip
-    converter("", _op, since=10, attributes=_attrs, host_fallback=_fallback)(_method(_name))
-converter("", "QuantizeLinear", since=10,
-          attributes=("axis", "block_size", "output_dtype", "saturate", "precision"))(
-    lambda ctx, n: ctx.host([n]))  # fmt: skip
-converter("", "DequantizeLinear", since=10, attributes=("axis", "block_size", "output_dtype"))(
-    lambda ctx, n: ctx.host([n])
-)
-for _op in HOST_FLOAT_OPS:
-    converter("", _op, since=1, attributes=() if _op in QDQ_FUNCTIONS else None)(
-        _method("float_op")
-    )
-for _op in QLINEAR_FUNCTIONS:
-    converter(MS_DOMAIN, _op, since=1, attributes=("alpha",) if "Leaky" in _op else (),
-              host_fallback=True)(_method("qlinear_activation"))  # fmt: skip
-for _op in ("QLinearAdd", "QLinearMul"):
-    converter(MS_DOMAIN, _op, since=1, attributes=())(_method("qlinear_binary"))
-converter(PROJECT_DOMAIN, "Requantize", since=1,
-          attributes=("multiplier", "shift", "zero_point", "rounding", "output_type", "scale"))(
-    _method("requantize"))  # fmt: skip
-INTERPRETED_ATTRIBUTES = REGISTRY.attributes
 
 
 @lru_cache(maxsize=1)
