@@ -8,7 +8,7 @@ A converter (`compiler.frontend.registry`) reads its node's inputs through `cons
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import onnx
@@ -85,9 +85,21 @@ class BuildContext:
             raise self.fail(n, f"{what} has type {v.dtype.name}; supported: {', '.join(types)}")
         return self.scalar(n, idx, what), v.dtype.name
 
+    @overload
+    def const(
+        self, n: onnx.NodeProto, idx: int, what: str, optional: Literal[False] = False
+    ) -> np.ndarray: ...
+
+    @overload
+    def const(
+        self, n: onnx.NodeProto, idx: int, what: str, optional: bool
+    ) -> np.ndarray | None: ...
+
     def const(
         self, n: onnx.NodeProto, idx: int, what: str, optional: bool = False
     ) -> np.ndarray | None:
+        """The constant input `idx` of `n` (None if absent and `optional`); an input that is
+        not a constant fails (an overridable initializer: marked `overridable`)."""
         if idx >= len(n.input) or n.input[idx] == "":
             if optional:
                 return None

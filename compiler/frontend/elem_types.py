@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-DTYPES = {
+DTYPES: dict[int, str] = {
     TensorProto.INT8: "int8",
     TensorProto.UINT8: "uint8",
     TensorProto.INT16: "int16",
@@ -25,7 +25,7 @@ ORT_QLINEAR_TYPES = (
     ("int8", "int8", "int8"),
 )
 # Scale element types a QDQ activation table models exactly (prover.lut.build_ort_qdq_table).
-QDQ_SCALE_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
+QDQ_SCALE_TYPES: dict[int, str] = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
 
 
 def type_name(t: int) -> str:

@@ -73,7 +73,7 @@ def cast(ctx: BuildContext, n: onnx.NodeProto) -> None:
     if to is not None and DTYPES.get(to) == x.dtype:
         ctx.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
         return
-    target = DTYPES.get(to) or (type_name(to) if to is not None else "?")
+    target = "?" if to is None else DTYPES.get(to) or type_name(to)
     ctx.unsupported(n, f"a Cast from {x.dtype} to {target} changes the type")
 
 

@@ -138,8 +138,9 @@ def _qgemm(ctx: BuildContext, n: onnx.NodeProto) -> None:
     if len(a.shape) != 2:
         raise ctx.fail(n, f"A must be 2-D, got shape {list(a.shape)}")
     out = matmul_out(ctx, n, a, w, p.out.name)
+    assert p.y_zp is not None  # given above (0 without y_zero_point)
     requant = {"scheme": "float", "scale": scales, "zp": int(p.y_zp), "out": p.out.name}
-    emit_matmul(ctx,
-        n, a.name, out, kind="Gemm", w=w, a_zp=p.a_zp, w_zp=w_zp, a_type=at,
+    emit_matmul(
+        ctx, n, a.name, out, kind="Gemm", w=w, a_zp=p.a_zp, w_zp=w_zp, a_type=at,
         bias=bias, requant=requant,
     )  # fmt: skip

@@ -189,4 +189,4 @@ def ort_dq_type(ctx: BuildContext, q: onnx.NodeProto) -> str:
             "levels default and off (it rounds the dequantized value to float16 at one "
             "only); not supported",
         )
-    return found[0]
+    return str(found[0])
