@@ -19,6 +19,7 @@ VALUE_ATTRIBUTES = ("value", "value_float", "value_floats", "value_int", "value_
 
 @converter("", "Constant", since=1, attributes=(*VALUE_ATTRIBUTES, "sparse_value"))
 def constant(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Constant: its value joins the constants converters read (no IR node)."""
     ctx.consts[n.output[0]] = constant_value(ctx, n)
 
 

@@ -31,6 +31,7 @@ converter("", "Clip", since=6, until=10)(float_op)
 @converter(MS_DOMAIN, "QLinearSigmoid", since=1, attributes=(), host_fallback=True)
 @converter(MS_DOMAIN, "QLinearLeakyRelu", since=1, attributes=("alpha",), host_fallback=True)
 def qlinear_activation(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """com.microsoft QLinearSigmoid / QLinearLeakyRelu: one `lut` table (`lut`)."""
     attrs = ctx.attrs(n)
     it = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
     x = ctx.value(n, n.input[0])
@@ -68,6 +69,8 @@ def lut(
     quantize_precision: str = "float32",
     dequantize_type: str | None = None,
 ) -> None:
+    """A `lut` node: the table `compiler.ort.tables.reference_table` builds for `form`
+    ("qlinear" or "qdq") under the reference's MLAS FMA flag (the exact kernel model)."""
     if not (xs > 0 and ys > 0 and np.isfinite(xs) and np.isfinite(ys)):
         raise ctx.bad(n, "scales must be finite and positive")
     try:
@@ -100,6 +103,8 @@ def lut(
 
 @converter("", "Clip", since=11, attributes=())
 def clip(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Clip of an integer input: `clip(min, max)` (an absent bound: the type's); of float32:
+    the host op."""
     x = ctx.value(n, n.input[0])
     if x.dtype == "float32":
         return float_op(ctx, n)

@@ -58,6 +58,7 @@ def emit_matmul(
 
 
 def weights(ctx: BuildContext, n: onnx.NodeProto, idx: int) -> np.ndarray:
+    """Constant 2-D 8-bit weights [K, N] as int64 (their type kept for `emit_matmul`)."""
     w = ctx.const(n, idx, "weights")
     if w.dtype.name not in EIGHT_BIT:
         raise ctx.fail(n, f"weights have type {w.dtype.name}; supported: int8, uint8")
@@ -69,7 +70,9 @@ def weights(ctx: BuildContext, n: onnx.NodeProto, idx: int) -> np.ndarray:
 
 def column_param(
     ctx: BuildContext, n: onnx.NodeProto, idx: int, what: str, N: int, default: Any = None
-):
+) -> Any:
+    """A per-tensor (scalar) or per-column ([N], as a tuple) constant input; `default` if
+    absent (then it is optional)."""
     v = ctx.const(n, idx, what, optional=default is not None)
     if v is None:
         return default
@@ -81,6 +84,7 @@ def column_param(
 
 
 def matmul_out(ctx: BuildContext, n: onnx.NodeProto, a: Value, w: np.ndarray, dtype: str) -> Value:
+    """The output value of `a` [..., K] times `w` [K, N]: [..., N] of `dtype`."""
     if len(a.shape) < 2 or a.shape[-1] != w.shape[0]:
         raise ctx.fail(n, f"input shape {list(a.shape)} does not match weights {list(w.shape)}")
     return Value(n.output[0], dtype, a.shape[:-1] + (w.shape[1],))
@@ -98,6 +102,7 @@ def check_acc(ctx: BuildContext, n, w, w_zp, a_type, a_zp, bias=None) -> None:
 
 
 def out_type(ctx: BuildContext, n: onnx.NodeProto, zp: np.ndarray) -> str:
+    """The output type a zero point gives (int8 or uint8 only)."""
     t = zp.dtype.name
     if t not in EIGHT_BIT:
         raise ctx.fail(n, f"output type {t} not supported; supported: int8, uint8")

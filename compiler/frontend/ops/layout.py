@@ -22,6 +22,7 @@ from ..registry import converter
 
 @converter("", "Reshape", since=5, attributes=("allowzero",))
 def reshape(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Reshape to a constant shape (0 copies a dim unless `allowzero`; one -1 is inferred)."""
     x = ctx.value(n, n.input[0])
     spec = [int(v) for v in ctx.const(n, 1, "shape").reshape(-1)]
     allowzero = bool(ctx.attrs(n).get("allowzero", 0))
@@ -37,6 +38,7 @@ def reshape(ctx: BuildContext, n: onnx.NodeProto) -> None:
 
 @converter("", "Transpose", since=1, attributes=("perm",))
 def transpose(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Transpose by `perm` (default: reversed axes)."""
     x = ctx.value(n, n.input[0])
     perm = ctx.attrs(n).get("perm")
     if perm is None:
@@ -50,6 +52,7 @@ def transpose(ctx: BuildContext, n: onnx.NodeProto) -> None:
 
 @converter("", "Identity", since=1, attributes=())
 def identity(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Identity: `identity`."""
     ctx.attrs(n)
     x = ctx.value(n, n.input[0])
     ctx.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))

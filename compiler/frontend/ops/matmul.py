@@ -33,6 +33,7 @@ from .integer_matmul import (
 
 @converter("", "QLinearMatMul", since=10, attributes=(), host_fallback=True)
 def qlinear_matmul(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """QLinearMatMul with constant 8-bit weights: `matmul` with its float32 requantization."""
     ort_kernel_types(ctx, n, 3, 7)
     ctx.positive_scales(n, {1: "a_scale", 4: "b_scale", 6: "y_scale"})  # before any form
     ctx.attrs(n)
@@ -58,6 +59,7 @@ def qlinear_matmul(ctx: BuildContext, n: onnx.NodeProto) -> None:
 
 @converter("", "MatMulInteger", since=10, attributes=(), host_fallback=True)
 def matmul_integer(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """MatMulInteger with constant 8-bit weights: `matmul` with the int32 accumulator as output."""
     ctx.attrs(n)
     at = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
     a = ctx.value(n, n.input[0])

@@ -28,6 +28,7 @@ from ..registry import converter
     attributes=("multiplier", "shift", "zero_point", "rounding", "output_type", "scale"),
 )
 def requantize(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """ai.npufusion Requantize: `requantize` with a fixed-point (double/single) or float scheme."""
     attrs = ctx.attrs(n)
     x = ctx.value(n, n.input[0])
     if x.dtype not in TYPES or x.dtype == "int64":
