@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.errors import InternalError
+
 from .f16_context import PROJECT_DOMAIN
 
 MS_DOMAIN = "com.microsoft"
@@ -37,8 +39,9 @@ NEWEST_READ: dict[str, int] = {"": 28, MS_DOMAIN: 1, PROJECT_DOMAIN: 1}
 ConvertFn = Callable[[Any, Any], None]  # (BuildContext, onnx.NodeProto) -> None
 
 
-class DuplicateConverter(ValueError):
-    """Two converters claim one opset version of the same (domain, op)."""
+class DuplicateConverter(InternalError):
+    """Two converters claim one opset version of the same (domain, op): a bug in the tool,
+    raised when the second one's module is imported."""
 
 
 def canonical_domain(domain: str) -> str:
