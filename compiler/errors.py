@@ -10,7 +10,14 @@ class CompilerError(Exception):
 
 
 class FrontendError(CompilerError, BadInput):
-    """The ONNX model cannot be loaded into the integer IR (unsupported op, bad dtype...)."""
+    """The ONNX model cannot be loaded into the integer IR (unsupported op, bad dtype...).
+
+    `bad_input`: no reading makes the value meaningful (bad even on the host);
+    `overridable`: the cause is an initializer overridable at run time.
+    """
+
+    bad_input: bool = False
+    overridable: bool = False
 
 
 class InternalError(CompilerError):

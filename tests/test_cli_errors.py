@@ -34,6 +34,7 @@ BAD_INPUT = {
 TOOL_BUG = {
     "compiler.errors.CompilerError",
     "compiler.errors.InternalError",
+    "compiler.frontend.registry.DuplicateConverter",
     "npu_backend.simulator.SimulatorError",
     "npu_backend.simulator.UndefinedResult",
     "npu_backend.ledger.LedgerError",

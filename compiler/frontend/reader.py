@@ -1,28 +1,32 @@
 """ONNX frontend: load, validate, and lower a quantized ONNX model to the integer IR.
 
-Accepted forms:
-- QOperator: QLinearMatMul, MatMulInteger, QuantizeLinear, DequantizeLinear,
-  com.microsoft QLinearSigmoid / QLinearLeakyRelu;
-- QDQ: DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear becomes one table;
+The graph is walked by a dispatcher (`_Builder`) that calls, for every node, the converter
+registered for its domain, op type and the model's opset version of that domain
+(`compiler.frontend.registry`); converters live in `compiler.frontend.ops`, one module per
+op family, and share the builder context (`compiler.frontend.context.BuildContext`).
+Accepted forms (each family module names the opset versions it reads):
+- QOperator: QLinearMatMul, MatMulInteger, pointwise QLinearConv (`ops.matmul`,
+  `ops.conv`), com.microsoft QLinearSigmoid / QLinearLeakyRelu (`ops.elementwise`),
+  standalone QuantizeLinear / DequantizeLinear (on the host, `ops.qdq`);
+- QDQ (`ops.qdq`): DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear becomes one table;
   DequantizeLinear(x), DequantizeLinear(W) -> MatMul|Gemm -> QuantizeLinear becomes one
   host float MatMul (run by ONNX Runtime: its float32 summation order is not an integer op);
 - com.microsoft QGemm with y_scale (a `matmul` with its int32 bias and QGemm's scale) and
   QLinearAdd / QLinearMul with one constant operand (`qlinear_binary`, exact MLAS);
 - integer Clip, Reshape, Transpose, Identity; Cast to the same type and inference
-  Dropout (no-ops: `identity`);
-- the project domain `ai.npufusion`: `Requantize(x)` with attributes `multiplier`,
-  `shift`, `zero_point`, `rounding` ("double" | "single" | "float", the last with `scale`)
-  and `output_type` ("int8", "uint8", "int16", ...).
+  Dropout (no-ops: `identity`) (`ops.elementwise`, `ops.layout`);
+- the project domain `ai.npufusion`: `Requantize` (`ops.project`).
 
 Every attribute of an op the frontend interprets itself is either interpreted or
-rejected (`INTERPRETED_ATTRIBUTES`); ops run by ONNX Runtime on the host (float ops,
-standalone QuantizeLinear/DequantizeLinear, QDQ MatMul groups) keep their attributes,
-which ONNX Runtime interprets. Any other op, of any opset domain ONNX Runtime knows
-(ai.onnx.ml, com.microsoft, ...), or a form of a known op the NPU has no meaning for, is
-kept on the host as it is written (`host_onnx` with a `placement` reason, reported as
-`unsupported_op`); the rest of the model is still analysed. Malformed input (invalid
-model, bad attribute of an interpreted op, unknown domain) raises `FrontendError` with
-a one-line message naming the node (and the attribute or type).
+rejected (`INTERPRETED_ATTRIBUTES`, declared with each converter); ops run by ONNX Runtime
+on the host (float ops, standalone QuantizeLinear/DequantizeLinear, QDQ MatMul groups) keep
+their attributes, which ONNX Runtime interprets. Any other op, of any opset domain ONNX
+Runtime knows (ai.onnx.ml, com.microsoft, ...), an opset version no converter claims, or a
+form of a known op the NPU has no meaning for, is kept on the host as it is written
+(`host_onnx` with a `placement` reason, reported as `unsupported_op`); the rest of the model
+is still analysed. Malformed input (invalid model, bad attribute of an interpreted op,
+unknown domain) raises `FrontendError` with a one-line message naming the node (and the
+attribute or type).
 
 An initializer listed in graph.input of an IR>=4 model is overridable at run time
 (`compiler.frontend.overridable`): a graph input, never a constant; an op that needs it
@@ -35,96 +39,57 @@ transformers (`compiler.frontend.qdq_reading`).
 
 from __future__ import annotations
 
-import dataclasses
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 
-from compiler.errors import FrontendError, node_label
-from compiler.ir.graph import Graph, Node, Value
-from compiler.ort.tables import (
-    QDQ_FUNCTIONS,
-    QLINEAR_FUNCTIONS,
-    TableSpec,
-    reference_table,
-    session,
-)
-from prover.domain import KernelError
-from prover.inttypes import TYPES, int_type
-from prover.matmul import AccRange, accumulator_range
-from prover.qgemm import QGemmParams, output_scales
-from prover.qlinear_binary import QLinearBinaryParams, span_mode
+from compiler.errors import FrontendError
+from compiler.ir.graph import Graph, Value
 from prover.reference import ONNX, ReferenceProfile
-from prover.requant import check_multiplier, onnx_requant_scale
 
+from . import ops  # noqa: F401 - registers every converter
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
-from .checked import COUNTS, CheckedModel, one_line, validate, validate_ort_graph
-from .f16_context import PROJECT_DOMAIN, decorated_groups, fold_cast, ort_dequantize_types
-from .overridable import overridable_initializers, overridable_message
+from .checked import CheckedModel, one_line, validate, validate_ort_graph
+from .context import BuildContext
+from .elem_types import DTYPES, EIGHT_BIT, MAX_ELEMENTS, ORT_QLINEAR_TYPES, QDQ_SCALE_TYPES
+from .f16_context import PROJECT_DOMAIN
+from .ops.constant import constant_value
+from .ops.host import HOST_FLOAT_OPS
+from .ops.qdq import qdq_activation, qdq_groups
+from .overridable import overridable_message
 from .qdq_reading import integer_reading
-
-MS_DOMAIN = "com.microsoft"
-ML_DOMAIN = "ai.onnx.ml"
-KNOWN_DOMAINS = ("", "ai.onnx", MS_DOMAIN, PROJECT_DOMAIN, ML_DOMAIN)
-
-DTYPES = {
-    TensorProto.INT8: "int8",
-    TensorProto.UINT8: "uint8",
-    TensorProto.INT16: "int16",
-    TensorProto.UINT16: "uint16",
-    TensorProto.INT32: "int32",
-    TensorProto.INT64: "int64",
-    TensorProto.FLOAT: "float32",
-}
-# Ops with an NPU form whose other valid forms (ONNX Runtime runs them) stay on the host.
-NPU_FORM_OPS = ("QLinearMatMul", "MatMulInteger", "QLinearConv", *QLINEAR_FUNCTIONS)
-HOST_FLOAT_OPS = ("MatMul", "Gemm", "Sigmoid", "Tanh", "Relu", "Add", "Sub", "Mul", "Clip")
-EIGHT_BIT = ("int8", "uint8")
-MAX_ELEMENTS = 1 << 31
-
-# The attributes each op the frontend lowers itself interprets (the handler reads and
-# checks their values). Any other attribute is an error naming it: a silently ignored
-# attribute would change the model's meaning.
-INTERPRETED_ATTRIBUTES: dict[str, frozenset[str]] = {
-    "QLinearMatMul": frozenset(),
-    "MatMulInteger": frozenset(),
-    "QLinearConv": frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}),
-    "Reshape": frozenset({"allowzero"}),
-    "Transpose": frozenset({"perm"}),
-    "Identity": frozenset(),
-    "Clip": frozenset(),
-    "Constant": frozenset(
-        {"value", "value_float", "value_floats", "value_int", "value_ints", "sparse_value"}
-    ),
-    "QLinearSigmoid": frozenset(),
-    "QLinearLeakyRelu": frozenset({"alpha"}),
-    "Requantize": frozenset(
-        {"multiplier", "shift", "zero_point", "rounding", "output_type", "scale"}
-    ),
-    # members of a DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear table
-    "DequantizeLinear": frozenset({"axis", "block_size", "output_dtype"}),
-    "QuantizeLinear": frozenset({"axis", "block_size", "output_dtype", "saturate", "precision"}),
-    "Sigmoid": frozenset(),
-    "Tanh": frozenset(),
-    "Relu": frozenset(),
-    "QLinearAdd": frozenset(),
-    "QLinearMul": frozenset(),
-    "QGemm": frozenset({"alpha", "transA", "transB"}),
-}
-# (a, b, y) element types ONNX Runtime 1.32's CPU provider has a QLinearMatMul, QLinearConv
-# and QGemm kernel for (measured, tests/test_ort_kernel_types.py); a model using another
-# combination cannot run and has no reference meaning.
-ORT_QLINEAR_TYPES = (
-    ("uint8", "uint8", "uint8"),
-    ("uint8", "int8", "uint8"),
-    ("int8", "int8", "int8"),
+from .registry import (
+    KNOWN_DOMAINS,
+    ML_DOMAIN,
+    MS_DOMAIN,
+    REGISTRY,
+    canonical_domain,
+    opset_version,
 )
-# Scale element types a QDQ activation table models exactly (prover.lut.build_ort_qdq_table).
-QDQ_SCALE_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
+
+__all__ = [
+    "DTYPES",
+    "EIGHT_BIT",
+    "HOST_FLOAT_OPS",
+    "INTERPRETED_ATTRIBUTES",
+    "KNOWN_DOMAINS",
+    "MAX_ELEMENTS",
+    "ML_DOMAIN",
+    "MS_DOMAIN",
+    "ORT_QLINEAR_TYPES",
+    "PROJECT_DOMAIN",
+    "QDQ_SCALE_TYPES",
+    "load_model",
+    "to_ir",
+]
+
+# The attributes each op the frontend lowers itself interprets (its converter reads and
+# checks their values, `registry.converter(..., attributes=)`). Any other attribute is an
+# error naming it: a silently ignored attribute would change the model's meaning.
+INTERPRETED_ATTRIBUTES: dict[str, frozenset[str]] = REGISTRY.attributes
 
 
 def load_model(model: str | Path | onnx.ModelProto | CheckedModel) -> onnx.ModelProto:
@@ -143,167 +108,12 @@ def load_model(model: str | Path | onnx.ModelProto | CheckedModel) -> onnx.Model
     return validate(m).proto
 
 
-class _Builder:
-    """Converts ONNX nodes one at a time, tracking value types and shapes."""
+class _Builder(BuildContext):
+    """The dispatcher: walks the graph and calls each node's converter (`.registry`)."""
 
-    def __init__(self, m: onnx.ModelProto, reference: ReferenceProfile = ONNX) -> None:
-        COUNTS["built"] += 1
-        self.m = m
-        self.reference = reference
-        g = m.graph
-        # an overridable initializer is a run-time graph input (`.overridable`), no constant
-        self.overridable = overridable_initializers(m)
-        self.consts: dict[str, np.ndarray] = {
-            i.name: numpy_helper.to_array(i)
-            for i in g.initializer
-            if i.name not in self.overridable
-        }
-        self.values: dict[str, Value] = {}
-        self.nodes: list[Node] = []
-        self.opsets = {o.domain: o.version for o in m.opset_import}
-        self.inferred = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
-        self.onnx_users: dict[str, list[onnx.NodeProto]] = {}
-        for n in g.node:
-            for i in n.input:
-                self.onnx_users.setdefault(i, []).append(n)
-        self.graph_outputs = [o.name for o in g.output]
-        self.names: set[str] = set()
-        self.f16_dq_types: dict[str, str] = {}
-        self._ort_dq_types: list[dict[str, str]] | None = None
-        self.acc_ranges: dict[int, AccRange] = {}  # id(ONNX node) -> its checked range
-        self.integer_reading = str(getattr(reference, "qdq_reading", "float")) == "integer"
-
-    # -- helpers -------------------------------------------------------------------------
-
-    def label(self, n: onnx.NodeProto) -> str:
-        return node_label(n.name or n.output[0], n.op_type)
-
-    def fail(self, n: onnx.NodeProto, msg: str) -> FrontendError:
-        return FrontendError(f"{self.label(n)}: {msg}")
-
-    def bad(self, n: onnx.NodeProto, msg: str) -> FrontendError:
-        """A value no reading makes meaningful (e.g. a zero scale): bad input even on the host."""
-        e = self.fail(n, msg)
-        e.bad_input = True
-        return e
-
-    def attrs(self, n: onnx.NodeProto) -> dict[str, Any]:
-        """The node's attributes by name; an attribute its handler does not interpret fails."""
-        allowed = INTERPRETED_ATTRIBUTES[n.op_type]
-        out = {}
-        for a in n.attribute:
-            if a.name not in allowed:
-                raise self.fail(n, f"attribute '{a.name}' is not supported")
-            out[a.name] = onnx.helper.get_attribute_value(a)
-        return out
-
-    def scale(self, n: onnx.NodeProto, idx: int, what: str, types=("float32",)) -> tuple[Any, str]:
-        """A per-tensor scale and its element type, which must be one of `types`."""
-        v = self.const(n, idx, what)
-        if v.dtype.name not in types:
-            raise self.fail(n, f"{what} has type {v.dtype.name}; supported: {', '.join(types)}")
-        return self.scalar(n, idx, what), v.dtype.name
-
-    def const(
-        self, n: onnx.NodeProto, idx: int, what: str, optional: bool = False
-    ) -> np.ndarray | None:
-        if idx >= len(n.input) or n.input[idx] == "":
-            if optional:
-                return None
-            raise self.fail(n, f"missing input {what}")
-        name = n.input[idx]
-        if name in self.overridable:
-            e = self.fail(n, f"{what}: {overridable_message(name, self.m.ir_version)}")
-            e.overridable = True
-            raise e
-        if name not in self.consts:
-            raise self.fail(n, f"{what} '{name}' must be a constant initializer")
-        return self.consts[name]
-
-    def scalar(self, n: onnx.NodeProto, idx: int, what: str, default: Any = None) -> Any:
-        v = self.const(n, idx, what, optional=default is not None)
-        if v is None:
-            return default
-        if v.size != 1:
-            raise self.fail(n, f"{what} must be a scalar (per-tensor), got shape {list(v.shape)}")
-        return v.reshape(()).item()
-
-    def value(self, n: onnx.NodeProto, name: str) -> Value:
-        if name in self.consts:
-            raise self.fail(n, f"input '{name}' is a constant; only constant weights are supported")
-        if name not in self.values:
-            raise self.fail(n, f"input '{name}' is not produced by any supported node")
-        return self.values[name]
-
-    def dtype_of(self, n: onnx.NodeProto, name: str) -> str:
-        return self.value(n, name).dtype
-
-    def expect_dtype(self, n: onnx.NodeProto, name: str, allowed: tuple[str, ...]) -> str:
-        t = self.dtype_of(n, name)
-        if t not in allowed:
-            raise self.fail(n, f"input '{name}' has type {t}; supported: {', '.join(allowed)}")
-        return t
-
-    def new_name(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.names:
-            name, k = f"{base}_{k}", k + 1
-        self.names.add(name)
-        return name
-
-    def emit_matmul(
-        self,
-        n: onnx.NodeProto,
-        a: str,
-        out: Value,
-        *,
-        w,
-        a_zp,
-        w_zp,
-        a_type: str,
-        bias,
-        requant: dict | None,
-        kind: str = "MatMul",
-        **extra: Any,
-    ) -> Node:
-        """An integer matmul node (the one IR form of QLinearMatMul, MatMulInteger, QLinearConv).
-
-        `acc_range` (a `prover.matmul.AccRange`) is the exact per-column accumulator range
-        `check_acc` computed for these weights, zero points and bias.
-        """
-        r = self.acc_ranges.pop(id(n))  # every handler calls check_acc(n, ...) first
-        return self.emit(
-            "matmul",
-            [n],
-            [a],
-            out,
-            kind=kind,
-            **extra,
-            acc_range=r,
-            w=w,
-            a_zp=a_zp,
-            w_zp=w_zp,
-            a_type=a_type,
-            w_type=self.w_dtype,
-            bias=bias,
-            requant=requant,
-        )
-
-    def emit(
-        self, op: str, origin: list[onnx.NodeProto], inputs: list[str], result: Value, **attrs: Any
-    ) -> Node:
-        base = origin[-1].name or origin[-1].output[0]
-        node = Node(
-            self.new_name(base),
-            op,
-            list(inputs),
-            [result.name],
-            attrs,
-            tuple(o.name or o.output[0] for o in origin),
-        )
-        self.values[result.name] = result
-        self.nodes.append(node)
-        return node
+    def constant(self, n: onnx.NodeProto) -> np.ndarray:
+        """The value of Constant node `n` (`.ops.constant`)."""
+        return constant_value(self, n)
 
     # -- graph inputs --------------------------------------------------------------------
 
@@ -347,55 +157,6 @@ class _Builder:
         self.values[vi.name] = Value(vi.name, DTYPES[tt.elem_type], tuple(dims))
         self.names.add(vi.name)
 
-    # -- QDQ grouping --------------------------------------------------------------------
-
-    def producer_map(self) -> dict[str, onnx.NodeProto]:
-        return {o: n for n in self.m.graph.node for o in n.output}
-
-    def single_use(self, name: str) -> bool:
-        return len(self.onnx_users.get(name, [])) == 1 and name not in self.graph_outputs
-
-    def qdq_groups(self) -> dict[str, tuple[str, list[onnx.NodeProto]]]:
-        """Map the name of each group's final QuantizeLinear to (kind, nodes of the group)."""
-        prod = self.producer_map()
-        groups: dict[str, tuple[str, list[onnx.NodeProto]]] = {}
-        # float16 groups as ORT runs them, with its float32 casts (the integer QDQ reading)
-        for out, (members, dq_type) in decorated_groups(self.m.graph, self.single_use).items():
-            q = members[-1]
-            groups[q.name or q.output[0]] = ("act", members)
-            self.f16_dq_types[out] = dq_type
-        for q in self.m.graph.node:
-            if q.output and q.output[0] in self.f16_dq_types:
-                continue
-            if q.op_type != "QuantizeLinear" or q.domain not in ("", "ai.onnx"):
-                continue
-            mid = prod.get(q.input[0])
-            if mid is None or not self.single_use(q.input[0]):
-                continue
-            if mid.op_type in QDQ_FUNCTIONS and mid.domain in ("", "ai.onnx"):
-                dq = prod.get(mid.input[0])
-                if (
-                    dq is not None
-                    and dq.op_type == "DequantizeLinear"
-                    and dq.input[0] not in self.consts
-                ):
-                    if self.single_use(mid.input[0]):
-                        groups[q.name or q.output[0]] = ("act", [dq, mid, q])
-            elif mid.op_type in ("MatMul", "Gemm") and mid.domain in ("", "ai.onnx"):
-                members = [mid, q]
-                ok = True
-                for i in mid.input:
-                    p = prod.get(i)
-                    if p is not None and p.op_type == "DequantizeLinear" and self.single_use(i):
-                        members.insert(0, p)
-                    elif i not in self.consts:
-                        ok = False
-                if ok and any(p.op_type == "DequantizeLinear" for p in members):
-                    pos = {id(n): i for i, n in enumerate(self.m.graph.node)}
-                    members.sort(key=lambda n: pos[id(n)])
-                    groups[q.name or q.output[0]] = ("matmul", members)
-        return groups
-
     # -- conversion ----------------------------------------------------------------------
 
     def check_names(self) -> None:
@@ -414,20 +175,17 @@ class _Builder:
     def run(self) -> Graph:
         self.check_names()
         self.add_inputs()
-        groups = self.qdq_groups()
+        groups = qdq_groups(self)
         skip = {id(n) for _, ns in groups.values() for n in ns[:-1]}
         for n in self.m.graph.node:
             if id(n) in skip:
                 continue
             key = n.name or n.output[0]
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-                self.consts[n.output[0]] = self.constant(n)
-                continue
             if key in groups:
                 kind, members = groups[key]
                 if kind == "act":
                     try:
-                        self.qdq_activation(members)
+                        qdq_activation(self, members)
                     except FrontendError as e:
                         if not getattr(e, "overridable", False):
                             raise
@@ -448,77 +206,31 @@ class _Builder:
         g.prune_values()
         return g
 
-    def constant(self, n: onnx.NodeProto) -> np.ndarray:
-        """The value of a Constant node (value_string(s) are rejected by name)."""
-        attrs = self.attrs(n)
-        if len(attrs) != 1:
-            raise self.fail(n, "a Constant needs exactly one value attribute")
-        ((name, v),) = attrs.items()
-        if name == "value":
-            return numpy_helper.to_array(v)
-        if name in ("value_float", "value_floats"):
-            return np.asarray(v, dtype=np.float32)
-        if name in ("value_int", "value_ints"):
-            return np.asarray(v, dtype=np.int64)
-        return self.dense(n, v)
-
-    def dense(self, n: onnx.NodeProto, sp: onnx.SparseTensorProto) -> np.ndarray:
-        """A sparse_value as a dense array (ONNX: linear or [NNZ, rank] coordinate indices)."""
-        values = numpy_helper.to_array(sp.values).reshape(-1)
-        idx = numpy_helper.to_array(sp.indices).astype(np.int64)
-        dims = tuple(int(d) for d in sp.dims)
-        if int(np.prod(dims, dtype=object)) > MAX_ELEMENTS:
-            raise self.fail(n, f"sparse_value shape {list(dims)} has more than 2^31 elements")
-        out = np.zeros(dims, dtype=values.dtype)
-        if idx.ndim == 2:
-            idx = np.ravel_multi_index(tuple(idx.T), dims) if idx.size else idx.reshape(-1)
-        out.reshape(-1)[idx.reshape(-1)] = values
-        return out
-
     def convert(self, n: onnx.NodeProto) -> None:
-        dom = n.domain or ""
-        if dom in ("", "ai.onnx"):
-            handler = {
-                "QLinearMatMul": self.qlinear_matmul,
-                "MatMulInteger": self.matmul_integer,
-                "QLinearConv": self.qlinear_conv,
-                "Reshape": self.reshape,
-                "Transpose": self.transpose,
-                "Identity": self.identity,
-                "Clip": self.clip,
-                "QuantizeLinear": lambda n: self.host([n]),
-                "DequantizeLinear": lambda n: self.host([n]),
-            }.get(n.op_type)
-            if handler is None and n.op_type in HOST_FLOAT_OPS:
-                handler = self.float_op
-            if n.op_type in ("Cast", "Dropout"):
-                handler = self.cast if n.op_type == "Cast" else self.dropout
-        elif dom == MS_DOMAIN:
-            handler = {
-                "QLinearAdd": self.qlinear_binary,
-                "QLinearMul": self.qlinear_binary,
-                "QGemm": self.qgemm,
-            }.get(n.op_type)
-            if n.op_type in QLINEAR_FUNCTIONS:
-                handler = self.qlinear_activation
-        elif dom == PROJECT_DOMAIN:
-            handler = self.requantize if n.op_type == "Requantize" else None
-        else:
-            handler = None
-        if handler is None:
+        """Call the converter registered for `n`'s domain, op and the model's opset version.
+
+        Without one, `n` runs on the host (`unsupported_op`, naming the op and version); in
+        the project domain, which ONNX Runtime cannot run, that is an error.
+        """
+        dom = canonical_domain(n.domain or "")
+        version = opset_version(self.opsets, dom)
+        conv = REGISTRY.lookup(dom, n.op_type, version)
+        if conv is None:
             if dom == PROJECT_DOMAIN:
+                if REGISTRY.known(dom, n.op_type):
+                    raise self.fail(n, REGISTRY.unclaimed_reason(dom, n.op_type, version))
                 raise self.fail(n, f"unsupported operator (domain '{dom}')")
-            return self.unsupported(n, f"{n.op_type} (domain '{dom or 'ai.onnx'}') has no NPU form")
+            return self.unsupported(n, REGISTRY.unclaimed_reason(dom, n.op_type, version))
         if dom == PROJECT_DOMAIN:
-            return handler(n)
+            return conv.fn(self, n)
         try:
-            handler(n)
+            conv.fn(self, n)
         except FrontendError as e:
             # a form the NPU has no meaning for (a 3x3 QLinearConv, dynamic weights, an
             # overridable initializer where a constant is needed, ...) is still a valid op
             # ONNX Runtime runs: it stays on the host; else the input is bad
             overridable = getattr(e, "overridable", False)
-            if not (n.op_type in NPU_FORM_OPS or overridable):
+            if not (conv.host_fallback or overridable):
                 raise
             if getattr(e, "bad_input", False) or not self.ort_runs(n):
                 raise
@@ -528,784 +240,6 @@ class _Builder:
                 if overridable:  # e.g. a Reshape to a run-time shape: name the cause
                     raise e from None
                 raise
-
-    def ort_runs(self, n: onnx.NodeProto) -> bool:
-        """Whether ONNX Runtime accepts node `n` on its inputs' types and shapes."""
-        from compiler.ort.host import submodel
-
-        ins = {i: self.values[i] for i in n.input if i and i in self.values}
-        if any(i and i not in self.values and i not in self.consts for i in n.input):
-            return False
-        consts = {i: self.consts[i] for i in n.input if i in self.consts}
-        try:
-            m = submodel([n], ins, consts, None, self.opsets)
-            del m.graph.output[:]
-            m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in n.output if o)
-            session(m)
-        except Exception:  # noqa: BLE001 - any refusal means ORT cannot run it
-            return False
-        return True
-
-    def unsupported(self, n: onnx.NodeProto, why: str) -> None:
-        """Keep `n` on the host (ONNX Runtime runs it) with an `unsupported_op` diagnostic."""
-        self.host([n], placement=f"{self.label(n)} runs on the host: {why}")
-
-    def cast(self, n: onnx.NodeProto) -> None:
-        """Cast to the input's own type is a no-op (`identity`); any other Cast is hosted.
-
-        A Cast of a constant (ORT's InsertedPrecisionFreeCast_* on a float16 scale, in the
-        graph the integer QDQ reading reads) is folded exactly as ORT casts.
-        """
-        to = next((int(a.i) for a in n.attribute if a.name == "to"), None)
-        if n.input and n.input[0] in self.consts and to is not None:
-            folded = fold_cast(self.consts[n.input[0]], to)
-            if folded is None:
-                raise self.fail(
-                    n, f"a Cast of constant '{n.input[0]}' to {_type_name(to)} is not folded"
-                )
-            self.consts[n.output[0]] = folded
-            return
-        x = self.value(n, n.input[0])
-        if to is not None and DTYPES.get(to) == x.dtype:
-            self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
-            return
-        target = DTYPES.get(to) or (_type_name(to) if to is not None else "?")
-        self.unsupported(n, f"a Cast from {x.dtype} to {target} changes the type")
-
-    def dropout(self, n: onnx.NodeProto) -> None:
-        """Dropout in inference (no training_mode, or a constant false; mask unused) is a no-op."""
-        x = self.value(n, n.input[0])
-        mode = self.consts.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
-        training = len(n.input) > 2 and n.input[2] and (mode is None or bool(np.any(mode)))
-        mask_used = (
-            len(n.output) > 1
-            and n.output[1]
-            and (self.onnx_users.get(n.output[1]) or n.output[1] in self.graph_outputs)
-        )
-        if training or mask_used:
-            self.unsupported(n, "a Dropout in training mode or with its mask used")
-            return
-        self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
-
-    def weights(self, n: onnx.NodeProto, idx: int) -> np.ndarray:
-        w = self.const(n, idx, "weights")
-        if w.dtype.name not in EIGHT_BIT:
-            raise self.fail(n, f"weights have type {w.dtype.name}; supported: int8, uint8")
-        if w.ndim != 2:
-            raise self.fail(n, f"weights must be 2-D [K, N], got shape {list(w.shape)}")
-        self.w_dtype = w.dtype.name
-        return w.astype(np.int64)
-
-    def column_param(self, n: onnx.NodeProto, idx: int, what: str, N: int, default: Any = None):
-        v = self.const(n, idx, what, optional=default is not None)
-        if v is None:
-            return default
-        if v.size == 1:
-            return v.reshape(()).item()
-        if v.shape != (N,):
-            raise self.fail(n, f"{what} must be a scalar or have shape [{N}], got {list(v.shape)}")
-        return tuple(v.tolist())
-
-    def matmul_out(self, n: onnx.NodeProto, a: Value, w: np.ndarray, dtype: str) -> Value:
-        if len(a.shape) < 2 or a.shape[-1] != w.shape[0]:
-            raise self.fail(
-                n, f"input shape {list(a.shape)} does not match weights {list(w.shape)}"
-            )
-        return Value(n.output[0], dtype, a.shape[:-1] + (w.shape[1],))
-
-    def check_acc(self, n, w, w_zp, a_type, a_zp, bias=None) -> None:
-        """Bad input unless the accumulator stays in int32; the exact per-column range is
-        kept for the node's `acc_range` attribute (computed once, read by every pass)."""
-        r = accumulator_range(
-            w, np.asarray(w_zp, dtype=np.int64), int_type(a_type), int(a_zp), bias
-        )
-        self.acc_ranges[id(n)] = r
-        if not r.fits():
-            raise self.fail(
-                n, f"accumulator range {list(r.overall)} may leave int32 (ONNX Runtime would wrap)"
-            )
-
-    def float32_scales(self, n: onnx.NodeProto, names: dict[int, str]) -> None:
-        """Integer-kernel ops: every scale input must be float32 (opset 21 allows others)."""
-        for idx, what in names.items():
-            v = self.const(n, idx, what)
-            if v.dtype.name != "float32":
-                raise self.fail(n, f"{what} has type {v.dtype.name}; supported: float32")
-
-    def positive_scales(self, n: onnx.NodeProto, names: dict[int, str]) -> None:
-        """Bad input (even on the host) if a constant float scale input holds a value that is
-        zero, negative or not finite in float32; absent or dynamic scales are left to the
-        handler."""
-        for idx, what in names.items():
-            name = n.input[idx] if idx < len(n.input) else ""
-            v = self.consts.get(name) if name else None
-            if v is None or v.dtype.kind != "f":
-                continue
-            with np.errstate(all="ignore"):
-                f = v.astype(np.float32).reshape(-1)
-            bad = f[~(np.isfinite(f) & (f > 0))]
-            if bad.size:
-                raise self.bad(
-                    n, f"{what} '{name}' holds {float(bad[0])}: a scale must be finite and positive"
-                )
-
-    def out_type(self, n: onnx.NodeProto, zp: np.ndarray) -> str:
-        t = zp.dtype.name
-        if t not in EIGHT_BIT:
-            raise self.fail(n, f"output type {t} not supported; supported: int8, uint8")
-        return t
-
-    def elem_type(self, name: str) -> str | None:
-        """Element type of a constant or a known value (None if neither)."""
-        if name in self.consts:
-            return self.consts[name].dtype.name
-        v = self.values.get(name)
-        return None if v is None else v.dtype
-
-    def ort_kernel_types(self, n: onnx.NodeProto, b_idx: int, y_zp_idx: int) -> None:
-        """Bad input unless ONNX Runtime has a kernel for the node's (a, b, y) types.
-
-        y's type is y_zero_point's; without one (QGemm) it is a's, or float.
-        """
-        names = [n.input[i] if i < len(n.input) else "" for i in (0, b_idx, y_zp_idx)]
-        a_t, b_t, y_t = (self.elem_type(x) if x else None for x in names)
-        if a_t is None or b_t is None:
-            return  # a missing or unknown input is reported by the handler
-        if not names[2]:
-            y_t = a_t
-        if (a_t, b_t, y_t) not in ORT_QLINEAR_TYPES:
-            known = ", ".join(f"({a}, {b}, {y})" for a, b, y in ORT_QLINEAR_TYPES)
-            raise self.bad(
-                n,
-                f"ONNX Runtime has no {n.op_type} kernel for types (a, b, y) = "
-                f"({a_t}, {b_t}, {y_t}); it has {known}",
-            )
-
-    def qlinear_matmul(self, n: onnx.NodeProto) -> None:
-        self.ort_kernel_types(n, 3, 7)
-        self.positive_scales(n, {1: "a_scale", 4: "b_scale", 6: "y_scale"})  # before any form
-        self.attrs(n)
-        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        a = self.value(n, n.input[0])
-        w = self.weights(n, 3)
-        N = w.shape[1]
-        a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr = self.qlinear_quant(
-            n, N, ("a", "b"), "y_zero_point must be a scalar"
-        )
-        y_zp = int(y_zp_arr.reshape(()).item())
-        out_t = self.out_type(n, y_zp_arr)
-        scales = self.requant_scales(n, a_scale, bs, y_scale)
-        if any(not (s > 0 and np.isfinite(s)) for s in scales):
-            raise self.bad(n, "requantization scale must be finite and positive")
-        self.check_acc(n, w, w_zp, at, a_zp)
-        out = self.matmul_out(n, a, w, out_t)
-        requant = {"scheme": "float", "scale": scales, "zp": y_zp, "out": out_t}
-        self.emit_matmul(
-            n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=requant
-        )
-
-    def qlinear_quant(self, n: onnx.NodeProto, N: int, names: tuple[str, str], y_zp_msg: str):
-        """Inputs 1, 2 and 4-7 of a QLinearMatMul / QLinearConv (`names`: the a and b
-        inputs' prefixes): (a_scale, a_zp, b scale per column, b zero point(s), y_scale,
-        y_zero_point array), float32 scales and a scalar y_zero_point checked."""
-        a, b = names
-        self.float32_scales(n, {1: f"{a}_scale", 4: f"{b}_scale", 6: "y_scale"})
-        a_scale = self.scalar(n, 1, f"{a}_scale")
-        a_zp = int(self.scalar(n, 2, f"{a}_zero_point"))
-        b_scale = self.column_param(n, 4, f"{b}_scale", N)
-        w_zp = self.column_param(n, 5, f"{b}_zero_point", N)
-        y_scale = self.scalar(n, 6, "y_scale")
-        y_zp_arr = self.const(n, 7, "y_zero_point")
-        if y_zp_arr.size != 1:
-            raise self.fail(n, y_zp_msg)
-        bs = b_scale if isinstance(b_scale, tuple) else (b_scale,) * N
-        return a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr
-
-    def requant_scales(self, n, a_scale, b_scales, y_scale) -> tuple[float, ...]:
-        """ONNX Runtime's float32 requantization scale per output column, all finite and > 0."""
-        for what, v in (
-            ("input scale", a_scale),
-            ("output scale", y_scale),
-            *(("weight scale", b) for b in b_scales),
-        ):
-            f = float(np.float32(v))
-            if not (np.isfinite(f) and f > 0):
-                raise self.bad(n, f"{what} {v} must be finite and positive")
-        with np.errstate(all="ignore"):
-            scales = tuple(float(onnx_requant_scale(a_scale, s, y_scale)) for s in b_scales)
-        if any(not (np.isfinite(s) and s > 0) for s in scales):
-            raise self.bad(
-                n, "requantization scale a_scale*b_scale/y_scale must be finite and positive"
-            )
-        return scales
-
-    def qlinear_conv(self, n: onnx.NodeProto) -> None:
-        """Pointwise (1x1) QLinearConv: a matmul over channels, channel axis 1 (NCHW)."""
-        self.ort_kernel_types(n, 3, 7)
-        self.positive_scales(n, {1: "x_scale", 4: "w_scale", 6: "y_scale"})  # before any form
-        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        x = self.value(n, n.input[0])
-        W = self.const(n, 3, "weights")
-        if W.dtype.name not in EIGHT_BIT:
-            raise self.fail(n, f"weights have type {W.dtype.name}; supported: int8, uint8")
-        if W.ndim != 4 or W.shape[2:] != (1, 1):
-            raise self.fail(
-                n, f"only pointwise (1x1) kernels are supported, got weights {list(W.shape)}"
-            )
-        attrs = self.attrs(n)
-        auto_pad = attrs.get("auto_pad", b"NOTSET")
-        if list(attrs.get("kernel_shape", [1, 1])) != [1, 1]:
-            raise self.fail(n, f"kernel_shape {list(attrs['kernel_shape'])} is not [1, 1]")
-        if (
-            int(attrs.get("group", 1)) != 1
-            or any(int(v) != 1 for v in attrs.get("strides", []))
-            or any(int(v) != 1 for v in attrs.get("dilations", []))
-            or any(int(v) != 0 for v in attrs.get("pads", []))
-            or auto_pad not in (b"NOTSET", b"VALID", "NOTSET", "VALID")
-        ):
-            raise self.fail(n, "only group=1, stride 1, dilation 1, no padding are supported")
-        if len(x.shape) != 4 or x.shape[1] != W.shape[1]:
-            raise self.fail(
-                n, f"input shape {list(x.shape)} does not match weights {list(W.shape)}"
-            )
-        self.w_dtype = W.dtype.name
-        w = W[:, :, 0, 0].T.astype(np.int64)
-        N = w.shape[1]
-        a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr = self.qlinear_quant(
-            n, N, ("x", "w"), "y_zero_point must be a scalar (per-tensor)"
-        )
-        bias_arr = self.const(n, 8, "B", optional=True)
-        bias = None if bias_arr is None else tuple(int(v) for v in bias_arr.reshape(-1))
-        if bias is not None and len(bias) != N:
-            raise self.fail(n, f"bias must have {N} entries")
-        out_t = self.out_type(n, y_zp_arr)
-        scales = self.requant_scales(n, a_scale, bs, y_scale)
-        self.check_acc(n, w, w_zp, at, a_zp, None if bias is None else np.asarray(bias))
-        out = Value(n.output[0], out_t, (x.shape[0], N, x.shape[2], x.shape[3]))
-        requant = {
-            "scheme": "float",
-            "scale": scales,
-            "zp": int(y_zp_arr.reshape(()).item()),
-            "out": out_t,
-        }
-        self.emit_matmul(
-            n,
-            x.name,
-            out,
-            kind="Conv",
-            layout="channels_first",
-            w=w,
-            a_zp=a_zp,
-            w_zp=w_zp,
-            a_type=at,
-            bias=bias,
-            requant=requant,
-        )
-
-    def matmul_integer(self, n: onnx.NodeProto) -> None:
-        self.attrs(n)
-        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        a = self.value(n, n.input[0])
-        w = self.weights(n, 1)
-        N = w.shape[1]
-        a_zp = int(self.scalar(n, 2, "a_zero_point", default=0))
-        w_zp = self.column_param(n, 3, "b_zero_point", N, default=0)
-        self.check_acc(n, w, w_zp, at, a_zp)
-        out = self.matmul_out(n, a, w, "int32")
-        self.emit_matmul(
-            n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=None
-        )
-
-    def qlinear_binary(self, n: onnx.NodeProto) -> None:
-        """com.microsoft QLinearAdd/QLinearMul with one constant operand: `qlinear_binary`.
-
-        Other forms (two dynamic operands, a constant that is not one value per output
-        column, a span mode that depends on the batch size) stay on the host; a zero, negative
-        or non-finite scale is bad input.
-        """
-        self.positive_scales(n, {1: "A_scale", 4: "B_scale", 6: "C_scale"})
-        try:
-            self._qlinear_binary(n)
-        except FrontendError as e:
-            self.unsupported(n, str(e).split(": ", 1)[-1])
-
-    def _qlinear_binary(self, n: onnx.NodeProto) -> None:
-        self.attrs(n)
-        if len(n.input) < 8:
-            raise self.fail(n, "needs 8 inputs")
-        a_name, b_name = n.input[0], n.input[3]
-        a_const, b_const = a_name in self.consts, b_name in self.consts
-        if a_const == b_const:
-            raise self.fail(n, "only a form with exactly one constant operand has an NPU form")
-        x_is_a = not a_const
-        x = self.value(n, a_name if x_is_a else b_name)
-        it = self.expect_dtype(n, x.name, EIGHT_BIT)
-        c = self.consts[b_name if x_is_a else a_name]
-        if c.dtype.name != it:
-            raise self.fail(n, f"constant operand has type {c.dtype.name}; the input is {it}")
-        scales = {}
-        for idx, what in ((1, "A_scale"), (4, "B_scale"), (6, "C_scale")):
-            self.float32_scales(n, {idx: what})
-            scales[what] = float(self.scalar(n, idx, what))
-        zps = {}
-        for idx, what in ((2, "A_zero_point"), (5, "B_zero_point"), (7, "C_zero_point")):
-            z = self.const(n, idx, what, optional=True)
-            if z is not None and z.dtype.name != it:
-                raise self.fail(n, f"{what} has type {z.dtype.name}; the input is {it}")
-            zps[what] = int(self.scalar(n, idx, what, default=0))
-        a_shape = x.shape if x_is_a else tuple(c.shape)
-        b_shape = tuple(c.shape) if x_is_a else x.shape
-        try:
-            out_shape = tuple(np.broadcast_shapes(a_shape, b_shape))
-        except ValueError:
-            raise self.fail(
-                n, f"shapes {list(a_shape)} and {list(b_shape)} do not broadcast"
-            ) from None
-        N = out_shape[-1] if out_shape else 1
-        if (
-            out_shape != x.shape
-            or any(d != 1 for d in c.shape[:-1])
-            or (c.ndim and c.shape[-1] not in (1, N))
-        ):
-            raise self.fail(
-                n, f"constant operand of shape {list(c.shape)} is not one value per column"
-            )
-        const = tuple(int(v) for v in np.broadcast_to(c.reshape(-1), (N,)))
-        mode = span_mode(a_shape, b_shape)
-        if x.shape and n.op_type == "QLinearAdd":
-            modes = set()
-            for rows in (1, 2):
-                xs = (rows,) + tuple(x.shape[1:])
-                modes.add(
-                    span_mode(xs, tuple(c.shape)) if x_is_a else span_mode(tuple(c.shape), xs)
-                )
-            if len(modes) > 1:
-                raise self.fail(n, "ONNX Runtime's operand roles depend on the batch size here")
-        try:
-            params = QLinearBinaryParams(
-                a_scale=scales["A_scale"], a_zp=zps["A_zero_point"],
-                b_scale=scales["B_scale"], b_zp=zps["B_zero_point"],
-                c_scale=scales["C_scale"], c_zp=zps["C_zero_point"], dtype=it,
-            )  # fmt: skip
-        except KernelError as e:
-            raise self.fail(n, str(e)) from None
-        self.emit(
-            "qlinear_binary",
-            [n],
-            [x.name],
-            Value(n.output[0], it, x.shape),
-            binary=n.op_type,
-            const=const,
-            x_is_a=x_is_a,
-            mode=str(mode.value),
-            params=dataclasses.asdict(params),
-            fma=bool(self.reference.mlas_fma),
-        )
-
-    def qgemm(self, n: onnx.NodeProto) -> None:
-        """com.microsoft QGemm with y_scale: the integer `matmul` with bias and QGemm's scale.
-
-        transA, a float output (no y_scale) or a bias varying by row stay on the host; a zero,
-        negative or non-finite scale is bad input.
-        """
-        self.ort_kernel_types(n, 3, 8)
-        self.positive_scales(n, {1: "a_scale", 4: "b_scale", 7: "y_scale"})
-        try:
-            self._qgemm(n)
-        except FrontendError as e:
-            self.unsupported(n, str(e).split(": ", 1)[-1])
-
-    def _qgemm(self, n: onnx.NodeProto) -> None:
-        attrs = self.attrs(n)
-        if int(attrs.get("transA", 0)):
-            raise self.fail(n, "transA=1 (a transposed activation) has no NPU form")
-        if len(n.input) < 8 or not n.input[7]:
-            raise self.fail(n, "a QGemm without y_scale has a float output")
-        at = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        a = self.value(n, n.input[0])
-        B = self.const(n, 3, "B")
-        if B.dtype.name not in EIGHT_BIT or B.ndim != 2:
-            raise self.fail(n, f"B must be a 2-D 8-bit constant, got {B.dtype.name}{list(B.shape)}")
-        w = (B.T if int(attrs.get("transB", 0)) else B).astype(np.int64)
-        self.w_dtype = B.dtype.name
-        N = w.shape[1]
-        self.float32_scales(n, {1: "a_scale", 4: "b_scale", 7: "y_scale"})
-        b_scale = self.const(n, 4, "b_scale").reshape(-1)
-        b_zp_arr = self.const(n, 5, "b_zero_point", optional=True)
-        b_zp = np.zeros(b_scale.shape, np.int64) if b_zp_arr is None else b_zp_arr.reshape(-1)
-        y_zp_arr = self.const(n, 8, "y_zero_point", optional=True)
-        if y_zp_arr is not None and y_zp_arr.size != 1:
-            raise self.fail(n, "y_zero_point must be a scalar (per-tensor)")
-        try:
-            p = QGemmParams(
-                a_type=at,
-                b_type=B.dtype.name,
-                a_scale=float(self.scalar(n, 1, "a_scale")),
-                a_zp=int(self.scalar(n, 2, "a_zero_point", default=0)),
-                b_scale=tuple(float(v) for v in b_scale),
-                b_zp=tuple(int(v) for v in b_zp),
-                y_scale=float(self.scalar(n, 7, "y_scale")),
-                y_zp=0 if y_zp_arr is None else int(y_zp_arr.reshape(()).item()),
-                y_type=at if y_zp_arr is None else y_zp_arr.dtype.name,
-                alpha=float(attrs.get("alpha", 1.0)),
-                trans_b=bool(int(attrs.get("transB", 0))),
-            )
-        except KernelError as e:
-            raise self.fail(n, str(e)) from None
-        if len(p.b_scale) not in (1, N):
-            raise self.fail(n, f"b_scale must have 1 or {N} entries")
-        C = self.const(n, 6, "C", optional=True)
-        bias = None
-        if C is not None:
-            if C.dtype.name != "int32":
-                raise self.fail(n, f"bias C has type {C.dtype.name}; QGemm's is int32")
-            if any(d != 1 for d in C.shape[:-1]) or (C.ndim and C.shape[-1] not in (1, N)):
-                raise self.fail(n, f"bias C of shape {list(C.shape)} varies by row")
-            bias = tuple(int(v) for v in np.broadcast_to(C.reshape(-1), (N,)))
-        w_zp = p.b_zp[0] if len(p.b_zp) == 1 else p.b_zp
-        self.check_acc(n, w, w_zp, at, p.a_zp, None if bias is None else np.asarray(bias))
-        scales = tuple(float(v) for v in np.broadcast_to(output_scales(p), (N,)))
-        if len(a.shape) != 2:
-            raise self.fail(n, f"A must be 2-D, got shape {list(a.shape)}")
-        out = self.matmul_out(n, a, w, p.out.name)
-        requant = {"scheme": "float", "scale": scales, "zp": int(p.y_zp), "out": p.out.name}
-        self.emit_matmul(
-            n, a.name, out, kind="Gemm", w=w, a_zp=p.a_zp, w_zp=w_zp, a_type=at,
-            bias=bias, requant=requant,
-        )  # fmt: skip
-
-    def qlinear_activation(self, n: onnx.NodeProto) -> None:
-        attrs = self.attrs(n)
-        it = self.expect_dtype(n, n.input[0], EIGHT_BIT)
-        x = self.value(n, n.input[0])
-        xs = float(self.scale(n, 1, "X_scale")[0])
-        xz = int(self.scalar(n, 2, "X_zero_point", default=0))
-        ys = float(self.scale(n, 3, "Y_scale")[0])
-        yz = int(self.scalar(n, 4, "Y_zero_point", default=0))
-        for idx, what in ((2, "X_zero_point"), (4, "Y_zero_point")):
-            z = self.const(n, idx, what, optional=True)
-            if z is not None and z.dtype.name != it:
-                raise self.fail(n, f"{what} has type {z.dtype.name}; the input is {it}")
-        alpha = attrs.get("alpha")
-        if n.op_type == "QLinearLeakyRelu" and alpha is None:
-            alpha = 0.01
-        ot = it  # com.microsoft QLinear activations keep the input type
-        self.lut(n, [n], x, QLINEAR_FUNCTIONS[n.op_type], "qlinear", xs, xz, it, ys, yz, ot, alpha)
-
-    def qdq_activation(self, members: list[onnx.NodeProto]) -> None:
-        """DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear as one table.
-
-        Interprets opsets 13 to 23+: `axis` (per-tensor scales only: a per-axis scale is
-        rejected), `block_size` (0 only), `output_dtype` (QuantizeLinear: the output type
-        when there is no zero point; DequantizeLinear-23: must be the scale type),
-        `saturate` (float8 only, and float8 is rejected) and `precision` (the scale type).
-        """
-        dq, q = members[0], members[-1]
-        act = next(m for m in members if m.op_type in QDQ_FUNCTIONS)
-        da, qa = self.attrs(dq), self.attrs(q)
-        self.attrs(act)
-        for node, a in ((dq, da), (q, qa)):
-            if int(a.get("block_size", 0)) != 0:
-                raise self.fail(
-                    node, "attribute 'block_size' (blocked quantization) is not supported"
-                )
-        it = self.expect_dtype(dq, dq.input[0], EIGHT_BIT)
-        x = self.value(dq, dq.input[0])
-        xs, xs_t = self.scale(dq, 1, "x_scale", tuple(QDQ_SCALE_TYPES.values()))
-        ys, ys_t = self.scale(q, 1, "y_scale", tuple(QDQ_SCALE_TYPES.values()))
-        dq_type = self.f16_dq_types.get(q.output[0])
-        if dq_type is None and xs_t != ys_t:
-            raise self.fail(q, f"y_scale has type {ys_t}, x_scale {xs_t}; mixed types unsupported")
-        for node, attr, t in ((dq, "output_dtype", xs_t), (q, "precision", ys_t)):
-            a = (da if node is dq else qa).get(attr, 0)
-            scale_tp = {v: k for k, v in QDQ_SCALE_TYPES.items()}[t]
-            if int(a) not in (0, scale_tp):
-                raise self.fail(
-                    node,
-                    f"attribute '{attr}' = {_type_name(a)} differs from the scale type "
-                    f"{t}; not supported",
-                )
-        xz = int(self.scalar(dq, 2, "x_zero_point", default=0))
-        yz_arr = self.const(q, 2, "y_zero_point", optional=True)
-        out_dtype = int(qa.get("output_dtype", 0))
-        if yz_arr is not None:
-            ot = yz_arr.dtype.name
-            yz = int(yz_arr.reshape(()).item()) if yz_arr.size == 1 else None
-            if yz is None:
-                raise self.fail(q, "y_zero_point must be a scalar (per-tensor)")
-        else:
-            ot = DTYPES.get(out_dtype, _type_name(out_dtype)) if out_dtype else "uint8"
-            yz = 0
-        if ot not in EIGHT_BIT:
-            why = "y_zero_point" if yz_arr is not None else "attribute 'output_dtype'"
-            raise self.fail(q, f"output type {ot} ({why}) not supported; supported: int8, uint8")
-        if out_dtype and DTYPES.get(out_dtype) != ot:
-            raise self.fail(
-                q, f"attribute 'output_dtype' = {_type_name(out_dtype)} but y_zero_point is {ot}"
-            )
-        # QuantizeLinear-23 divides in `precision`, by default the scale's type.
-        q_version = self.opsets.get("", self.opsets.get("ai.onnx", 0))
-        precision = ys_t if q_version >= 23 else "float32"
-        if ys_t == "float16":
-            # written with casts or not, the group means what ORT runs (it may move casts)
-            ort_type = self.ort_dq_type(q)
-            if dq_type not in (None, ort_type):
-                raise self.fail(
-                    q,
-                    f"ONNX Runtime runs this float16 QDQ group's DequantizeLinear in {ort_type}, "
-                    f"not the {dq_type} its casts say; not supported",
-                )
-            dq_type = ort_type
-        self.lut(
-            q,
-            members,
-            x,
-            QDQ_FUNCTIONS[act.op_type],
-            "qdq",
-            float(xs),
-            xz,
-            it,
-            float(ys),
-            yz,
-            ot,
-            None,
-            op_type=act.op_type,
-            scale_type=ys_t,
-            quantize_precision=precision,
-            dequantize_type=dq_type,
-        )
-
-    def ort_dq_type(self, q: onnx.NodeProto) -> str:
-        """The DequantizeLinear output type ORT gives a float16 group in this model
-        (`compiler.frontend.f16_context`), else an error naming `q`.
-
-        The float QDQ reading names ORT's level off. The integer reading names its default
-        level, but counterexamples are replayed at level off: the two must agree.
-        """
-        if self._ort_dq_types is None:
-            integer = str(getattr(self.reference, "qdq_reading", "float")) == "integer"
-            levels = ("default", "off") if integer else ("off",)
-            self._ort_dq_types = [ort_dequantize_types(self.m, lv) for lv in levels]
-        found = []
-        for types in self._ort_dq_types:
-            t = types.get(q.output[0])
-            if t is None and q.name:
-                t = types.get(f"node:{q.name}")
-            found.append(t)
-        if None in found:
-            raise self.fail(
-                q,
-                "ONNX Runtime casts this float16 QDQ group to float32 in a way the tool does "
-                "not model (compiler.frontend.f16_context); not supported",
-            )
-        if len(set(found)) > 1:
-            raise self.fail(
-                q,
-                "ONNX Runtime computes this float16 QDQ group differently at optimisation "
-                "levels default and off (it rounds the dequantized value to float16 at one "
-                "only); not supported",
-            )
-        return found[0]
-
-    def lut(
-        self,
-        n,
-        origin,
-        x,
-        function,
-        form,
-        xs,
-        xz,
-        it,
-        ys,
-        yz,
-        ot,
-        alpha,
-        op_type=None,
-        scale_type: str = "float32",
-        quantize_precision: str = "float32",
-        dequantize_type: str | None = None,
-    ) -> None:
-        if not (xs > 0 and ys > 0 and np.isfinite(xs) and np.isfinite(ys)):
-            raise self.bad(n, "scales must be finite and positive")
-        try:
-            spec = TableSpec(form, op_type or n.op_type, xs, xz, it, ys, yz, ot, alpha, scale_type)
-            table = reference_table(
-                spec,
-                fma=self.reference.mlas_fma,
-                quantize_precision=quantize_precision,
-                dequantize_type=dequantize_type,
-            )
-        except KernelError as e:
-            raise self.fail(n, str(e)) from None
-        out = Value(n.output[0], ot, x.shape)
-        self.emit(
-            "lut",
-            origin,
-            [x.name],
-            out,
-            table=table,
-            in_type=it,
-            out_type=ot,
-            function=function,
-            in_scale=xs,
-            in_zp=xz,
-            out_scale=ys,
-            out_zp=yz,
-            source=form,
-        )
-
-    def requantize(self, n: onnx.NodeProto) -> None:
-        attrs = self.attrs(n)
-        x = self.value(n, n.input[0])
-        if x.dtype not in TYPES or x.dtype == "int64":
-            raise self.fail(n, f"input has type {x.dtype}; Requantize takes int8/uint8/int16/int32")
-        out_t = attrs.get("output_type", b"int8")
-        out_t = out_t.decode() if isinstance(out_t, bytes) else str(out_t)
-        rounding = attrs.get("rounding", b"double")
-        rounding = rounding.decode() if isinstance(rounding, bytes) else str(rounding)
-        if out_t not in TYPES or int_type(out_t).bits > 16:
-            raise self.fail(
-                n, f"output_type {out_t!r} not supported; use int8, uint8, int16 or uint16"
-            )
-        zp = int(attrs.get("zero_point", 0))
-        if not int_type(out_t).contains(zp):
-            raise self.fail(n, f"zero_point {zp} outside {out_t}")
-        if rounding in ("double", "single"):
-            for req in ("multiplier", "shift"):
-                if req not in attrs:
-                    raise self.fail(n, f"missing attribute '{req}'")
-            m, s = int(attrs["multiplier"]), int(attrs["shift"])
-            try:
-                check_multiplier(m, s, single_rounding=rounding == "single")
-            except KernelError as e:
-                raise self.fail(n, str(e)) from None
-            params = {"scheme": rounding, "multiplier": m, "shift": s}
-        elif rounding == "float":
-            if "scale" not in attrs or not float(attrs["scale"]) > 0:
-                raise self.fail(n, "rounding 'float' needs a positive attribute 'scale'")
-            params = {"scheme": "float", "scale": float(np.float32(attrs["scale"]))}
-        else:
-            raise self.fail(n, f"rounding {rounding!r} unknown; use double, single or float")
-        out = Value(n.output[0], out_t, x.shape)
-        self.emit("requantize", [n], [x.name], out, zp=zp, out=out_t, **params)
-
-    def clip(self, n: onnx.NodeProto) -> None:
-        x = self.value(n, n.input[0])
-        if x.dtype == "float32":
-            return self.float_op(n)
-        self.attrs(n)
-        t = int_type(x.dtype)
-        lo = self.scalar(n, 1, "min", default=t.min)
-        hi = self.scalar(n, 2, "max", default=t.max)
-        if int(lo) > int(hi):
-            raise self.fail(n, f"min {lo} > max {hi}")
-        self.emit(
-            "clip", [n], [x.name], Value(n.output[0], x.dtype, x.shape), lo=int(lo), hi=int(hi)
-        )
-
-    def reshape(self, n: onnx.NodeProto) -> None:
-        x = self.value(n, n.input[0])
-        spec = [int(v) for v in self.const(n, 1, "shape").reshape(-1)]
-        allowzero = bool(self.attrs(n).get("allowzero", 0))
-        dims = [x.shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(spec)]
-        total = int(np.prod(x.shape))
-        if dims.count(-1) == 1:
-            rest = int(np.prod([d for d in dims if d != -1]))
-            dims[dims.index(-1)] = total // rest if rest else 0
-        if int(np.prod(dims)) != total or any(d < 0 for d in dims):
-            raise self.fail(n, f"cannot reshape {list(x.shape)} to {spec}")
-        self.emit(
-            "reshape", [n], [x.name], Value(n.output[0], x.dtype, tuple(dims)), shape=tuple(dims)
-        )
-
-    def transpose(self, n: onnx.NodeProto) -> None:
-        x = self.value(n, n.input[0])
-        perm = self.attrs(n).get("perm")
-        if perm is None:
-            perm = list(range(len(x.shape)))[::-1]
-        perm = [int(p) for p in perm]
-        if sorted(perm) != list(range(len(x.shape))):
-            raise self.fail(n, f"perm {perm} is not a permutation of {len(x.shape)} axes")
-        shape = tuple(x.shape[p] for p in perm)
-        self.emit("transpose", [n], [x.name], Value(n.output[0], x.dtype, shape), perm=tuple(perm))
-
-    def identity(self, n: onnx.NodeProto) -> None:
-        self.attrs(n)
-        x = self.value(n, n.input[0])
-        self.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
-
-    def float_op(self, n: onnx.NodeProto) -> None:
-        """A float op ONNX Runtime runs as written; on other types it has no NPU form either."""
-        for i in n.input:
-            if i and i not in self.consts and self.dtype_of(n, i) != "float32":
-                t = self.dtype_of(n, i)
-                return self.unsupported(n, f"{n.op_type} on {t} (input '{i}') has no NPU form")
-        self.host([n])
-
-    def host(
-        self,
-        members: list[onnx.NodeProto],
-        compute: str | None = None,
-        placement: str | None = None,
-    ) -> None:
-        """Nodes run by ONNX Runtime on the host; shapes from ONNX shape inference.
-
-        `placement`: why an op the NPU could not take is here (an `unsupported_op`
-        diagnostic, `compiler.host_placement`).
-        """
-        produced = {o for m in members for o in m.output}
-        ext, consts = [], {}
-        for m in members:
-            for i in m.input:
-                if not i or i in produced:
-                    continue
-                if i in self.consts:
-                    consts[i] = self.consts[i]
-                elif i not in ext:
-                    self.value(m, i)
-                    ext.append(i)
-        last = members[-1]
-        outs = [Value(o, *self.host_out_type(last, o, ext, consts, members)) for o in last.output]
-        onnx_op = compute and f"QDQ {compute}" or last.op_type
-        node = Node(
-            self.new_name(last.name or last.output[0]),
-            "host_onnx",
-            ext,
-            [o.name for o in outs],
-            {
-                "onnx_op": onnx_op,
-                "nodes": [m.SerializeToString() for m in members],
-                "consts": consts,
-                "compute": compute,
-                **({"placement": placement} if placement else {}),
-                # the reference's session level: ORT's default session rewrites on this CPU
-                **({"ort_level": "default"} if self.integer_reading else {}),
-            },
-            tuple(m.name or m.output[0] for m in members),
-        )
-        for o in outs:
-            self.values[o.name] = o
-        self.nodes.append(node)
-
-    def host_out_type(self, n, name, ext, consts, members) -> tuple[str, tuple[int, ...]]:
-        from compiler.ort.host import infer_host_outputs
-
-        try:
-            info = infer_host_outputs(
-                members, {i: self.values[i] for i in ext}, consts, self.opsets
-            )
-        except Exception as e:  # noqa: BLE001
-            raise self.fail(n, f"shape inference failed: {one_line(e)}") from None
-        if name not in info:
-            raise self.fail(n, f"cannot infer the type and shape of '{name}'")
-        if info[name][0] not in DTYPES.values():
-            raise self.fail(
-                n,
-                f"output '{name}' has type {info[name][0]}; "
-                f"supported: {', '.join(sorted(set(DTYPES.values())))}",
-            )
-        return info[name]
 
 
 @lru_cache(maxsize=1)
@@ -1321,13 +255,6 @@ def _ort_domains() -> frozenset[str]:
 def _ort_knows_domain(domain: str) -> bool:
     """Whether ONNX Runtime registers op schemas for an opset domain (then it can host them)."""
     return domain in _ort_domains()
-
-
-def _type_name(t: int) -> str:
-    try:
-        return TensorProto.DataType.Name(int(t))
-    except ValueError:
-        return str(t)
 
 
 def to_ir(

@@ -1,0 +1,284 @@
+"""The builder context converters share: the model, the IR built so far, and helpers.
+
+A converter (`compiler.frontend.registry`) reads its node's inputs through `const`,
+`scalar`, `value` and friends, fails with `fail` (a form the NPU has no meaning for) or `bad`
+(bad input even on the host), and writes IR nodes with `emit`, or keeps nodes on the host
+(ONNX Runtime runs them) with `host` / `unsupported`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, overload
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from compiler.errors import FrontendError, node_label
+from compiler.ir.graph import Node, Value
+from compiler.ort.tables import session
+from prover.matmul import AccRange
+from prover.reference import ONNX, ReferenceProfile
+
+from .checked import COUNTS, one_line
+from .elem_types import DTYPES
+from .overridable import overridable_initializers, overridable_message
+from .registry import REGISTRY
+
+
+class BuildContext:
+    """The state of one model's conversion: constants, IR values and nodes, value users."""
+
+    def __init__(self, m: onnx.ModelProto, reference: ReferenceProfile = ONNX) -> None:
+        COUNTS["built"] += 1
+        self.m = m
+        self.reference = reference
+        self.integer_reading = str(getattr(reference, "qdq_reading", "float")) == "integer"
+        g = m.graph
+        # an overridable initializer is a run-time graph input (`.overridable`), no constant
+        self.overridable = overridable_initializers(m)
+        self.consts: dict[str, np.ndarray] = {
+            i.name: numpy_helper.to_array(i)
+            for i in g.initializer
+            if i.name not in self.overridable
+        }
+        self.values: dict[str, Value] = {}
+        self.nodes: list[Node] = []
+        self.opsets = {o.domain: o.version for o in m.opset_import}
+        self.inferred = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
+        self.onnx_users: dict[str, list[onnx.NodeProto]] = {}
+        for n in g.node:
+            for i in n.input:
+                self.onnx_users.setdefault(i, []).append(n)
+        self.graph_outputs = [o.name for o in g.output]
+        self.names: set[str] = set()
+        self.f16_dq_types: dict[str, str] = {}
+        self.ort_dq_types: list[dict[str, str]] | None = None
+        self.acc_ranges: dict[int, AccRange] = {}  # id(ONNX node) -> its checked range
+        self.w_dtype = ""  # weight element type of the integer matmul being read
+
+    def label(self, n: onnx.NodeProto) -> str:
+        return node_label(n.name or n.output[0], n.op_type)
+
+    def fail(self, n: onnx.NodeProto, msg: str) -> FrontendError:
+        return FrontendError(f"{self.label(n)}: {msg}")
+
+    def bad(self, n: onnx.NodeProto, msg: str) -> FrontendError:
+        """A value no reading makes meaningful (e.g. a zero scale): bad input even on the host."""
+        e = self.fail(n, msg)
+        e.bad_input = True
+        return e
+
+    def attrs(self, n: onnx.NodeProto) -> dict[str, Any]:
+        """The node's attributes by name; an attribute its handler does not interpret fails."""
+        allowed = REGISTRY.attributes[n.op_type]
+        out = {}
+        for a in n.attribute:
+            if a.name not in allowed:
+                raise self.fail(n, f"attribute '{a.name}' is not supported")
+            out[a.name] = onnx.helper.get_attribute_value(a)
+        return out
+
+    def scale(self, n: onnx.NodeProto, idx: int, what: str, types=("float32",)) -> tuple[Any, str]:
+        """A per-tensor scale and its element type, which must be one of `types`."""
+        v = self.const(n, idx, what)
+        if v.dtype.name not in types:
+            raise self.fail(n, f"{what} has type {v.dtype.name}; supported: {', '.join(types)}")
+        return self.scalar(n, idx, what), v.dtype.name
+
+    @overload
+    def const(
+        self, n: onnx.NodeProto, idx: int, what: str, optional: Literal[False] = False
+    ) -> np.ndarray: ...
+
+    @overload
+    def const(
+        self, n: onnx.NodeProto, idx: int, what: str, optional: bool
+    ) -> np.ndarray | None: ...
+
+    def const(
+        self, n: onnx.NodeProto, idx: int, what: str, optional: bool = False
+    ) -> np.ndarray | None:
+        """The constant input `idx` of `n` (None if absent and `optional`); an input that is
+        not a constant fails (an overridable initializer: marked `overridable`)."""
+        if idx >= len(n.input) or n.input[idx] == "":
+            if optional:
+                return None
+            raise self.fail(n, f"missing input {what}")
+        name = n.input[idx]
+        if name in self.overridable:
+            e = self.fail(n, f"{what}: {overridable_message(name, self.m.ir_version)}")
+            e.overridable = True
+            raise e
+        if name not in self.consts:
+            raise self.fail(n, f"{what} '{name}' must be a constant initializer")
+        return self.consts[name]
+
+    def scalar(self, n: onnx.NodeProto, idx: int, what: str, default: Any = None) -> Any:
+        v = self.const(n, idx, what, optional=default is not None)
+        if v is None:
+            return default
+        if v.size != 1:
+            raise self.fail(n, f"{what} must be a scalar (per-tensor), got shape {list(v.shape)}")
+        return v.reshape(()).item()
+
+    def value(self, n: onnx.NodeProto, name: str) -> Value:
+        if name in self.consts:
+            raise self.fail(n, f"input '{name}' is a constant; only constant weights are supported")
+        if name not in self.values:
+            raise self.fail(n, f"input '{name}' is not produced by any supported node")
+        return self.values[name]
+
+    def dtype_of(self, n: onnx.NodeProto, name: str) -> str:
+        return self.value(n, name).dtype
+
+    def expect_dtype(self, n: onnx.NodeProto, name: str, allowed: tuple[str, ...]) -> str:
+        t = self.dtype_of(n, name)
+        if t not in allowed:
+            raise self.fail(n, f"input '{name}' has type {t}; supported: {', '.join(allowed)}")
+        return t
+
+    def new_name(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        return name
+
+    def emit(
+        self, op: str, origin: list[onnx.NodeProto], inputs: list[str], result: Value, **attrs: Any
+    ) -> Node:
+        base = origin[-1].name or origin[-1].output[0]
+        node = Node(
+            self.new_name(base),
+            op,
+            list(inputs),
+            [result.name],
+            attrs,
+            tuple(o.name or o.output[0] for o in origin),
+        )
+        self.values[result.name] = result
+        self.nodes.append(node)
+        return node
+
+    def producer_map(self) -> dict[str, onnx.NodeProto]:
+        return {o: n for n in self.m.graph.node for o in n.output}
+
+    def single_use(self, name: str) -> bool:
+        return len(self.onnx_users.get(name, [])) == 1 and name not in self.graph_outputs
+
+    def float32_scales(self, n: onnx.NodeProto, names: dict[int, str]) -> None:
+        """Integer-kernel ops: every scale input must be float32 (opset 21 allows others)."""
+        for idx, what in names.items():
+            v = self.const(n, idx, what)
+            if v.dtype.name != "float32":
+                raise self.fail(n, f"{what} has type {v.dtype.name}; supported: float32")
+
+    def positive_scales(self, n: onnx.NodeProto, names: dict[int, str]) -> None:
+        """Bad input (even on the host) if a constant float scale input holds a value that is
+        zero, negative or not finite in float32; absent or dynamic scales are left to the
+        handler."""
+        for idx, what in names.items():
+            name = n.input[idx] if idx < len(n.input) else ""
+            v = self.consts.get(name) if name else None
+            if v is None or v.dtype.kind != "f":
+                continue
+            with np.errstate(all="ignore"):
+                f = v.astype(np.float32).reshape(-1)
+            bad = f[~(np.isfinite(f) & (f > 0))]
+            if bad.size:
+                raise self.bad(
+                    n, f"{what} '{name}' holds {float(bad[0])}: a scale must be finite and positive"
+                )
+
+    def elem_type(self, name: str) -> str | None:
+        """Element type of a constant or a known value (None if neither)."""
+        if name in self.consts:
+            return self.consts[name].dtype.name
+        v = self.values.get(name)
+        return None if v is None else v.dtype
+
+    def unsupported(self, n: onnx.NodeProto, why: str) -> None:
+        """Keep `n` on the host (ONNX Runtime runs it) with an `unsupported_op` diagnostic."""
+        self.host([n], placement=f"{self.label(n)} runs on the host: {why}")
+
+    def ort_runs(self, n: onnx.NodeProto) -> bool:
+        """Whether ONNX Runtime accepts node `n` on its inputs' types and shapes."""
+        from compiler.ort.host import submodel
+
+        ins = {i: self.values[i] for i in n.input if i and i in self.values}
+        if any(i and i not in self.values and i not in self.consts for i in n.input):
+            return False
+        consts = {i: self.consts[i] for i in n.input if i in self.consts}
+        try:
+            m = submodel([n], ins, consts, None, self.opsets)
+            del m.graph.output[:]
+            m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in n.output if o)
+            session(m)
+        except Exception:  # noqa: BLE001 - any refusal means ORT cannot run it
+            return False
+        return True
+
+    def host(
+        self,
+        members: list[onnx.NodeProto],
+        compute: str | None = None,
+        placement: str | None = None,
+    ) -> None:
+        """Nodes run by ONNX Runtime on the host; shapes from ONNX shape inference.
+
+        `placement`: why an op the NPU could not take is here (an `unsupported_op`
+        diagnostic, `compiler.host_placement`).
+        """
+        produced = {o for m in members for o in m.output}
+        ext, consts = [], {}
+        for m in members:
+            for i in m.input:
+                if not i or i in produced:
+                    continue
+                if i in self.consts:
+                    consts[i] = self.consts[i]
+                elif i not in ext:
+                    self.value(m, i)
+                    ext.append(i)
+        last = members[-1]
+        outs = [Value(o, *self.host_out_type(last, o, ext, consts, members)) for o in last.output]
+        onnx_op = compute and f"QDQ {compute}" or last.op_type
+        node = Node(
+            self.new_name(last.name or last.output[0]),
+            "host_onnx",
+            ext,
+            [o.name for o in outs],
+            {
+                "onnx_op": onnx_op,
+                "nodes": [m.SerializeToString() for m in members],
+                "consts": consts,
+                "compute": compute,
+                **({"placement": placement} if placement else {}),
+                # the reference's session level: ORT's default session rewrites on this CPU
+                **({"ort_level": "default"} if self.integer_reading else {}),
+            },
+            tuple(m.name or m.output[0] for m in members),
+        )
+        for o in outs:
+            self.values[o.name] = o
+        self.nodes.append(node)
+
+    def host_out_type(self, n, name, ext, consts, members) -> tuple[str, tuple[int, ...]]:
+        from compiler.ort.host import infer_host_outputs
+
+        try:
+            info = infer_host_outputs(
+                members, {i: self.values[i] for i in ext}, consts, self.opsets
+            )
+        except Exception as e:  # noqa: BLE001
+            raise self.fail(n, f"shape inference failed: {one_line(e)}") from None
+        if name not in info:
+            raise self.fail(n, f"cannot infer the type and shape of '{name}'")
+        if info[name][0] not in DTYPES.values():
+            raise self.fail(
+                n,
+                f"output '{name}' has type {info[name][0]}; "
+                f"supported: {', '.join(sorted(set(DTYPES.values())))}",
+            )
+        return info[name]
