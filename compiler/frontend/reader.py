@@ -50,7 +50,7 @@ from compiler.errors import FrontendError
 from compiler.ir.graph import Graph, Value
 from prover.reference import ONNX, ReferenceProfile
 
-from . import ops  # noqa: F401 - registers every converter
+from . import converters  # noqa: F401 - registers every converter
 from .batch import PROBE_SIZES, check_rows_independent, dynamic_inputs, with_batch
 from .checked import CheckedModel, one_line, validate, validate_ort_graph
 from .context import BuildContext
