@@ -1,0 +1,1 @@
+"""`python -m npuc`: the `npuc` command (`compiler.cli.npuc`)."""
