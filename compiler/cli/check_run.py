@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compiler.cli.common import UsageError, check_model_file, resolve_target, tool_version
+from compiler.cli.inputs_read import InputsRead
 from compiler.ir.site import Diagnostic
 from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
@@ -72,6 +73,7 @@ class CheckRun:
     missing_proofs: list[str]
     store: Any = None
     external_data: list[str] = field(default_factory=list)  # side files the model names
+    inputs: InputsRead = field(default_factory=InputsRead)  # digests of the bytes read
 
 
 def open_store(
@@ -137,8 +139,9 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     policy = opts.policy if opts.policy is not None else Policy.parse("bitwise")
     solver = check_solver(opts.solver)
     external: list[str] = []
-    checked = check_model_file(model, external)
-    target = resolve_target(opts.target)
+    read = InputsRead()
+    checked = check_model_file(model, external, read)
+    target = resolve_target(opts.target, read)
     profile = resolve_reference_option(opts.reference)
     store = open_store(opts.proofs, opts.proofs_mode, opts.proof_key_file, opts.recheck_budget_s)
     check_options: dict[str, Any] = {
@@ -166,7 +169,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     misses = missing_proofs(result, store)
     report.proof_misses = [why for _, why in misses]
     report.proof_records = served_records(result)
-    return CheckRun(report, result, target, policy, [h for h, _ in misses], store, external)
+    return CheckRun(report, result, target, policy, [h for h, _ in misses], store, external, read)
 
 
 def host_ops(result: CompileResult) -> list[Diagnostic]:
