@@ -166,3 +166,23 @@ def test_a_fifo_model_is_read_once_and_recorded_as_read(env, capsys):
         assert SERVED not in err and rc == 1
     finally:
         feeder.close()
+
+
+def test_no_record_relies_on_a_proof_record_rewritten_with_another_verdict(
+    env, capsys, monkeypatch
+):
+    """Another process rewrites a proof record between the check and the save: the run
+    record would answer "proven" for a store that now says otherwise."""
+    tmp, store, key = env
+    model = tmp / "m.onnx"
+    model.write_bytes(PROVEN)
+
+    def rewrite() -> None:
+        (rec,) = store.glob("??/*.json")
+        body = json.loads(rec.read_text())
+        body["verdict"]["status"] = "refuted"  # what a tampering (or buggy) writer left
+        rec.write_text(json.dumps(body))
+
+    _after_the_check(monkeypatch, rewrite)
+    rc, _, _ = _check(capsys, model, store, key)
+    assert rc == 0 and _runs(store) == []

@@ -82,7 +82,7 @@ def _writer(worker: int, store: Path, key_file: Path, max_runs: int) -> None:
         assert v.status in ("proven", "refuted"), v
         read = InputsRead(model=f"{worker:04d}{n:060d}", target="default")
         rec = ps.path(_ob(k).hash)
-        out = run_record.save("t", args, read, "{}", 0, [], [rec], True, before)
+        out = run_record.save("t", args, read, "{}", 0, [], [(rec, rec.read_bytes())], True, before)
         assert out is not None
 
 

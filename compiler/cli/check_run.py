@@ -7,6 +7,7 @@ store for the command-line tools; the report writers only see `compiler.report.m
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,12 +282,30 @@ def store_summary(prog: str, run: CheckRun, model: str) -> list[str]:
     return lines
 
 
-def relied_on_records(run: CheckRun) -> list[Path]:
-    """The store's record files of every obligation this run decided or served."""
+def relied_on_records(run: CheckRun) -> list[tuple[Path, bytes]] | None:
+    """The store's record files of every obligation this run decided or served, each read
+    once, with its bytes; None if one no longer holds the verdict the run reports (another
+    process rewrote it: a run record must not answer for a store that changed under it)."""
     if run.store is None:
         return []
-    paths = (run.store.path(h) for h in _verdicts(run.result))
-    return [p for p in paths if p.is_file()]
+    out = []
+    for h, v in _verdicts(run.result).items():
+        p = run.store.path(h)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            continue  # never stored: a refutation the report does not rely on (unlifted)
+        except OSError:
+            return None
+        try:
+            rec = json.loads(data)["verdict"]
+            same = (rec["status"], rec["max_diff"]) == (str(v.status), v.max_diff)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None  # unreadable now, or an error in place of the verdict
+        if not same:
+            return None
+        out.append((p, data))
+    return out
 
 
 def complete(run: CheckRun) -> bool:

@@ -47,6 +47,7 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -300,7 +301,7 @@ def save(
     output: str,
     exit_code: int,
     stderr: list[str],
-    records: list[Path],
+    records: Sequence[tuple[Path, bytes]] | None,
     complete: bool,
     before: dict[str, Any] | None,
 ) -> Path | None:
@@ -308,11 +309,13 @@ def save(
     `complete` (every site decided: nothing unknown, no gate miss) with exit 0 or 1.
 
     The record is keyed by `inputs`, the digests of what the check read, and by `before`
-    (`started`: the context taken before the check), which must still hold. A record
-    that cannot be written is warned about on stderr; the check keeps its exit code."""
+    (`started`: the context taken before the check), which must still hold. `records`:
+    the proof records the report relies on and their bytes (`check_run.relied_on_records`;
+    None: the store changed under the check). A record that cannot be written is warned
+    about on stderr; the check keeps its exit code."""
     if not (applies(args) and complete and exit_code in EXIT_CACHED):
         return None
-    if before is None or inputs.model is None or inputs.target is None:
+    if before is None or records is None or inputs.model is None or inputs.target is None:
         return None
     import time
 
@@ -323,9 +326,12 @@ def save(
     try:
         if context(args, key) != before:
             return None  # the tool, host, environment or key changed during the check
-        relied = {p.relative_to(store).as_posix(): _sha_file(p) for p in sorted(records)}
-    except OSError:  # a proof record removed meanwhile: the record could not be served
+    except OSError:
         return None
+    relied = {
+        p.relative_to(store).as_posix(): hashlib.sha256(data).hexdigest()
+        for p, data in sorted(records)
+    }
     fp = {"model": inputs.model, "target": inputs.target, **before}
     body: dict[str, Any] = {
         "format": FORMAT,
