@@ -20,6 +20,7 @@ the run (`mtimes`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -42,29 +43,29 @@ def is_temp(name: str) -> bool:
 
 def write_atomic(dest: Path, data: bytes) -> None:
     """Write `data` to `dest` at once: create a temporary file (mode 0666 & ~umask), write
-    it whole, rename it over `dest`. A temporary file removed by another process's clean-up
-    before the rename (a writer paused for longer than `STALE_TEMP_S`) is written again."""
+    it whole, rename it over `dest`. Written again if another process removed the temporary
+    file (a writer paused for longer than `STALE_TEMP_S`) or the emptied directory meanwhile."""
     for attempt in range(_ATTEMPTS):
         tmp = temp_name(dest)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, dest)
             return
         except FileNotFoundError:
+            _unlink(tmp)
             if attempt == _ATTEMPTS - 1:
                 raise
+            dest.parent.mkdir(parents=True, exist_ok=True)
         except BaseException:
             _unlink(tmp)
             raise
 
 
 def _unlink(p: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # never written, or not ours to remove: left alone
         os.unlink(p)
-    except FileNotFoundError:
-        pass
 
 
 def remove_stale_temps(directory: Path, max_age_s: float = STALE_TEMP_S) -> int:
