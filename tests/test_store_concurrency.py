@@ -202,6 +202,7 @@ def test_writers_killed_at_random_leave_only_whole_records(tmp_path):
     key_file.write_bytes(KEY)
     for k in [*SHARED, *_own(0)]:
         check(_ob(k))
+    codes = []
     for delay in (0.005, 0.02, 0.05):
         procs = [_start(_writer, w, store, key_file, 4) for w in range(3)]
         time.sleep(delay)
@@ -209,6 +210,8 @@ def test_writers_killed_at_random_leave_only_whole_records(tmp_path):
             if p.is_alive():
                 os.kill(p.pid, signal.SIGKILL)
             p.join(10)
+            codes.append(p.exitcode)
+    assert -signal.SIGKILL in codes and set(codes) <= {0, -signal.SIGKILL}
     ps = ProofStore(store, "rw", key=KEY)
     for rec in store.glob("??/*.json"):  # each whole: it loads and verifies
         ob = next(_ob(k) for k in [*SHARED, *range(100, 100 + 3 * OWN)] if _ob(k).hash == rec.stem)
