@@ -186,3 +186,16 @@ def test_no_record_relies_on_a_proof_record_rewritten_with_another_verdict(
     _after_the_check(monkeypatch, rewrite)
     rc, _, _ = _check(capsys, model, store, key)
     assert rc == 0 and _runs(store) == []
+
+
+def test_a_malformed_external_data_offset_is_bad_input(env, capsys):
+    tmp, store, key = env
+    m = onnx.load_model_from_string(PROVEN)
+    onnx.save_model(m, tmp / "ext.onnx", save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="w.bin", size_threshold=0)  # fmt: skip
+    m = onnx.load(tmp / "ext.onnx", load_external_data=False)
+    t = next(t for t in m.graph.initializer if t.external_data)
+    t.external_data.add(key="offset", value="not a number")
+    onnx.save(m, tmp / "ext.onnx")
+    rc, _, err = _check(capsys, tmp / "ext.onnx", store, key)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "external data" in err

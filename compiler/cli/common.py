@@ -225,7 +225,8 @@ def _tensors(model: Any) -> Any:
 
 def _external_tensors(model: Any) -> list[tuple[Any, str, int, bool]]:
     """(tensor, location, offset, whether it is read to the end of the file) of every
-    tensor of `model` held in an external-data file, before it is loaded."""
+    tensor of `model` held in an external-data file, before it is loaded (ValueError for
+    an offset that is not an integer)."""
     from onnx import TensorProto
 
     out = []
@@ -240,10 +241,14 @@ def _external_tensors(model: Any) -> list[tuple[Any, str, int, bool]]:
 def external_data_locations(model: Any) -> list[str]:
     """The side files (as named in the model, relative to its directory) holding tensors of
     `model` (an `onnx.ModelProto`): initializers, Constant values and subgraphs' tensors."""
+    from onnx import TensorProto
+
     out: list[str] = []
-    for _, loc, _, _ in _external_tensors(model):
-        if loc not in out:
-            out.append(loc)
+    for t in _tensors(model):
+        if t.data_location == TensorProto.EXTERNAL:
+            loc = next((e.value for e in t.external_data if e.key == "location"), "")
+            if loc not in out:
+                out.append(loc)
     return out
 
 
