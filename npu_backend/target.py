@@ -404,6 +404,12 @@ def _schedule(data: Any) -> Schedule:
 
 def load_target(path: str | Path | None = None) -> Target:
     """Load and validate a target TOML file; None loads the default shipped target."""
+    return load_target_bytes(path)[0]
+
+
+def load_target_bytes(path: str | Path | None = None) -> tuple[Target, bytes]:
+    """`load_target`, and the file's bytes it parsed (read once: a caller that fingerprints
+    the target hashes exactly what was loaded)."""
     p = Path(path) if path is not None else DEFAULT_TARGET
     try:
         raw = p.read_bytes()
@@ -414,7 +420,7 @@ def load_target(path: str | Path | None = None) -> Target:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise TargetError(f"target file {str(p)!r} is not valid TOML: {e}") from None
     try:
-        return parse_target(data, str(p))
+        return parse_target(data, str(p)), raw
     except TargetError as e:
         raise TargetError(f"target file {str(p)!r}: {e}") from None
 

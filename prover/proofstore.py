@@ -13,6 +13,10 @@ stored "proven" is re-decided within `recheck_budget_s`, a stored refutation is
 replayed, and only a "proven" that cannot be re-decided within the budget is
 served on a valid HMAC-SHA256 `signature` by the store's `key` (configured by
 the user, e.g. env `NPUFUSION_PROOF_KEY`); otherwise it counts as missing.
+
+Many processes may share one store: a record is written whole or not at all
+(`prover.store_files`), a record another process removes meanwhile is a miss, and
+concurrent writers of one obligation keep the first sound record of its verdict.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -29,6 +32,7 @@ from typing import Any
 
 from .errors import StoreCorrupt, StoreMiss
 from .obligation import Obligation
+from .store_files import remove_stale_temps, write_atomic
 from .terms import canonical
 from .trust import DEFAULT_RECHECK_BUDGET_S, sign, verify
 from .verdict import Verdict
@@ -96,18 +100,22 @@ class ProofStore:
         if self.mode == "off":
             return None
         p = self.path(ob.hash)
-        if not p.exists():
+        try:
+            text = p.read_text()
+        except FileNotFoundError:  # never written, or removed by another process meanwhile
             if self.mode == "ro":
                 raise StoreMiss(
                     f"no proof record for obligation {ob.hash} in {self.root} (ro mode)"
-                )
+                ) from None
             return None
-        return self._load(p, ob)
+        except OSError as e:
+            raise StoreCorrupt(f"unreadable proof record {p}: {e}") from None
+        return self._load(p, text, ob)
 
-    def _load(self, p: Path, ob: Obligation) -> StoredRecord:
+    def _load(self, p: Path, text: str, ob: Obligation) -> StoredRecord:
         try:
-            rec = json.loads(p.read_text())
-        except (OSError, ValueError) as e:
+            rec = json.loads(text)
+        except ValueError as e:
             raise StoreCorrupt(f"unreadable proof record {p}: {e}") from None
         if not isinstance(rec, dict) or rec.get("format") != FORMAT:
             raise StoreCorrupt(f"proof record {p} has an unknown format")
@@ -138,9 +146,14 @@ class ProofStore:
         return "valid" if verify(self.key, sig, unsigned) else "invalid"
 
     def put(self, ob: Obligation, v: Verdict, extra: dict[str, Any] | None = None) -> Path | None:
-        """Write the record of a decided verdict (rw mode only; signed if the store has a key)."""
+        """Write the record of a decided verdict (rw mode only; signed if the store has a key),
+        atomically (`store_files.write_atomic`); a record already there with the same
+        verdict is kept (`_holds`)."""
         if self.mode != "rw" or v.status == "unknown":
             return None
+        p = self.path(ob.hash)
+        if not extra and self._holds(p, ob, v):
+            return p
         body: dict[str, Any] = {
             "format": FORMAT,
             "obligation_hash": ob.hash,
@@ -159,11 +172,22 @@ class ProofStore:
         if self.key is not None:
             body["signature"] = sign(self.key, body)
         body["digest"] = _sha(canonical(body))
-        p = self.path(ob.hash)
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(body, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, p)
+        write_atomic(p, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
+        remove_stale_temps(p.parent)
         return p
+
+    def _holds(self, p: Path, ob: Obligation, v: Verdict) -> bool:
+        """Whether `p` already holds a sound record of the same verdict of `ob` (signed by
+        this store's key, if it has one): then it is kept, not rewritten, so concurrent
+        writers of one obligation agree on its bytes and a run record relying on them
+        stays valid. Anything else (missing, corrupt, another verdict) is replaced."""
+        try:
+            old = self._load(p, p.read_text(), ob)
+        except (OSError, StoreCorrupt):
+            return False
+        if self.key is not None and old.signature != "valid":
+            return False
+        a, b = old.verdict, v
+        cex = (None if c is None else c.to_dict() for c in (a.counterexample, b.counterexample))
+        return (a.status, a.max_diff, next(cex)) == (b.status, b.max_diff, next(cex))

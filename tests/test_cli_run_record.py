@@ -252,14 +252,25 @@ def test_a_record_whose_proof_records_changed_is_not_served(env, capsys):
 def test_an_incomplete_check_leaves_no_record(env, tmp_path):
     import argparse
 
+    from compiler.cli.inputs_read import InputsRead
+
     _, store, key = env
     args = argparse.Namespace(
         model=str(env[0]), proofs=str(store), proofs_mode=None, recheck_budget=0,
         emit_tests=None, result_cache=True, proof_key_file=str(key), target=None,
     )  # fmt: skip
-    assert run_record.save(args, "{}", 0, [], [], complete=True) is not None
+    read = InputsRead(model="0" * 64, target="default")
+    before = run_record.started(args)
+
+    def save(code, done, inputs=read, ctx=before):
+        return run_record.save("prover", args, inputs, "{}", code, [], [], done, ctx)
+
+    assert save(0, True) is not None
     for code, done in ((3, True), (5, True), (2, True), (0, False), (1, False)):
-        assert run_record.save(args, "{}", code, [], [], complete=done) is None
+        assert save(code, done) is None
+    assert save(0, True, inputs=InputsRead()) is None  # nothing was read
+    assert save(0, True, ctx=None) is None  # no context taken before the check
+    assert save(0, True, ctx={**before, "tool": "changed meanwhile"}) is None
 
 
 def test_only_the_newest_records_are_kept(env, capsys, monkeypatch):

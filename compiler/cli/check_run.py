@@ -7,12 +7,14 @@ store for the command-line tools; the report writers only see `compiler.report.m
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compiler.cli.common import UsageError, check_model_file, resolve_target, tool_version
+from compiler.cli.inputs_read import InputsRead
 from compiler.ir.site import Diagnostic
 from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
@@ -72,6 +74,7 @@ class CheckRun:
     missing_proofs: list[str]
     store: Any = None
     external_data: list[str] = field(default_factory=list)  # side files the model names
+    inputs: InputsRead = field(default_factory=InputsRead)  # digests of the bytes read
 
 
 def open_store(
@@ -137,8 +140,9 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     policy = opts.policy if opts.policy is not None else Policy.parse("bitwise")
     solver = check_solver(opts.solver)
     external: list[str] = []
-    checked = check_model_file(model, external)
-    target = resolve_target(opts.target)
+    read = InputsRead()
+    checked = check_model_file(model, external, read)
+    target = resolve_target(opts.target, read)
     profile = resolve_reference_option(opts.reference)
     store = open_store(opts.proofs, opts.proofs_mode, opts.proof_key_file, opts.recheck_budget_s)
     check_options: dict[str, Any] = {
@@ -166,7 +170,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     misses = missing_proofs(result, store)
     report.proof_misses = [why for _, why in misses]
     report.proof_records = served_records(result)
-    return CheckRun(report, result, target, policy, [h for h, _ in misses], store, external)
+    return CheckRun(report, result, target, policy, [h for h, _ in misses], store, external, read)
 
 
 def host_ops(result: CompileResult) -> list[Diagnostic]:
@@ -278,12 +282,30 @@ def store_summary(prog: str, run: CheckRun, model: str) -> list[str]:
     return lines
 
 
-def relied_on_records(run: CheckRun) -> list[Path]:
-    """The store's record files of every obligation this run decided or served."""
+def relied_on_records(run: CheckRun) -> list[tuple[Path, bytes]] | None:
+    """The store's record files of every obligation this run decided or served, each read
+    once, with its bytes; None if one no longer holds the verdict the run reports (another
+    process rewrote it: a run record must not answer for a store that changed under it)."""
     if run.store is None:
         return []
-    paths = (run.store.path(h) for h in _verdicts(run.result))
-    return [p for p in paths if p.is_file()]
+    out = []
+    for h, v in _verdicts(run.result).items():
+        p = run.store.path(h)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            continue  # never stored: a refutation the report does not rely on (unlifted)
+        except OSError:
+            return None
+        try:
+            rec = json.loads(data)["verdict"]
+            same = (rec["status"], rec["max_diff"]) == (str(v.status), v.max_diff)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None  # unreadable now, or an error in place of the verdict
+        if not same:
+            return None
+        out.append((p, data))
+    return out
 
 
 def complete(run: CheckRun) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from compiler.cli.inputs_read import InputsRead, sha256
 from prover.errors import BadInput, StoreMiss
 
 DIST_NAME = "npu-fusion-prover"
@@ -141,13 +142,16 @@ def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argpars
         return ExitCode.INTERNAL
 
 
-def check_model_file(path: str, external: list[str] | None = None) -> Any:
+def check_model_file(
+    path: str, external: list[str] | None = None, read: InputsRead | None = None
+) -> Any:
     """Load and validate an ONNX file once (`compiler.frontend.checked.CheckedModel`, which
     the compiler takes without checking again), raising `UsageError` naming what is wrong
     (or `FrontendError` when strict shape inference fails, as the frontend would).
 
     Tensors stored in external-data files are read from the model's directory; their
-    locations are appended to `external` when it is given."""
+    locations are appended to `external` when it is given. `read` receives the digests
+    of the bytes read (model file, each external tensor), as they were read."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -161,6 +165,8 @@ def check_model_file(path: str, external: list[str] | None = None) -> Any:
     data = p.read_bytes()
     if not data:
         raise UsageError(f"model file is empty: {path}")
+    if read is not None:
+        read.model = sha256(data)
     try:
         model = onnx.load_model_from_string(data)
     except (DecodeError, RuntimeError, ValueError) as e:
@@ -176,9 +182,13 @@ def check_model_file(path: str, external: list[str] | None = None) -> Any:
         from onnx.external_data_helper import load_external_data_for_model
 
         try:
+            pending = _external_tensors(model) if read is not None else []
             load_external_data_for_model(model, str(p.parent))
         except (OSError, ValueError, RuntimeError, onnx.checker.ValidationError) as e:
             raise UsageError(f"external data of {path} cannot be read: {one_line(e)}") from None
+        for t, loc, offset, to_end in pending:
+            assert read is not None
+            read.add_external(loc, offset, to_end, t.raw_data)
     try:
         check_structure(model)
     except (onnx.checker.ValidationError, ValueError, RuntimeError) as e:
@@ -188,27 +198,55 @@ def check_model_file(path: str, external: list[str] | None = None) -> Any:
     return infer(model)
 
 
-def external_data_locations(model: Any) -> list[str]:
-    """The side files (as named in the model, relative to its directory) holding tensors of
-    `model` (an `onnx.ModelProto`): initializers, Constant values and subgraphs' tensors."""
-    from onnx import AttributeProto, TensorProto
+def _tensors(model: Any) -> Any:
+    """Every tensor of `model` an external-data file can hold: initializers, Constant
+    values and subgraphs' tensors, in the graph and in its functions."""
+    from onnx import AttributeProto
 
-    def tensors(graph: Any) -> Any:
-        yield from graph.initializer
-        for node in graph.node:
+    def nodes(nodelist: Any) -> Any:
+        for node in nodelist:
             for a in node.attribute:
                 if a.type == AttributeProto.TENSOR:
                     yield a.t
                 elif a.type == AttributeProto.TENSORS:
                     yield from a.tensors
                 elif a.type == AttributeProto.GRAPH:
-                    yield from tensors(a.g)
+                    yield from graph(a.g)
                 elif a.type == AttributeProto.GRAPHS:
                     for g in a.graphs:
-                        yield from tensors(g)
+                        yield from graph(g)
+
+    def graph(g: Any) -> Any:
+        yield from g.initializer
+        yield from nodes(g.node)
+
+    yield from graph(model.graph)
+    for f in model.functions:
+        yield from nodes(f.node)
+
+
+def _external_tensors(model: Any) -> list[tuple[Any, str, int, bool]]:
+    """(tensor, location, offset, whether it is read to the end of the file) of every
+    tensor of `model` held in an external-data file, before it is loaded (ValueError for
+    an offset that is not an integer)."""
+    from onnx import TensorProto
 
     out = []
-    for t in tensors(model.graph):
+    for t in _tensors(model):
+        if t.data_location == TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in t.external_data}
+            offset = int(info.get("offset") or 0)
+            out.append((t, info.get("location", ""), offset, not info.get("length")))
+    return out
+
+
+def external_data_locations(model: Any) -> list[str]:
+    """The side files (as named in the model, relative to its directory) holding tensors of
+    `model` (an `onnx.ModelProto`): initializers, Constant values and subgraphs' tensors."""
+    from onnx import TensorProto
+
+    out: list[str] = []
+    for t in _tensors(model):
         if t.data_location == TensorProto.EXTERNAL:
             loc = next((e.value for e in t.external_data if e.key == "location"), "")
             if loc not in out:
@@ -216,19 +254,27 @@ def external_data_locations(model: Any) -> list[str]:
     return out
 
 
-def resolve_target(spec: str | None) -> Any:
-    """Load a target: None = the default, a TOML path, or a shipped target's name."""
-    from npu_backend.target import load_target, shipped_targets
+def resolve_target(spec: str | None, read: InputsRead | None = None) -> Any:
+    """Load a target: None = the default, a TOML path, or a shipped target's name. `read`
+    receives what was loaded: "default", "name:N", or the digest of the file's bytes."""
+    from npu_backend.target import load_target, load_target_bytes, shipped_targets
 
     if spec is None:
+        if read is not None:
+            read.target = "default"
         return load_target(None)
     p = Path(spec)
     if not p.exists() and spec in shipped_targets():
-        p = shipped_targets()[spec]
+        if read is not None:
+            read.target = f"name:{spec}"  # its file is part of the tool's fingerprint
+        return load_target(shipped_targets()[spec])
     if not p.exists():
         names = ", ".join(sorted(shipped_targets()))
         raise UsageError(f"target file not found: {spec} (shipped targets: {names})")
-    return load_target(p)
+    target, raw = load_target_bytes(p)
+    if read is not None:
+        read.target = f"file:{sha256(raw)}"
+    return target
 
 
 def parse_policy(text: str) -> Any:

@@ -116,6 +116,7 @@ def _check(args: argparse.Namespace) -> int:
         from compiler.report.plots import require_matplotlib
 
         require_matplotlib()  # before the work: a missing extra is bad usage (exit 2)
+    before = run_record.started(args)  # the run record's context, taken before the check
     run = run_pipeline(args.model, opts)
     report: Report = run.report
     if args.emit_tests:
@@ -138,7 +139,7 @@ def _check(args: argparse.Namespace) -> int:
     code = report.exit_code()
     if run_record.applies(args):  # the store's record files are listed only then
         records = relied_on_records(run)
-        run_record.save(args, text, code, lines, records, complete(run), run.external_data)
+        run_record.save(PROG, args, run.inputs, text, code, lines, records, complete(run), before)
     return code
 
 

@@ -9,9 +9,11 @@ fingerprint of everything the result depends on, HMAC-signed with the key
 (`prover.trust`). A later run with the same fingerprint prints that report instead of
 checking again. The fingerprint holds:
 
-- the model file's bytes (sha256), those of every external-data file it names, and the
-  target file's, when a path names it; the model and store paths as given (reports name
-  them);
+- the model file's bytes (sha256), the bytes of every external-data range its tensors
+  were read from, and the target file's, when a path names it, each hashed as the check
+  read it (`compiler.cli.inputs_read`), never read again when the record is saved: a
+  file changed during the check (or a FIFO fed other bytes) never leaves the old report
+  under the new bytes; the model and store paths as given (reports name them);
 - every option that can change the report (policy, target, reference, solver, timeout,
   format, indent, synthesis, schedule strategy, proofs mode, recheck budget);
 - the tool: a hash of every file of `compiler/`, `prover/` and `npu_backend/` (sources,
@@ -21,12 +23,21 @@ checking again. The fingerprint holds:
   u8s8 GEMM is exact with VNNI and saturates without), machine, Python version;
 - the `NPUFUSION_*` and `ORT_*` environment (not the key).
 
+Tool, dependencies, host, environment and key are taken before the check and again at
+save; a run during which any of them changed leaves no record. Only a regular file is
+served (a FIFO's bytes are read once, by the check).
+
 Served records are never edited in place: one with an invalid signature (edited, or made
 with another key) is ignored with a warning, and the check runs. The proof records a run
 relied on must still be in the store, byte for byte (their sha256 is in the run record), so
 serving never leaves a store the `ro` gate would then fail on, nor answers for a store
 that changed under it. `runs/` carries a `.gitignore`: these records are local to the machine and
 never committed with the store. The newest `MAX_RECORDS` are kept.
+
+Many checks may share one store at once: records are written whole (`prover.store_files`),
+and a record or proof record another process removes meanwhile is a miss, never an error:
+a complete check is never reported as failed for its run record (a record that cannot be
+written is warned about on stderr, and the check keeps its exit code).
 """
 
 from __future__ import annotations
@@ -40,6 +51,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from compiler.cli.inputs_read import InputsRead, external_on_disk
+from prover.store_files import mtimes, remove_stale_temps, write_atomic
 from prover.trust import KEY_ENV, canonical_json, key_id, resolve_key, sign, verify
 
 FORMAT = "npu-prover-run/1"
@@ -56,6 +69,14 @@ NOT_IN_KEY = frozenset(
 
 def _sha_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _sha_regular_file(path: Path) -> str:
+    """sha256 of a regular file's bytes (OSError for anything else: a FIFO or device
+    would be consumed here, and the check would read other bytes)."""
+    if not path.is_file():
+        raise OSError(f"not a regular file: {path}")
+    return _sha_file(path)
 
 
 def _package_dirs() -> list[Path]:
@@ -143,7 +164,7 @@ def _target(spec: str | None) -> str:
     if spec is None:
         return "default"
     p = Path(spec)
-    return f"file:{_sha_file(p)}" if p.exists() else f"name:{spec}"
+    return f"file:{_sha_regular_file(p)}" if p.exists() else f"name:{spec}"
 
 
 def applies(args: argparse.Namespace) -> bool:
@@ -159,13 +180,12 @@ def applies(args: argparse.Namespace) -> bool:
     )
 
 
-def fingerprint(args: argparse.Namespace, key: bytes) -> dict[str, Any]:
-    """Everything the report of `args` depends on (OSError if any of it cannot be read)."""
+def context(args: argparse.Namespace, key: bytes) -> dict[str, Any]:
+    """The part of the fingerprint that is not a file the check reads: paths, options,
+    tool, dependencies, host, environment and key (OSError if any cannot be read)."""
     return {
-        "model": _sha_file(Path(args.model)),
         "paths": {"model": args.model, "proofs": args.proofs},  # reports name them as given
         "options": _options(args),
-        "target": _target(args.target),
         "tool": tool_fingerprint(),
         "dependencies": dependency_fingerprint(),
         "host": host_fingerprint(),
@@ -174,16 +194,30 @@ def fingerprint(args: argparse.Namespace, key: bytes) -> dict[str, Any]:
     }
 
 
-def external_data(model: Path, locations: Sequence[str]) -> dict[str, str] | None:
-    """sha256 of each external-data file of `model` ("missing" if absent); None if none.
-    Serving takes the locations from the record (same model bytes, same locations)."""
-    if not locations:
+def fingerprint(args: argparse.Namespace, key: bytes, model: str, target: str) -> dict[str, Any]:
+    """Everything the report of `args` depends on: the digests of the model and target
+    (`InputsRead.model` / `.target`) and the `context`."""
+    return {"model": model, "target": target, **context(args, key)}
+
+
+def on_disk(args: argparse.Namespace, key: bytes) -> dict[str, Any]:
+    """The fingerprint of `args` as the files are now (to look a record up; OSError if a
+    file cannot be read, or is not a regular file)."""
+    return fingerprint(args, key, _sha_regular_file(Path(args.model)), _target(args.target))
+
+
+def started(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The `context` before a check that may save a run record (None if it may not);
+    `save` writes no record if the context changed during the check."""
+    if not applies(args):
         return None
-    out = {}
-    for loc in locations:
-        p = model.parent / loc
-        out[loc] = _sha_file(p) if p.is_file() else "missing"
-    return out
+    key = _key(args)
+    if key is None:
+        return None
+    try:
+        return context(args, key)
+    except OSError:
+        return None
 
 
 def _path(store: Path, fp: dict[str, Any]) -> Path:
@@ -208,12 +242,10 @@ def serve(prog: str, args: argparse.Namespace) -> int | None:
     if key is None:
         return None
     try:
-        fp = fingerprint(args, key)
+        fp = on_disk(args, key)
         path = _path(Path(args.proofs), fp)
-        if not path.is_file():
-            return None
         rec = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # FileNotFoundError: no record (or pruned meanwhile)
         return None
     why = _invalid(rec, fp, key, Path(args.proofs), Path(args.model))
     if why is not None:
@@ -244,35 +276,47 @@ def _invalid(rec: Any, fp: dict[str, Any], key: bytes, store: Path, model: Path)
     if rec.get("exit_code") not in EXIT_CACHED or not isinstance(rec.get("output"), str):
         return "not the record of a complete check"
     stored = rec.get("external")
-    if stored is not None and stored != external_data(model, list(stored)):
-        return "the model's external-data files changed"
+    why = None if stored is None else external_on_disk(model, stored)
+    if why is not None:
+        return f"the model's external-data files changed ({why})"
     records = rec.get("records")
     if not isinstance(records, dict):
         return "not the record of a complete check"
     for r, digest in records.items():
-        path = os.path.join(store, r)
-        if not os.path.isfile(path):
+        try:
+            now = _sha_file(store / r)
+        except FileNotFoundError:
             return f"a proof record it relied on is gone from the store ({r})"
-        if _sha_file(Path(path)) != digest:
+        except OSError:
+            return f"a proof record it relied on cannot be read ({r})"
+        if now != digest:
             return f"a proof record it relied on has changed in the store ({r})"
     return None
 
 
 def save(
+    prog: str,
     args: argparse.Namespace,
+    inputs: InputsRead,
     output: str,
     exit_code: int,
     stderr: list[str],
-    records: list[Path],
+    records: Sequence[tuple[Path, bytes]] | None,
     complete: bool,
-    locations: Sequence[str] = (),
+    before: dict[str, Any] | None,
 ) -> Path | None:
     """Write the signed run record of a finished check, where `applies` and the check is
     `complete` (every site decided: nothing unknown, no gate miss) with exit 0 or 1.
-    `locations`: the external-data files the model names (`common.external_data_locations`)."""
+
+    The record is keyed by `inputs`, the digests of what the check read, and by `before`
+    (`started`: the context taken before the check), which must still hold. `records`:
+    the proof records the report relies on and their bytes (`check_run.relied_on_records`;
+    None: the store changed under the check). A record that cannot be written is warned
+    about on stderr; the check keeps its exit code."""
     if not (applies(args) and complete and exit_code in EXIT_CACHED):
         return None
-    import tempfile
+    if before is None or records is None or inputs.model is None or inputs.target is None:
+        return None
     import time
 
     key = _key(args)
@@ -280,36 +324,52 @@ def save(
         return None
     store = Path(args.proofs)
     try:
-        fp = fingerprint(args, key)
+        if context(args, key) != before:
+            return None  # the tool, host, environment or key changed during the check
     except OSError:
         return None
+    relied = {
+        p.relative_to(store).as_posix(): hashlib.sha256(data).hexdigest()
+        for p, data in sorted(records)
+    }
+    fp = {"model": inputs.model, "target": inputs.target, **before}
     body: dict[str, Any] = {
         "format": FORMAT,
         "fingerprint": fp,
         "exit_code": int(exit_code),
         "output": output,
         "stderr": list(stderr),
-        "records": {p.relative_to(store).as_posix(): _sha_file(p) for p in sorted(records)},
-        "external": external_data(Path(args.model), locations),
+        "records": relied,
+        "external": inputs.external_record(),
         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     body["signature"] = sign(key, body)
     path = _path(store, fp)
+    try:
+        _write(path, json.dumps(body, sort_keys=True).encode())
+    except OSError as e:
+        print(
+            f"{prog}: warning: run record not written ({e}); the check is complete", file=sys.stderr
+        )
+        return None
+    return path
+
+
+def _write(path: Path, data: bytes) -> None:
     runs = path.parent
     runs.mkdir(parents=True, exist_ok=True)
     ignore = runs / ".gitignore"
     if not ignore.exists():
-        ignore.write_text("# run records are local to this machine; never commit them\n*\n")
-    fd, tmp = tempfile.mkstemp(dir=runs, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(body, f, sort_keys=True)
-    os.replace(tmp, path)
+        text = "# run records are local to this machine; never commit them\n*\n"
+        write_atomic(ignore, text.encode())
+    write_atomic(path, data)
     _prune(runs)
-    return path
 
 
 def _prune(runs: Path) -> None:
-    """Keep the newest `MAX_RECORDS` run records."""
-    recs = sorted(runs.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    for old in recs[MAX_RECORDS:]:
+    """Keep the newest `MAX_RECORDS` run records, and remove temporary files killed writers
+    left; a file another process removed meanwhile is already gone, not an error."""
+    recs = sorted(mtimes(runs, ".json"), reverse=True)
+    for _, old in recs[MAX_RECORDS:]:
         old.unlink(missing_ok=True)
+    remove_stale_temps(runs)

@@ -13,12 +13,14 @@ kernel's semantics (SEMANTICS_VERSION changes every obligation hash).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from prover.store_files import write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -64,24 +66,23 @@ def regenerate(store: Path = PROOFS, examples: Path = EXAMPLES) -> int:
         keep = {r.name for r in records}
         for old in store.glob("??/*.json"):
             if old.name not in keep:
-                old.unlink()
+                old.unlink(missing_ok=True)  # another process may have removed it
         for d in store.glob("??"):
             if d.is_dir() and not any(d.iterdir()):
-                d.rmdir()
+                with contextlib.suppress(OSError):  # gone, or a record written meanwhile
+                    d.rmdir()
         for rec in records:
             dest = store / rec.parent.name / rec.name
             if not _same_verdict(rec, dest):  # only timings differ: keep the file (no churn)
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(rec, dest)
+                write_atomic(dest, rec.read_bytes())
     return len(records)
 
 
 def _same_verdict(new: Path, old: Path) -> bool:
-    if not old.exists():
-        return False
     try:
         a, b = json.loads(new.read_text()), json.loads(old.read_text())
-    except ValueError:
+    except (OSError, ValueError):  # missing (or removed meanwhile), or not JSON
         return False
     fields = ("status", "max_diff", "counterexample", "solver")
     return (
