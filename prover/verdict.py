@@ -51,6 +51,7 @@ class ReasonCode(StrEnum):
     FLOAT_ACCUMULATION = "float_accumulation"
     UNSUPPORTED_OP = "unsupported_op"
     BUFFERS_EXCEED_MEMORY = "buffers_exceed_memory"  # lowering: kept on the host
+    FLOAT_COMPUTE = "float_compute"  # a compute op runs in float: the model is not quantized
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ def preload() -> None:
 
     for pkg in (prover, npu_backend, compiler):
         for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            if info.name.endswith(".__main__"):
+                continue  # `python -m` entry points run their command when imported
             try:
                 importlib.import_module(info.name)
             except ImportError:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from compiler.cli.common import UsageError, check_model_file, resolve_target, tool_version
 from compiler.cli.inputs_read import InputsRead
+from compiler.ir.float_compute import float_compute_finding
 from compiler.ir.site import Diagnostic
 from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
@@ -42,6 +43,7 @@ class CheckOptions:
     reference: str = "onnx"  # a prover.reference profile name, or "ort-host"
     schedule_strategy: str = "early"  # --schedule-strategy (compiler.ir.structure)
     synthesis: bool = True  # --no-synthesize turns it off (compiler.proving.fixed_synthesis)
+    require_quantized: bool = False  # --require-quantized (always on in a read-only gate)
 
     @classmethod
     def from_args(cls, args: Any) -> CheckOptions:
@@ -60,6 +62,7 @@ class CheckOptions:
             reference=args.reference,
             schedule_strategy=args.schedule_strategy,
             synthesis=args.synthesize,
+            require_quantized=getattr(args, "require_quantized", False),
         )
 
 
@@ -166,7 +169,11 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         reference=profile.to_dict(),
         findings=list(result.context.findings) if result.context is not None else [],
         host_ops=host_ops(result),
+        require_quantized=opts.require_quantized or opts.proofs_mode == "ro",
     )
+    floats = float_compute_finding(result.original) if result.original is not None else None
+    if floats is not None:
+        report.findings.append(floats)
     misses = missing_proofs(result, store)
     report.proof_misses = [why for _, why in misses]
     report.proof_records = served_records(result)

@@ -399,6 +399,18 @@ def add_proof_store_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def warn_float_compute(prog: str, report: Any) -> list[str]:
+    """One line on stderr when compute ops run in float on the host (`float_compute`);
+    returns the lines printed."""
+    f = report.float_compute
+    if f is None:
+        return []
+    gate = " (the gate fails: exit 7)" if report.require_quantized else ""
+    line = f"{prog}: warning: {f['message']}{gate}"
+    print(line, file=sys.stderr)
+    return [line]
+
+
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """What both tools ask of a compilation: the model, policy, target, reference,
     synthesis and schedule strategy."""
@@ -434,6 +446,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     add_proof_store_options(p)
     p.add_argument(
         "--timeout", type=positive_float, default=10.0, metavar="SECONDS", help="per obligation"
+    )
+    p.add_argument(
+        "--require-quantized",
+        action="store_true",
+        help="exit 7 when a compute op (MatMul, Gemm, Conv, ...) runs in float on the host, "
+        "i.e. the model or part of it is not quantized (always on with --proofs-mode ro)",
     )
     p.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")

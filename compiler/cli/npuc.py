@@ -29,6 +29,7 @@ from compiler.cli.common import (
     argv_or_default,
     positive_int,
     run_main,
+    warn_float_compute,
 )
 from compiler.report import json_form as report_json
 from compiler.report.model import ExitCode
@@ -40,6 +41,8 @@ EXIT_HELP = """exit codes:
   2  bad usage or bad input (one-line error on stderr)
   4  internal error (rerun with --debug for the traceback)
   5  proof gate failed (--proofs-mode ro): an obligation has no trusted record; nothing written
+  7  a compute op runs in float on the host (not quantized) under --require-quantized or
+     --proofs-mode ro; nothing written
 """
 
 
@@ -165,8 +168,11 @@ def _compile(args: argparse.Namespace) -> int:
         require_matplotlib()  # before the work: a missing extra is bad usage (exit 2)
     run = run_pipeline(args.model, opts)
     print_store_summary(PROG, run, args.model)
+    warn_float_compute(PROG, run.report)
     if run.report.proof_misses:
         return ExitCode.PROOF_MISSING
+    if run.report.exit_code() == ExitCode.FLOAT_COMPUTE:
+        return ExitCode.FLOAT_COMPUTE  # a gate: no program is written
     program = generate(run.result.lowered, run.target)
     check_program(run.result.sites, run.result.lowered, program)
     out.parent.mkdir(parents=True, exist_ok=True)

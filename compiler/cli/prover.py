@@ -25,6 +25,7 @@ from compiler.cli.common import (
     positive_int,
     run_main,
     tool_version,
+    warn_float_compute,
     write_output,
 )
 
@@ -43,6 +44,8 @@ EXIT_HELP = """exit codes:
   4  internal error (rerun with --debug for the traceback)
   5  proof gate failed (--proofs-mode ro): an obligation has no record in the store,
      or one that could be neither re-decided in the budget nor verified by signature
+  7  a compute op runs in float on the host (the model, or part of it, is not
+     quantized) under --require-quantized or --proofs-mode ro
 """
 
 
@@ -135,7 +138,7 @@ def _check(args: argparse.Namespace) -> int:
     else:
         text = importlib.import_module(f"compiler.report.{args.format}").render(report)
     write_output(text, args.output)
-    lines = print_store_summary(PROG, run, args.model)
+    lines = print_store_summary(PROG, run, args.model) + warn_float_compute(PROG, report)
     code = report.exit_code()
     if run_record.applies(args):  # the store's record files are listed only then
         records = relied_on_records(run)

@@ -125,6 +125,12 @@ OTHER_REASONS: dict[ReasonCode, tuple[str, str]] = {
         "QDQ groups as integer kernels (--reference onnx, the default) so the group is an integer "
         "MatMul with a provable epilogue",
     ),
+    ReasonCode.FLOAT_COMPUTE: (
+        "A compute op (MatMul, Gemm, Conv, ...) runs in float on the host: that part of the "
+        "model is not quantized, so nothing about it is checked.",
+        "quantize the model first (onnxruntime.quantization.quantize_static, or "
+        "quantize_dynamic), then check the quantized model; --require-quantized makes this an error",
+    ),
     ReasonCode.BUFFERS_EXCEED_MEMORY: (
         "The op's buffers do not fit the target's memories at once; it stays on the host.",
         "keep it on the host, or choose a target with larger memories",

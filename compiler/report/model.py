@@ -41,6 +41,7 @@ class ExitCode(IntEnum):
     UNKNOWN = 3
     INTERNAL = 4
     PROOF_MISSING = 5  # read-only gate: an obligation has no record that could be trusted
+    FLOAT_COMPUTE = 7  # --require-quantized / ro gate: a compute op runs in float on the host
 
 
 @dataclass
@@ -123,6 +124,13 @@ class Report:
     findings: list[dict[str, Any]] = field(default_factory=list)  # e.g. reference_divergence
     # ONNX ops kept on the host (unsupported_op, lowering fallbacks), with their actions
     host_ops: list[Diagnostic] = field(default_factory=list)
+    # --require-quantized (or a read-only gate): a float_compute finding fails the check
+    require_quantized: bool = False
+
+    @property
+    def float_compute(self) -> dict[str, Any] | None:
+        """The `float_compute` finding (compute ops run in float on the host), if any."""
+        return next((f for f in self.findings if f.get("code") == "float_compute"), None)
 
     @property
     def summary(self) -> Summary:
@@ -145,6 +153,8 @@ class Report:
             return ExitCode.REFUTED
         if self.proof_misses:
             return ExitCode.PROOF_MISSING
+        if self.require_quantized and self.float_compute is not None:
+            return ExitCode.FLOAT_COMPUTE
         if s.unknown:
             return ExitCode.UNKNOWN
         return ExitCode.OK
