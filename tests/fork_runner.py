@@ -146,6 +146,9 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
+    # the checkout this file is in, as `python -m` from its root would import it (a script's
+    # sys.path starts at tests/, so an editable install elsewhere would win)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     preload()
     if sys.argv[1:] == ["--serve"]:
         serve()
