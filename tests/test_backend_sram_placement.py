@@ -23,8 +23,9 @@ from onnx import helper as oh
 from compiler.api import compile_model
 from compiler.regress.emit_tests import ort_outputs
 from npu_backend import sram_plan
-from npu_backend.codegen import generate
-from npu_backend.lowered import LoweredModel, NpuClip, NpuMatMul, TensorSpec
+from npu_backend.codegen import generate, memory_issues
+from npu_backend.lowered import LoweredModel, NpuClip, NpuMatMul, NpuRequant, TensorSpec
+from npu_backend.postprocess import RequantParams
 from npu_backend.program import Program
 from npu_backend.simulator import run
 from npu_backend.target import DEFAULT_TARGET, load_target
@@ -178,3 +179,52 @@ def test_weights_and_bias_are_reloaded_when_wmem_is_in_pieces(tmp_path):
     np.testing.assert_array_equal(got["y1"], x["x1"].astype(np.int64) @ w["w1"] + w["b1"])
     np.testing.assert_array_equal(got["y2"], 7 * w["w3"])
     np.testing.assert_array_equal(got["y3"], 7 * w["w3"] + w["b3"])
+
+
+def _random_chain(rng) -> tuple[LoweredModel, dict[str, int]]:
+    """x [8, 16] int8 through 2-8 steps: raw MatMuls (int32, 8-96 columns) each requantized
+    to int8, and Clips, each reading an earlier int8 tensor; (model, bytes per tensor)."""
+    m = 8
+    cols, kinds, steps, consts = {"x": 16}, {"x": "int8"}, [], {}
+    for i in range(int(rng.integers(2, 9))):
+        src = [k for k in cols if kinds[k] == "int8"]
+        s = src[int(rng.integers(0, len(src)))]
+        if rng.random() < 0.4:
+            n = int(rng.choice([8, 16, 32, 64, 96]))
+            consts[f"w{i}"] = rng.integers(-5, 5, (cols[s], n)).astype(np.int8)
+            steps.append(NpuMatMul(name=f"m{i}", a=s, w=f"w{i}", out=f"a{i}", a_zp=0, w_zp=0,
+                                   bias=None, a_type="int8", w_type="int8"))  # fmt: skip
+            rq = RequantParams("float32", 0, "int8", scale=0.01)
+            steps.append(NpuRequant(f"r{i}", f"a{i}", f"t{i}", rq))
+            cols[f"a{i}"], kinds[f"a{i}"] = n, "int32"
+        else:
+            steps.append(NpuClip(f"c{i}", s, f"t{i}", -10, 10, "int8"))
+        cols[f"t{i}"], kinds[f"t{i}"] = cols[f"a{i}"] if f"a{i}" in cols else cols[s], "int8"
+    outs = [st.out for st in steps if kinds[st.out] == "int8" and rng.random() < 0.4]
+    lowered = LoweredModel(
+        [TensorSpec("x", "int8", (m, 16))], outs or [steps[-1].out], steps=steps, constants=consts
+    )
+    return lowered, {k: m * c * (4 if kinds[k] == "int32" else 1) for k, c in cols.items()}
+
+
+@pytest.mark.parametrize("planned", [True, False])
+def test_every_step_that_fits_alone_gets_its_buffers(tmp_path, monkeypatch, planned):
+    """Random chains and a small sram: whenever each step's own buffers fit
+    (`memory_issues`, what lowering checks), codegen succeeds and computes what the same
+    model computes with plenty of sram; with the plan, and on relocation alone."""
+    if not planned:
+        monkeypatch.setattr(sram_plan, "plan", lambda *a: {})
+    targets = [load_target(sram_target(tmp_path, s)) for s in (1024, 1536, 2048, 3072)]
+    rng, roomy, checked = np.random.default_rng(0), load_target(), 0
+    for _ in range(300):
+        lowered, sizes = _random_chain(rng)
+        target = targets[int(rng.integers(0, len(targets)))]
+        if any(memory_issues(st, sizes, target) for st in lowered.steps):
+            continue
+        x = {"x": rng.integers(-128, 128, (8, 16)).astype(np.int8)}
+        got, _ = run(generate(lowered, target), x)
+        want, _ = run(generate(lowered, roomy), x)
+        for name in lowered.outputs:
+            np.testing.assert_array_equal(got[name], want[name])
+        checked += 1
+    assert checked >= 120
