@@ -6,6 +6,8 @@ Order of work:
 3. emit instructions step by step: DMA of inputs/constants, the parameter record
    and the table (loaded before the MatMul/activation that uses them), the
    compute instruction, DMA of results that the host or the graph output needs;
+   sram addresses follow a liveness-aware plan where its ranges are free
+   (`npu_backend.sram_plan`), else first fit, spilling residents to dram;
 4. check the emitted program (`validate_program`, and the table-slot / parameter-record
    lifetime invariant `npu_backend.lifetime.check_lifetimes`).
 
@@ -30,6 +32,7 @@ from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.matmul import accumulator_range, check_fits_int32
 
+from . import sram_plan
 from .isa import (
     Activation,
     Clip,
@@ -94,7 +97,8 @@ def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[
     An NPU step reads its input and writes its output in sram at the same time; a
     MatMul's weights and bias sit in wmem. `sizes` gives bytes per tensor name (names
     missing from it count 0). Host steps need no NPU memory. Codegen spills other
-    resident tensors to dram, so a step that passes this check always gets its buffers.
+    resident tensors to dram (and moves the step's own input when the free bytes are in
+    pieces), so a step that passes this check always gets its buffers.
     A MatMul whose resident buffers do not fit passes when the target can tile it and a
     one-MAC-block tile fits (codegen then tiles it: `npu_backend.schedule`).
     """
@@ -165,10 +169,15 @@ class Allocator:
         self.name, self.size = name, size
         self.blocks: dict[str, tuple[int, int]] = {}
 
-    def alloc(self, key: str, n: int) -> int:
+    def alloc(self, key: str, n: int, at: int | None = None) -> int:
+        """The address of a block of `n` bytes for `key`: at `at` when that range is free
+        (a planned address, `npu_backend.sram_plan`), else the first free range that fits."""
         if key in self.blocks:
             return self.blocks[key][0]
         n = max(ALIGN, -(-n // ALIGN) * ALIGN)
+        if at is not None and at + n <= self.size and self._free(at, n):
+            self.blocks[key] = (at, n)
+            return at
         addr = 0
         for a, s in sorted(self.blocks.values()):
             if a - addr >= n:
@@ -184,6 +193,9 @@ class Allocator:
 
     def free(self, key: str) -> None:
         self.blocks.pop(key, None)
+
+    def _free(self, at: int, n: int) -> bool:
+        return all(at + n <= a or a + s <= at for a, s in self.blocks.values())
 
 
 # --- shape inference --------------------------------------------------------------------
@@ -408,6 +420,9 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     record_seq = [r for i, st in enumerate(steps) for r in _records(st, schedules.get(i))]
 
     sram = Allocator("sram", target.memory_size("sram"))
+    tiled = frozenset(i for i, sch in schedules.items() if sch.tiled)
+    sizes = {k: nbytes(v) for k, v in specs.items() if v is not None}
+    planned = sram_plan.plan(steps, sizes, sram.size, tiled)
     wmem = Allocator("wmem", target.memory_size("wmem"))
     pmem = Allocator("pmem", target.memory_size("pmem"))
     tables = _Tables(target.tables.slots, target.tables.slot_bytes)
@@ -425,9 +440,10 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         return s
 
     def sram_alloc(name: str, keep: set[str]) -> int:
-        """Allocate `name` in sram, first spilling residents the current step does not use."""
+        """Allocate `name` in sram (at its planned address when free), first spilling
+        residents the current step does not use."""
         try:
-            return sram.alloc(name, nbytes(spec(name)))
+            return sram.alloc(name, nbytes(spec(name)), planned.get(name))
         except CodegenError:
             for other in sorted(in_sram - keep):
                 if other not in in_dram:
@@ -459,10 +475,40 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         prog.append(DmaIn(name, "wmem", addr, nbytes(spec(name))))
         loaded_consts.add(name)
 
+    def weights_to_wmem(w: str, bias: str | None) -> None:
+        """A MatMul's weights and bias in wmem. When the bias finds no range beside the
+        weights loaded before it, both are loaded again into an emptied wmem (they fit
+        when their aligned sizes do: `memory_issues`)."""
+        const_to_wmem(w, {w, bias})
+        try:
+            const_to_wmem(bias, {w, bias})
+        except CodegenError:
+            wmem.free(w)  # const_to_wmem dropped every other constant before it failed
+            loaded_consts.discard(w)
+            const_to_wmem(w, {w, bias})
+            const_to_wmem(bias, {w, bias})
+
     def new_out(name: str, x: str) -> int:
         addr = sram_alloc(name, {name, x})
         in_sram.add(name)
         return addr
+
+    def operands(x: str, out: str) -> tuple[int, int]:
+        """sram addresses of a step's input `x` and new output `out`. When `x` sits where
+        the free bytes left around it are enough in total but not in one range, `x` is
+        stored to dram (if not there yet) and loaded again into an emptied sram: the two
+        then always fit when their aligned sizes do (`memory_issues`, checked by lowering)."""
+        x_addr = to_sram(x)
+        try:
+            return x_addr, new_out(out, x)
+        except CodegenError:
+            to_dram(x)  # new_out spilled every other resident before it failed
+            sram.free(x)
+            in_sram.discard(x)
+            addr = sram.alloc(x, nbytes(spec(x)))
+            prog.append(DmaIn(x, "sram", addr, nbytes(spec(x))))
+            in_sram.add(x)
+            return addr, new_out(out, x)
 
     def table_key_at(i: int) -> str:
         key = table_seq[i]
@@ -600,11 +646,9 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     in_sram.discard(name)
             continue
         if isinstance(st, NpuMatMul):
-            a_addr = to_sram(st.a)
-            const_to_wmem(st.w, {st.w, st.bias})
-            const_to_wmem(st.bias, {st.w, st.bias})
+            a_addr, out_addr = operands(st.a, st.out)
+            weights_to_wmem(st.w, st.bias)
             fields = descriptor(i, st.post)
-            out_addr = new_out(st.out, st.a)
             prog.append(
                 MatMul(
                     name=st.name,
@@ -623,9 +667,8 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 )
             )
         elif isinstance(st, NpuLut):
-            x_addr = to_sram(st.x)
+            x_addr, out_addr = operands(st.x, st.out)
             slot, taddr = load_table(i, tuple(int(v) for v in st.table))
-            out_addr = new_out(st.out, st.x)
             prog.append(
                 Activation(
                     name=st.name,
@@ -643,14 +686,12 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 )
             )
         elif isinstance(st, NpuRequant):
-            x_addr = to_sram(st.x)
+            x_addr, out_addr = operands(st.x, st.out)
             rqs = st.requant if isinstance(st.requant, tuple) else (st.requant,)
             param_addr = load_record(tuple(PostProcess(rq) for rq in rqs))
-            out_addr = new_out(st.out, st.x)
             prog.append(Requant(st.name, st.x, st.out, x_addr, out_addr, param_addr, st.requant))
         elif isinstance(st, NpuClip):
-            x_addr = to_sram(st.x)
-            out_addr = new_out(st.out, st.x)
+            x_addr, out_addr = operands(st.x, st.out)
             prog.append(Clip(st.name, st.x, st.out, x_addr, out_addr, st.lo, st.hi, st.dtype))
         else:
             prog.append(HostCall(st.name, st))

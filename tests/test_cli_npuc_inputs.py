@@ -102,3 +102,59 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
     )
     p = npuc("inputs", str(tmp_path / "w.onnx"), "-o", str(tmp_path / "a.npz"), "--dim", "width=5")
     assert p.returncode == 0 and np.load(tmp_path / "a.npz")["x"].shape == (1, 5)
+
+
+def _two_readers(path: Path, second: tuple[float, int]) -> Path:
+    """int8 X read by two QLinearMatMuls, `mm_a` with (0.02, 0) and `mm_b` with `second`."""
+    from models import const, make, weights
+
+    inits, nodes, outs = [], [], []
+    for tag, (scale, zp) in (("a", (0.02, 0)), ("b", second)):
+        inits += [
+            const(f"W_{tag}", weights(8, 4, seed=len(tag)), "int8"),
+            const(f"xs_{tag}", scale, "float32"),
+            const(f"xz_{tag}", zp, "int8"),
+            const(f"ws_{tag}", 0.01, "float32"),
+            const(f"wz_{tag}", 0, "int8"),
+            const(f"ys_{tag}", 0.05, "float32"),
+            const(f"yz_{tag}", 0, "int8"),
+        ]
+        args = ["X", f"xs_{tag}", f"xz_{tag}", f"W_{tag}", f"ws_{tag}", f"wz_{tag}"]
+        nodes.append(
+            helper.make_node(
+                "QLinearMatMul", [*args, f"ys_{tag}", f"yz_{tag}"], [f"Y_{tag}"], name=f"mm_{tag}"
+            )
+        )
+        outs.append(helper.make_tensor_value_info(f"Y_{tag}", TensorProto.INT8, [2, 4]))
+    x = helper.make_tensor_value_info("X", TensorProto.INT8, [2, 8])
+    onnx.save(make(nodes, [x], outs, inits), path)
+    return path
+
+
+def test_an_input_read_with_conflicting_parameters_is_refused(tmp_path):
+    model = _two_readers(tmp_path / "m.onnx", (0.03, 5))
+    np.savez(tmp_path / "f.npz", X=np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8))
+    out = tmp_path / "q.npz"
+    r = npuc("inputs", str(model), "-o", str(out), "--from", str(tmp_path / "f.npz"))
+    assert_one_line_error(
+        r,
+        "input 'X'",
+        "'mm_a' (QLinearMatMul) (scale 0.0199999996, zero point 0)",
+        "'mm_b' (QLinearMatMul) (scale 0.0299999993, zero point 5)",
+    )
+    assert not out.exists()
+    r = npuc("inputs", str(_two_readers(tmp_path / "z.onnx", (0.02, 3))), "-o", str(out),
+             "--from", str(tmp_path / "f.npz"))  # fmt: skip
+    assert_one_line_error(r, "'mm_b' (QLinearMatMul) (scale 0.0199999996, zero point 3)")
+
+
+def test_an_input_read_by_two_ops_with_the_same_parameters_is_quantized(tmp_path):
+    model = _two_readers(tmp_path / "m.onnx", (0.02, 0))
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+    np.savez(tmp_path / "f.npz", X=x)
+    out = tmp_path / "q.npz"
+    r = npuc("inputs", str(model), "-o", str(out), "--from", str(tmp_path / "f.npz"))
+    assert r.returncode == 0, r.stderr
+    assert "scale 0.0199999996 and zero point 0" in r.stdout
+    want = np.clip(np.rint(x / np.float32(0.02)), -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(np.load(out)["X"], want)

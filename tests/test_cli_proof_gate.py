@@ -31,10 +31,19 @@ def store_copy(tmp_path: Path) -> Path:
     return dest
 
 
-def test_every_example_configuration_passes_the_ro_gate_on_the_committed_store(tmp_path):
-    proofs = store_copy(tmp_path)
+def test_the_committed_store_covers_every_example_on_both_shipped_targets():
     models = sorted(EXAMPLES.glob("*.onnx"))
     assert len(models) >= 9
+    covered = {(m, t) for m, policy, t in configs() if policy == "bitwise"}
+    assert covered >= {(m, t) for m in models for t in (None, "npu_fixed")}
+    assert {p.stem for p in (REPO / "npu_backend" / "targets").glob("*.toml")} == {
+        "npu_float",
+        "npu_fixed",
+    }  # None is npu_float, the default
+
+
+def test_every_example_configuration_passes_the_ro_gate_on_the_committed_store(tmp_path):
+    proofs = store_copy(tmp_path)
     for model, policy, target in configs():
         extra = ["--policy", policy] + (["--target", target] if target else [])
         r = prover("check", model, *extra, "--proofs", proofs, "--proofs-mode", "ro")
@@ -46,6 +55,17 @@ def test_every_example_configuration_passes_the_ro_gate_on_the_committed_store(t
         assert all(line.endswith("replayed") or ": re-decided by " in line for line in lines), (
             r.stderr
         )
+
+
+@pytest.mark.parametrize("target", [None, "npu_fixed"])
+def test_npuc_compile_passes_the_ro_gate_on_every_example(tmp_path, target):
+    proofs = store_copy(tmp_path)
+    extra = ["--target", target] if target else []
+    for model in sorted(EXAMPLES.glob("*.onnx")):
+        prog = tmp_path / f"{model.stem}.npuprog"
+        r = npuc("compile", model, "-o", prog, *extra, "--proofs", proofs, "--proofs-mode", "ro")
+        assert r.returncode == 0, (model.name, target, r.stderr)
+        assert "proof gate failed" not in r.stderr and prog.is_file(), r.stderr
 
 
 def test_default_check_and_compile_write_nothing_in_the_working_directory(tmp_path):

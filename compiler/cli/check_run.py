@@ -238,15 +238,17 @@ def missing_proofs(result: CompileResult, store: Any) -> list[tuple[str, str]]:
 def unrelied_obligations(result: CompileResult) -> set[str]:
     """Obligations no reported verdict depends on: the other column groups of a refuted
     site (its verdict rests on the one refutation it reports, replayed; the others are
-    neither lifted nor stored), unless another site relies on the same obligation."""
+    neither lifted nor stored) and those of `Site.unrelied` (rounded parameters a proven
+    synthesised group replaced, ...), unless another site relies on the same obligation."""
     relied: set[str] = set()
     others: set[str] = set()
     for s in result.sites:
+        others.update(s.unrelied)
         if s.verdict == Status.REFUTED and s.obligation_hash is not None:
             relied.add(s.obligation_hash)
             others.update(h for h in s.obligations if h != s.obligation_hash)
         else:
-            relied.update(s.obligations)
+            relied.update(h for h in s.obligations if h not in s.unrelied)
     return others - relied
 
 

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write an .npz keyed by the model's graph input names with their shapes "
         "and dtypes: zeros (a skeleton to fill), or --from float data (float inputs taken "
         "as float32; 8-bit inputs quantized by ONNX Runtime's QuantizeLinear with the scale "
-        "and zero point of the model's own op reading them).",
+        "and zero point of the model's own ops reading them; refused when two of them differ).",
     )
     i.add_argument("model", metavar="MODEL", help="ONNX model file")
     i.add_argument("-o", "--output", required=True, metavar="IN.npz", help="file to write")

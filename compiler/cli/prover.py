@@ -126,7 +126,7 @@ def _check(args: argparse.Namespace) -> int:
         from compiler.regress.emit_tests import emit_tests
 
         target_file = str(run.target.path) if opts.target else None  # loaded once, by the run
-        emit_tests(report, args.model, args.emit_tests, target_file)
+        emit_tests(report, args.model, args.emit_tests, target_file, run.external_data)
     if args.format == "html":
         from compiler.report import html as report_html
 

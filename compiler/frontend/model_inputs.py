@@ -5,9 +5,10 @@ symbolic dimensions take the sizes the user gives (`--batch` for a leading one,
 `--dim NAME=SIZE` for a named one). With float data (`--from FLOAT.npz`, keyed by
 input name) the file holds that data instead: a float input takes it as float32; an
 8-bit input is quantized with the model's own parameters for it (the scale and zero
-point of the DequantizeLinear / QLinear op that reads it), by ONNX Runtime's
+point of the DequantizeLinear / QLinear ops that read it), by ONNX Runtime's
 QuantizeLinear itself, so the values are exactly what a quantizer in front of the
-model would produce.
+model would produce. Readers that disagree on those parameters are refused (no one
+quantization is the model's).
 """
 
 from __future__ import annotations
@@ -22,18 +23,17 @@ from compiler.errors import FrontendError
 
 from .overridable import constant_initializers, overridable_initializers
 
-# ops reading an 8-bit activation, and where its (scale, zero point) inputs are
-_QPARAMS = {
-    "DequantizeLinear": (1, 2),
-    "QLinearMatMul": (1, 2),
-    "QLinearConv": (1, 2),
-    "QLinearAdd": (1, 2),
-    "QLinearMul": (1, 2),
-    "QLinearSigmoid": (1, 2),
-    "QLinearLeakyRelu": (1, 2),
-    "QLinearSoftmax": (1, 2),
-    "QGemm": (1, 2),
-    "MatMulInteger": (None, 2),
+# ops reading an 8-bit activation: (operand, its scale, its zero point) input positions
+_QPARAMS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "DequantizeLinear": ((0, 1, 2),),
+    "QLinearMatMul": ((0, 1, 2), (3, 4, 5)),
+    "QLinearConv": ((0, 1, 2), (3, 4, 5)),
+    "QLinearAdd": ((0, 1, 2), (3, 4, 5)),
+    "QLinearMul": ((0, 1, 2), (3, 4, 5)),
+    "QLinearSigmoid": ((0, 1, 2),),
+    "QLinearLeakyRelu": ((0, 1, 2),),
+    "QLinearSoftmax": ((0, 1, 2),),
+    "QGemm": ((0, 1, 2), (3, 4, 5)),
 }
 
 
@@ -98,23 +98,48 @@ def skeleton(specs: list[InputSpec]) -> dict[str, np.ndarray]:
 
 
 def input_qparams(m: onnx.ModelProto, name: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """(scale, zero point or None) the model itself uses for 8-bit input `name` (FrontendError if
-    no op reading it carries constant quantization parameters)."""
+    """(scale, zero point) the model itself uses for 8-bit input `name`: those of the ops
+    reading it with constant per-tensor parameters. `FrontendError` if there is none, or
+    if two of them read it with different parameters (no one quantization is the
+    model's: the error names both readers)."""
+    found = _readers(m, name)
+    if not found:
+        raise FrontendError(
+            f"input '{name}' is 8-bit but no op reading it has a constant per-tensor scale "
+            "and zero point; quantize the data yourself"
+        )
+    first, scale, zp = found[0]
+    for other, s2, z2 in found[1:]:
+        if s2 != scale or _zp(z2) != _zp(zp):
+            raise FrontendError(
+                f"input '{name}' is read with different quantization parameters by {first} "
+                f"(scale {float(scale):.9g}, zero point {_zp(zp)}) and {other} (scale "
+                f"{float(s2):.9g}, zero point {_zp(z2)}): no one quantization fits both; "
+                "quantize the data yourself"
+            )
+    return scale, zp
+
+
+def _zp(zp: np.ndarray | None) -> int:
+    return 0 if zp is None else int(zp)
+
+
+def _readers(m: onnx.ModelProto, name: str) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+    """(node label, scale, zero point) of every op reading `name` with constant per-tensor
+    quantization parameters, in graph order."""
     inits = {i.name: numpy_helper.to_array(i) for i in constant_initializers(m)}
+    out = []
     for n in m.graph.node:
-        if n.op_type not in _QPARAMS or name not in n.input[:1]:
-            continue
-        si, zi = _QPARAMS[n.op_type]
-        if si is None:
-            continue
-        scale = inits.get(n.input[si]) if len(n.input) > si else None
-        zp = inits.get(n.input[zi]) if len(n.input) > zi and n.input[zi] else None
-        if scale is not None and scale.size == 1:
-            return scale.reshape(()), None if zp is None else zp.reshape(())
-    raise FrontendError(
-        f"input '{name}' is 8-bit but no op reading it has a constant per-tensor scale "
-        "and zero point; quantize the data yourself"
-    )
+        for xi, si, zi in _QPARAMS.get(n.op_type, ()):
+            if len(n.input) <= si or n.input[xi] != name:
+                continue
+            scale = inits.get(n.input[si])
+            zp = inits.get(n.input[zi]) if len(n.input) > zi and n.input[zi] else None
+            if scale is None or scale.size != 1 or (zp is not None and zp.size != 1):
+                continue
+            label = f"'{n.name}' ({n.op_type})" if n.name else f"a {n.op_type}"
+            out.append((label, scale.reshape(()), None if zp is None else zp.reshape(())))
+    return out
 
 
 def quantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype: str) -> np.ndarray:

@@ -79,6 +79,11 @@ class Site:
     time_ms: float = 0.0
     counterexample: WholeModelCounterexample | None = None
     obligations: list[str] = field(default_factory=list)
+    # obligations the verdict does not rest on (`compiler.proving.fixed_synthesis`): the
+    # rounded parameters a proven synthesised group replaced, the refuted groups of a site
+    # rejected for an intermediate type the NPU lacks. Never reported, so never lifted and
+    # never stored: the read-only gate does not ask for their records.
+    unrelied: list[str] = field(default_factory=list)
     post: Any = None  # npu_backend PostProcess (or per-column tuple) of the fused form
     max_diff: int | None = None
     index_map: bool = False  # an index-map obligation was needed (unit dims)

@@ -15,7 +15,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -69,8 +68,13 @@ def _session(blob: bytes, level: str = "off") -> ort.InferenceSession:
 def ort_outputs(
     model_path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
-    """Run the model file in ONNX Runtime (the compiler's `session`: CPU, optimisations off)."""
-    sess = session(Path(model_path).read_bytes())
+    """Run the model file in ONNX Runtime (the compiler's `session`: CPU, optimisations off).
+
+    Tensors in external-data files are read from the model's directory (a session made
+    from the file's bytes alone has no directory to find them in)."""
+    import onnx
+
+    sess = session(onnx.load(str(model_path)))
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, dict(inputs)), strict=True))
 

@@ -149,7 +149,7 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
         grp = next(g for g in site.post if cols[0] in g.columns)
         it = grp.post.requant.out_type
         status = None if isinstance(v, Exception) else v.status
-        if status != Status.REFUTED and it in caps.intermediate_types:
+        if not _replaceable(v) and it in caps.intermediate_types:
             if status == Status.PROVEN:
                 outcomes.append(Outcome(cols, "rounded", "rounded parameters proven"))
             out.append((ob, v, cols, lift_col))
@@ -172,6 +172,7 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
             out.append((ob, v, cols, lift_col))
             continue
         _split(site, grp, new)
+        site.unrelied.append(ob.hash)
         outcomes.append(Outcome(cols, "synthesised", describe(s) + "; proven"))
         out.append((ob2, v2, cols, lift_col))
     if all(o.kind in ("rounded", "synthesised") for o in outcomes):
@@ -183,6 +184,16 @@ def resynthesise(site, verdicts: list, ctx, check_fn) -> list:
         site.details.append(_report_check(site, outcomes))
     _reject_unlowerable(site, out, caps)
     return out
+
+
+def _replaceable(v) -> bool:
+    """Whether a group's rounded verdict calls for synthesis: refuted, or (read-only store)
+    without a record. An `rw` run stores no record of a rounded refutation that synthesis
+    replaces (it is never reported, so never lifted), so in `ro` mode a missing one is what
+    that run left; the synthesised parameters still need their own trusted record."""
+    from prover.errors import StoreMiss
+
+    return isinstance(v, StoreMiss) or (not isinstance(v, Exception) and v.status == Status.REFUTED)
 
 
 def _report_check(site, outcomes: list[Outcome]) -> dict[str, object]:
@@ -212,6 +223,9 @@ def _reject_unlowerable(site, verdicts: list, caps) -> None:
         grp = next(g for g in site.post if cols[0] in g.columns)
         it = grp.post.requant.out_type
         if it not in caps.intermediate_types:
+            site.unrelied += [
+                x[0].hash for x in verdicts if x[0].kind == "epilogue" and _replaceable(x[1])
+            ]
             site.decide(
                 Status.REJECTED,
                 ReasonCode.UNSUPPORTED_INTERMEDIATE_TYPE,
@@ -275,6 +289,8 @@ def _share_table(site, verdicts, outcomes, caps, order, ctx, check_fn):
     for g, new in zip(groups, new_groups, strict=True):
         if new is not None:
             site.post[site.post.index(g)] = new
+    site.unrelied += [verdicts[i][0].hash for (i, _), new in zip(epi, new_groups, strict=True)
+                        if new is not None]  # fmt: skip
     return new_verdicts, new_outcomes
 
 

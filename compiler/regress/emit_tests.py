@@ -1,7 +1,8 @@
 """`prover check --emit-tests DIR`: one replayable pytest module per refuted site.
 
 For every refuted site with whole-model inputs, DIR/cex_<key>/ receives:
-- `model.onnx`: a byte copy of the checked model (the original graph);
+- `model.onnx`: a byte copy of the checked model (the original graph), with a copy of
+  each external-data file it names, at the same path relative to it;
 - `target.toml`: a copy of the target file, when one was given;
 - `counterexample.npz`: `input_i`, `expected_i` (the original graph under ONNX
   Runtime, recomputed here) and `actual_i` (the fused program) arrays;
@@ -83,6 +84,18 @@ def _same_npz(path: Path, arrays: dict[str, np.ndarray]) -> bool:
         return False
 
 
+def _copy_external(model_path: str, locations: list[str], d: Path) -> None:
+    """Copy the model's external-data files (`locations`, relative to its directory) into
+    the replay directory `d` at the same relative paths, so `d/model.onnx` loads."""
+    src_dir, root = Path(model_path).parent, d.resolve()
+    for loc in locations:
+        dest = d / loc
+        if not dest.resolve().is_relative_to(root):
+            raise InternalError(f"external-data location {loc!r} leaves the replay directory")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _write_if_changed(dest, (src_dir / loc).read_bytes())
+
+
 def emit_site(
     site: SiteReport,
     model_path: str,
@@ -91,11 +104,13 @@ def emit_site(
     target_file: str | None,
     target_name: str,
     reference: dict[str, Any] | None = None,
+    external: list[str] | None = None,
 ) -> Path:
     """Write one site's replay directory; returns the test module path.
 
     `reference` is the report's profile dict: where this host's ONNX Runtime computes
     otherwise (a `reference_divergence`), the reference's outputs are recorded.
+    `external`: the model's external-data files, relative to its directory (copied).
     """
     from compiler.regress.replay import diverges_here
 
@@ -109,6 +124,7 @@ def emit_site(
     d = out_dir / f"cex_{key}"
     d.mkdir(parents=True, exist_ok=True)
     _write_if_changed(d / "model.onnx", model_bytes)
+    _copy_external(model_path, external or [], d)
     divergent = diverges_here(reference)
     for name, exp in (cex.expected or {}).items():
         if divergent and name in expected:
@@ -165,10 +181,15 @@ def emit_site(
 
 
 def emit_tests(
-    report: Report, model_path: str, out_dir: str, target_file: str | None
+    report: Report,
+    model_path: str,
+    out_dir: str,
+    target_file: str | None,
+    external: list[str] | None = None,
 ) -> list[Path]:
     """Emit replay tests for every refuted site of `report` under `out_dir`; `target_file`:
-    the TOML the run loaded when the user named one (copied beside each test), else None."""
+    the TOML the run loaded when the user named one (copied beside each test), else None;
+    `external`: the model's external-data files, relative to its directory (copied too)."""
     written = []
     for site in report.sites:
         if site.verdict is not Status.REFUTED:
@@ -189,6 +210,7 @@ def emit_tests(
                 target_file,
                 report.target,
                 report.reference,
+                external,
             )
         except _ort_errors() as e:
             # e.g. a model using the project's own op domain: no ONNX Runtime reference
