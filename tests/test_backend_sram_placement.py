@@ -21,7 +21,7 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 
 from compiler.api import compile_model
-from compiler.regress.emit_tests import ort_outputs
+from compiler.ort.tables import ort_outputs
 from npu_backend import sram_plan
 from npu_backend.codegen import generate, memory_issues
 from npu_backend.lowered import LoweredModel, NpuClip, NpuMatMul, NpuRequant, TensorSpec
