@@ -166,7 +166,7 @@ def _sites(where: str, old: dict[str, Any], new: dict[str, Any]) -> list[Change]
         if o["verdict"] != s["verdict"]:
             worse = o["verdict"] == "proven"
             reason = s.get("reason", {}).get("code")
-            why = f" [{reason}]" if reason and s["verdict"] != "proven" else ""
+            why = f" [{reason}]" if reason and reason != s["verdict"] else ""
             out.append(
                 Change(
                     "verdict",
