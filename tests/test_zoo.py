@@ -190,3 +190,37 @@ def test_cli_zoo_without_distributed_is_a_one_line_install_hint(monkeypatch):
 def test_cli_zoo_bad_source_exit_2(tmp_path):
     r = prover("zoo", tmp_path / "nowhere.toml", "--no-processes")
     assert_one_line_error(r, "zoo manifest or directory not found")
+
+
+def dying_task(spec, settings):
+    """Kills its worker process for multi_user.onnx (as a crash or the OOM killer would)."""
+    import os
+
+    if "multi_user" in spec.model:
+        os._exit(1)
+    return run_task(spec, settings)
+
+
+def hanging_task(spec, settings):
+    if "multi_user" in spec.model:
+        time.sleep(120)
+    return run_task(spec, settings)
+
+
+@pytest.mark.slow
+def test_process_workers_that_die_or_hang_are_retried_once_then_unknown(tmp_path):
+    """The process cluster of `prover zoo`: a worker killed under a task, and a task past
+    --task-timeout (its worker restarted), are retried once, then reported unknown; the
+    other model is checked. (Process workers start slowly: the timeout leaves room.)"""
+    d = _zoo_dir(tmp_path, ("matmul_sigmoid", "multi_user"))
+    specs = load(str(d), Defaults())
+    for task, timeout, why in (
+        (dying_task, None, "its worker died while running it; tried 2 time(s)"),
+        (hanging_task, 30.0, "timed out after 30 s (--task-timeout); tried 2 time(s)"),
+    ):
+        run = run_zoo(specs, RunSettings(), workers=2, task_timeout_s=timeout, task=task)
+        by = {o.spec.label: o for o in run.outcomes}
+        assert by["matmul_sigmoid.onnx"].status == "checked"
+        assert by["multi_user.onnx"].status == "unknown"
+        assert by["multi_user.onnx"].result["reason"] == why
+        assert report.zoo_json(run)["summary"]["exit_code"] == 3

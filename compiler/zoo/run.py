@@ -98,7 +98,7 @@ def client_for(
             threads_per_worker=1,
             processes=processes,
             dashboard_address=None,
-            silence_logs=logging.ERROR,
+            silence_logs=logging.CRITICAL,  # a dead worker is reported per task, not logged
             **where,
         )
     try:
