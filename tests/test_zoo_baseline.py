@@ -65,6 +65,10 @@ def test_seeded_regression_caught_by_the_zoo_with_the_site_named(zoo):
     assert data["summary"]["exit_code"] == 6
     rows = {t["model"]: t for t in data["tasks"]}
     assert rows["matmul_sigmoid.onnx"]["worse"] >= 1 and rows["multi_user.onnx"]["changes"] == 1
+    page = report.render_html(data)  # the dashboard: self-contained, one row per task
+    assert "<script" not in page and "http" not in page
+    assert page.count("<tr") == 1 + len(ZOO) and page.count('<tr class="worse">') == 3
+    assert "matmul_sigmoid.onnx [npu_float, bitwise, onnx] site-0 matmul+sigmoid (mm,sig)" in page
     md = report.render_markdown(data)
     assert "**worse** `verdict` matmul_sigmoid.onnx [npu_float, bitwise, onnx] site-0" in md
 

@@ -21,7 +21,7 @@ from compiler.cli.common import (
     write_output,
 )
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "html")
 BASELINE_HELP = (
     "a previous JSON report (prover check or prover zoo --format json): list every change "
     "against it (proven -> refuted/unknown, fused -> host, new/removed site, NPU share down, "
@@ -107,7 +107,12 @@ def add_zoo_parser(sub: Any) -> None:
     add_reference_option(z)
     add_synthesis_option(z)
     add_schedule_strategy_option(z)
-    z.add_argument("--format", choices=FORMATS, default="text", help="report format")
+    z.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="report format (markdown: a pull-request comment; html: a self-contained dashboard)",
+    )
     add_indent_option(z, "JSON")
     z.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
     add_run_options(z)
@@ -162,6 +167,8 @@ def zoo(args: argparse.Namespace) -> int:
         text = report.render_json(data, args.indent)
     elif args.format == "markdown":
         text = report.render_markdown(data)
+    elif args.format == "html":
+        text = report.render_html(data)
     else:
         text = report.render_text(data)
     write_output(text, args.output)

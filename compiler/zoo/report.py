@@ -1,5 +1,5 @@
 """The zoo's aggregated report: one JSON document (schema `compiler/zoo/schema.json`), and
-its text and markdown renderings (one row per task: verdict counts, NPU share of MACs,
+its text, markdown and HTML (`compiler.zoo.html`) renderings (one row per task: verdict counts, NPU share of MACs,
 changes against the baseline, time).
 
 Exit code of the whole zoo: 6 if anything got worse against `--baseline`; else, over the
@@ -159,7 +159,8 @@ def _state(t: dict[str, Any]) -> str:
     return "ok" if t["exit_code"] == 0 else f"exit {t['exit_code']}"
 
 
-def _headline(data: dict[str, Any]) -> list[str]:
+def headline(data: dict[str, Any]) -> list[str]:
+    """The summary lines every format starts or ends with: tasks, obligations, engine."""
     s, ob, eng = data["summary"], data["obligations"], data["engine"]
     lines = [
         f"{s['tasks']} task(s) ({s['checked']} checked, {s['errors']} error, "
@@ -191,7 +192,7 @@ def render_text(data: dict[str, Any]) -> str:
             f"  {'WORSE' if c['worse'] else 'change'}: {c['where']}: {c['message']}"
             for c in b["changes"]
         ]
-    return "\n".join(lines + _headline(data)) + "\n"
+    return "\n".join(lines + headline(data)) + "\n"
 
 
 def _md(text: str) -> str:
@@ -203,7 +204,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     s = data["summary"]
     verdict = "passed" if s["exit_code"] == 0 else f"exit {s['exit_code']}"
     out = [f"## Zoo gate: {verdict}", ""]
-    out += [f"- {line}" for line in _headline(data)]
+    out += [f"- {line}" for line in headline(data)]
     out += [
         "",
         "| model | target | policy | reference | proven | refuted | unknown | rejected "
@@ -234,3 +235,10 @@ def render_markdown(data: dict[str, Any]) -> str:
             for c in b["changes"]
         ]
     return "\n".join(out) + "\n"
+
+
+def render_html(data: dict[str, Any]) -> str:
+    """The HTML dashboard (`compiler.zoo.html`)."""
+    from compiler.zoo import html
+
+    return html.render(data, headline(data))
