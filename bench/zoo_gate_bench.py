@@ -13,10 +13,12 @@ in this order, each from cold caches of the proof store (none / a fresh run-loca
   other, no store: what `prover check` one by one computes, without its start-up (so the
   loop is favoured: a shell loop of `prover check` also pays ~0.4 s of start-up per task);
 - zoo: `compiler.zoo.run.run_zoo` on an embedded LocalCluster of --workers processes (the
-  default of `prover zoo`), its start-up and shutdown included;
+  default of `prover zoo`), its start-up and shutdown included, and each worker's imports
+  of the tool (this process imported it before the loop, untimed);
 - zoo-threads: the same with `processes=False` (workers are threads of this process).
 
-Printed: per run the wall seconds, and for the zoo runs the obligation figures of the report
+Printed: per run the wall seconds and the CPU seconds (this process and its reaped children:
+the process workers, whose cluster is closed by then), and for the zoo runs the obligation figures of the report
 (occurrences over all tasks, distinct hashes, shared by several tasks, decided, served) and
 the dedup ratio (occurrences / distinct). Every zoo task's sites (verdicts, proof hashes,
 counterexamples) must equal the loop's, else exit 1.
@@ -25,12 +27,20 @@ counterexamples) must equal the loop's, else exit 1.
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its reaped children (the process workers, once
+    their cluster is closed)."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
 def _sites(rep: dict) -> list[dict]:
@@ -61,23 +71,28 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.workers} workers"
     )
 
-    t0 = time.perf_counter()
+    # warm-up: this process's imports, paid before any run is timed (process workers pay
+    # their own, inside the zoo run)
+    run_pipeline(str(REPO / "examples" / "matmul_sigmoid.onnx"), CheckOptions(progress=False))
+    t0, c0 = time.perf_counter(), _cpu()
     want = {}
     for s in specs:
         opts = CheckOptions(
             policy=Policy.parse(s.policy), target=s.target, reference=s.reference, progress=False
         )
         want[s.key] = _sites(report_json(run_pipeline(s.model, opts).report))
-    loop_s = time.perf_counter() - t0
+    loop_s, loop_cpu = time.perf_counter() - t0, _cpu() - c0
     print(
-        f"{'run':<12} {'wall':>8} {'vs loop':>8} {'occur':>6} {'distinct':>8} {'shared':>6} "
-        f"{'decided':>7} {'served':>6} {'dedup':>6}"
+        f"{'run':<12} {'wall':>8} {'vs loop':>8} {'cpu':>8} {'occur':>6} {'distinct':>8} "
+        f"{'shared':>6} {'decided':>7} {'served':>6} {'dedup':>6}"
     )
-    print(f"{'loop':<12} {loop_s:7.2f}s {1.0:7.2f}x")
+    print(f"{'loop':<12} {loop_s:7.2f}s {1.0:7.2f}x {loop_cpu:7.2f}s")
     runs = [("zoo", True)] + ([] if args.no_threads else [("zoo-threads", False)])
     bad = 0
     for name, processes in runs:
+        c0 = _cpu()
         run = run_zoo(specs, RunSettings(), workers=args.workers, processes=processes)
+        cpu = _cpu() - c0
         for o in run.outcomes:
             got = o.result.get("report")
             if got is None or _sites(got) != want[o.spec.key]:
@@ -85,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"MISMATCH {name}: {o.spec.key}: {o.status} {o.result.get('reason', '')}")
         ob = obligation_figures(run)
         print(
-            f"{name:<12} {run.wall_s:7.2f}s {run.wall_s / loop_s:7.2f}x {ob['occurrences']:>6} "
+            f"{name:<12} {run.wall_s:7.2f}s {run.wall_s / loop_s:7.2f}x {cpu:7.2f}s "
+            f"{ob['occurrences']:>6} "
             f"{ob['distinct']:>8} {ob['shared']:>6} {ob['decided']:>7} {ob['served']:>6} "
             f"{ob['dedup_ratio']:>6.2f}"
         )
