@@ -177,3 +177,18 @@ def test_every_kind_of_change_and_whether_it_is_worse():
     # a small check that got slower on a loaded machine is noise, not a regression
     fast = _report([(("a", "s"), "proven", 40.0)])
     assert _changes(_report([(("a", "s"), "proven", 10.0)]), fast) == []
+
+
+def test_cli_check_against_a_zoo_baseline_compares_its_own_task_only(zoo):
+    """`prover check MODEL --baseline ZOO.json`: the zoo task of that model file (matched by
+    file name, target, policy, reference), none of the zoo's other tasks is `removed`."""
+    model = zoo / "matmul_sigmoid.onnx"
+    same = prover("check", model, "--baseline", zoo / "before.json")
+    assert same.returncode == 0 and "baseline" not in same.stderr, same.stderr
+    seeded = prover(
+        "check", model, "--target", zoo / "npu_float.toml", "--baseline", zoo / "before.json"
+    )
+    assert seeded.returncode == 6
+    lines = [ln for ln in seeded.stderr.splitlines() if "baseline:" in ln]
+    assert any("site-0 matmul+sigmoid (mm,sig): proven -> refuted" in ln for ln in lines)
+    assert not any("multi_user" in ln or "removed_task" in ln for ln in lines)

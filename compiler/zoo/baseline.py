@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.cli.common import UsageError
+from prover.verdict import Status
 
 TIME_FLOOR_MS = 1000.0
 TaskKey = tuple[str, str, str, str]  # (model, target, policy, reference)
@@ -103,13 +104,18 @@ def check_key(report: dict[str, Any]) -> TaskKey:
     return (str(report["model"]), str(report["target"]), str(report["policy"]), ref.get("name", ""))
 
 
-def compare(old: dict[TaskKey, TaskView], new: dict[TaskKey, TaskView]) -> list[Change]:
-    """Every change from `old` to `new`, task by task in `new`'s order, then removed tasks.
-    A single task on each side is compared whatever its key (a `prover check` run of a
-    model renamed or moved is still that model)."""
+def compare(
+    old: dict[TaskKey, TaskView], new: dict[TaskKey, TaskView], partial: bool = False
+) -> list[Change]:
+    """Every change from `old` to `new`, task by task in `new`'s order, then removed tasks
+    (not with `partial`: `new` checks only some of the baseline's tasks, as one `prover
+    check` against a zoo report does). A single task on each side is compared whatever its
+    key (a `prover check` run of a model renamed or moved is still that model)."""
     if len(old) == 1 and len(new) == 1:
         o, (kn, n) = next(iter(old.values())), next(iter(new.items()))
         return compare_task(_where(kn), o, n)
+    if partial:
+        new = {_match(k, old): v for k, v in new.items()}
     out: list[Change] = []
     for key, n in new.items():
         if key in old:
@@ -117,11 +123,21 @@ def compare(old: dict[TaskKey, TaskView], new: dict[TaskKey, TaskView]) -> list[
         else:
             out.append(Change("new_task", False, _where(key), "not in the baseline"))
     for key in old:
-        if key not in new:
+        if key not in new and not partial:
             out.append(
                 Change("removed_task", True, _where(key), "in the baseline, not checked now")
             )
     return out
+
+
+def _match(key: TaskKey, old: dict[TaskKey, TaskView]) -> TaskKey:
+    """The baseline task `key` stands for: the same key, else the one task with the same
+    model file name, target, policy and reference (a path given another way)."""
+    if key in old:
+        return key
+    name = Path(key[0]).name
+    hits = [k for k in old if Path(k[0]).name == name and k[1:] == key[1:]]
+    return hits[0] if len(hits) == 1 else key
 
 
 def _where(key: TaskKey) -> str:
@@ -164,7 +180,7 @@ def _sites(where: str, old: dict[str, Any], new: dict[str, Any]) -> list[Change]
             out.append(Change("new_site", False, w, f"new candidate, {s['verdict']}"))
             continue
         if o["verdict"] != s["verdict"]:
-            worse = o["verdict"] == "proven"
+            worse = o["verdict"] == Status.PROVEN
             reason = s.get("reason", {}).get("code")
             why = f" [{reason}]" if reason and reason != s["verdict"] else ""
             out.append(
@@ -179,7 +195,7 @@ def _sites(where: str, old: dict[str, Any], new: dict[str, Any]) -> list[Change]
             )
     for k, o in before.items():
         if k not in after:
-            worse = o["verdict"] == "proven"
+            worse = o["verdict"] == Status.PROVEN
             msg = f"no longer a candidate (was {o['verdict']})"
             out.append(Change("removed_site", worse, _site_where(where, o), msg))
     return out

@@ -7,6 +7,10 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from prover.verdict import Status
+
+VERDICTS = tuple(str(v) for v in Status)
+
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
 h1{font-size:1.4em}table{border-collapse:collapse;margin:1em 0}
@@ -42,7 +46,7 @@ def _row(t: dict[str, Any], with_baseline: bool) -> str:
         escape(t["target"]),
         escape(t["policy"]),
         escape(t["reference"]),
-        *(f'<td class="n">{sm[k]}</td>' for k in ("proven", "refuted", "unknown", "rejected")),
+        *(f'<td class="n">{sm[k]}</td>' for k in VERDICTS),
         _share(t),
         changes,
         f'<td class="n">{t["time_s"]:.2f} s</td>',

@@ -16,12 +16,12 @@ from collections import Counter
 from importlib import resources
 from typing import Any
 
-from compiler.report.model import ExitCode
+from compiler.report.model import ExitCode, Status
 from compiler.zoo.baseline import Change, npu_share, worse
 from compiler.zoo.run import ZooRun
 
 SCHEMA_VERSION = 1  # of compiler/zoo/schema.json
-VERDICTS = ("proven", "refuted", "unknown", "rejected")
+VERDICTS = tuple(str(v) for v in Status)  # the summary keys, in the reports' order
 # over the tasks: the first code present wins
 PRECEDENCE = (ExitCode.REFUTED, ExitCode.BAD_INPUT, ExitCode.PROOF_MISSING, ExitCode.UNKNOWN)
 
@@ -150,7 +150,7 @@ def _share(t: dict[str, Any]) -> str:
 
 def _counts(t: dict[str, Any]) -> str:
     s = t["summary"]
-    return f"{s['proven']}/{s['refuted']}/{s['unknown']}/{s['rejected']}"
+    return ", ".join(f"{s[v]} {v}" for v in VERDICTS)
 
 
 def _state(t: dict[str, Any]) -> str:
@@ -182,7 +182,7 @@ def render_text(data: dict[str, Any]) -> str:
     for t in data["tasks"]:
         lines.append(
             f"{_state(t):<8} {t['model']}  [{t['target']}, {t['policy']}, {t['reference']}]  "
-            f"p/r/u/j {_counts(t)}  NPU {_share(t)}  {t['time_s']:.2f} s"
+            f"{_counts(t)}  NPU {_share(t)}  {t['time_s']:.2f} s"
             + (f"  {t['worse']} worse" if t["worse"] else "")
         )
     b = data.get("baseline")
