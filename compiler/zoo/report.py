@@ -155,7 +155,7 @@ def _counts(t: dict[str, Any]) -> str:
 
 def _state(t: dict[str, Any]) -> str:
     if t["status"] != "checked":
-        return f"{t['status'].upper()}: {t.get('reason', '')}"
+        return t["status"].upper()
     return "ok" if t["exit_code"] == 0 else f"exit {t['exit_code']}"
 
 
@@ -184,6 +184,7 @@ def render_text(data: dict[str, Any]) -> str:
             f"{_state(t):<8} {t['model']}  [{t['target']}, {t['policy']}, {t['reference']}]  "
             f"{_counts(t)}  NPU {_share(t)}  {t['time_s']:.2f} s"
             + (f"  {t['worse']} worse" if t["worse"] else "")
+            + (f"  ({t['reason']})" if t.get("reason") else "")
         )
     b = data.get("baseline")
     if b is not None:
