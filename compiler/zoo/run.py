@@ -26,13 +26,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from compiler.cli.common import UsageError
+from compiler.cli.common import UsageError, one_line
 from compiler.zoo.manifest import TaskSpec
 from compiler.zoo.task import RunSettings, run_task
 
 INSTALL_HINT = "prover zoo needs Dask distributed: pip install 'npu-fusion-prover[zoo]'"
 POLL_S = 0.2  # how often running tasks are looked at for their timeout
 ATTEMPTS = 2  # a failed or timed-out task is retried once
+CONNECT_S = 20.0  # --scheduler: to connect, and for a first worker to be there
 
 
 @dataclass
@@ -81,10 +82,17 @@ def client_for(
 
     if scheduler is not None:
         try:
-            client = Client(scheduler, timeout=30)
+            client = Client(scheduler, timeout=CONNECT_S)
         except (OSError, TimeoutError, ValueError) as e:
-            raise UsageError(f"--scheduler {scheduler}: cannot connect: {e}") from None
+            raise UsageError(f"--scheduler {scheduler}: cannot connect: {one_line(e)}") from None
         try:
+            try:
+                client.wait_for_workers(1, timeout=CONNECT_S)
+            except TimeoutError:
+                raise UsageError(
+                    f"--scheduler {scheduler}: no worker joined within {CONNECT_S:g} s "
+                    "(start some: dask worker ADDRESS)"
+                ) from None
             yield client, scheduler, len(client.scheduler_info().get("workers", {}))
         finally:
             client.close()
