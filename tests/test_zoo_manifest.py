@@ -108,3 +108,10 @@ def test_cli_bad_manifest_is_one_line_exit_2(tmp_path):
     (tmp_path / "zoo.toml").write_text("[[models]]\npath = 'm/none*.onnx'\n")
     r = prover("zoo", tmp_path / "zoo.toml", "--no-processes", "--workers", "1")
     assert_one_line_error(r, "zoo.toml: models[0]: 'm/none*.onnx' matches no file")
+
+
+def test_a_directory_takes_file_names_literally(tmp_path):
+    """A model named like a glob ("odd[1].onnx") is that file, not a pattern."""
+    shutil.copy(EXAMPLES / "matmul_sigmoid.onnx", tmp_path / "odd[1].onnx")
+    (spec,) = load(str(tmp_path), Defaults())
+    assert spec.label == "odd[1].onnx" and Path(spec.model).is_file()

@@ -81,8 +81,8 @@ def load(source: str, defaults: Defaults) -> list[TaskSpec]:
         models = sorted(q for q in p.rglob("*.onnx") if q.is_file())
         if not models:
             raise ManifestError(f"zoo directory has no *.onnx file: {source}")
-        entries = [{"path": str(q.relative_to(p))} for q in models]
-        return _tasks(entries, p, defaults, source)
+        found: list[Any] = [{"path": glob.escape(str(q.relative_to(p)))} for q in models]
+        return _tasks(found, p, defaults, source)
     if not p.is_file():
         raise ManifestError(f"zoo manifest or directory not found: {source}")
     data = _parse(p)
@@ -102,7 +102,7 @@ def _parse(p: Path) -> Any:
     text = _read(p)
     if p.suffix.lower() in (".yaml", ".yml"):
         try:
-            import yaml
+            import yaml  # type: ignore[import-untyped]
         except ImportError:
             raise ManifestError(
                 f"{p}: a YAML manifest needs pyyaml: pip install 'npu-fusion-prover[zoo]' "
