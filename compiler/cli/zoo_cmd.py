@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from compiler.cli.common import (
@@ -134,7 +135,7 @@ def zoo(args: argparse.Namespace) -> int:
     check_solver(args.solver)
     open_store(args.proofs, args.proofs_mode, args.proof_key_file, args.recheck_budget)
     defaults = manifest.Defaults(
-        targets=tuple(args.target) if args.target else (None,),
+        targets=tuple(_path_or_name(t) for t in args.target) if args.target else (None,),
         policies=tuple(str(p) for p in args.policy) if args.policy else ("bitwise",),
         references=(args.reference or "onnx",),
     )
@@ -175,6 +176,12 @@ def zoo(args: argparse.Namespace) -> int:
     for c in base.worse(changes):
         print(f"prover: {c.line()}", file=sys.stderr)
     return int(data["summary"]["exit_code"])
+
+
+def _path_or_name(spec: str) -> str:
+    """A --target file as an absolute path (workers may run elsewhere), a name as given."""
+    p = Path(spec)
+    return str(p.absolute()) if p.exists() else spec
 
 
 def _view(o: Any) -> Any:

@@ -137,7 +137,7 @@ def _target_spec(spec: str, base: Path) -> str:
     """A target named in a manifest: a path relative to the manifest, else a shipped name."""
     p = Path(spec)
     q = p if p.is_absolute() else base / p
-    return str(q) if q.exists() or p.suffix == ".toml" else spec
+    return str(q.absolute()) if q.exists() or p.suffix == ".toml" else spec
 
 
 def _defaults(table: Any, cli: Defaults, base: Path, source: str) -> Defaults:
@@ -168,7 +168,7 @@ def _model_paths(entry: dict[str, Any], base: Path, where: str) -> list[Path]:
     out: list[Path] = []
     for pat in patterns:
         full = pat if Path(pat).is_absolute() else str(base / pat)
-        hits = sorted(Path(h) for h in glob.glob(full, recursive=True))
+        hits = sorted(Path(h).absolute() for h in glob.glob(full, recursive=True))
         if not hits:
             raise ManifestError(f"{where}: {pat!r} matches no file")
         out.extend(h for h in hits if h not in out)
