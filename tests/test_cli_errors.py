@@ -30,6 +30,7 @@ BAD_INPUT = {
     "prover.terms.PreconditionViolation",
     "prover.errors.StoreCorrupt",
     "prover.errors.VacuousObligation",
+    "compiler.zoo.manifest.ManifestError",
 }
 TOOL_BUG = {
     "compiler.errors.CompilerError",

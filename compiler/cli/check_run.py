@@ -170,6 +170,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         findings=list(result.context.findings) if result.context is not None else [],
         host_ops=host_ops(result),
         require_quantized=opts.require_quantized or opts.proofs_mode == "ro",
+        macs=mac_counts(result),
     )
     floats = float_compute_finding(result.original) if result.original is not None else None
     if floats is not None:
@@ -199,6 +200,38 @@ def host_ops(result: CompileResult) -> list[Diagnostic]:
             seen.add(key)
             out.append(d)
     return out
+
+
+HOST_MATMULS = ("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "QGemm")
+
+
+def mac_counts(result: CompileResult) -> dict[str, int] | None:
+    """Multiply-accumulates of the model's matmul ops at their static shapes (a symbolic
+    dim counts 1): in total (host-placed MatMul/Gemm groups included) and those lowered
+    to an NPU MatMul; None without a lowering."""
+    if result.original is None or result.lowered is None:
+        return None
+    from npu_backend.lowered import NpuMatMul
+
+    on_npu = {n for s in result.lowered.steps if isinstance(s, NpuMatMul) for n in s.onnx_nodes}
+    g = result.original
+    total = npu = 0
+    for node in g.nodes:
+        host_mm = node.op == "host_onnx" and node.attrs.get("compute") in HOST_MATMULS
+        if not (node.op == "matmul" or host_mm) or not node.inputs:
+            continue
+        if node.inputs[0] not in g.values or node.output not in g.values:
+            continue
+        a, out = g.values[node.inputs[0]].shape, g.values[node.output].shape
+        if not a or not out:
+            continue
+        n = a[-1] if isinstance(a[-1], int) else 1
+        for d in out:
+            n *= d if isinstance(d, int) and d > 0 else 1
+        total += n
+        if node.name in on_npu:
+            npu += n
+    return {"total": total, "npu": npu}
 
 
 def resolve_reference_option(name: str) -> Any:

@@ -2,7 +2,9 @@
 
 Exit codes: 0 every candidate decided and nothing refuted; 1 at least one refuted;
 3 at least one unknown and none refuted; 2 bad usage or bad input; 4 internal error;
-5 read-only proof gate: an obligation has no trusted record in the store.
+5 read-only proof gate: an obligation has no trusted record in the store;
+6 --baseline: something got worse than in the baseline report.
+`prover zoo MANIFEST|DIR` checks a model zoo on Dask distributed (`compiler.cli.zoo_cmd`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from compiler.cli.common import (
     warn_float_compute,
     write_output,
 )
+from compiler.cli.zoo_cmd import add_baseline_option, add_zoo_parser
 
 if TYPE_CHECKING:
     from compiler.report.model import Report
@@ -44,6 +47,9 @@ EXIT_HELP = """exit codes:
   4  internal error (rerun with --debug for the traceback)
   5  proof gate failed (--proofs-mode ro): an obligation has no record in the store,
      or one that could be neither re-decided in the budget nor verified by signature
+  6  --baseline: something got worse than in the baseline report (a proven site refuted,
+     unknown or rejected, a node moved to the host, a proven site gone, the NPU share of
+     MACs down, the check time more than doubled); takes precedence over 1, 3 and 5
   7  a compute op runs in float on the host (the model, or part of it, is not
      quantized) under --require-quantized or --proofs-mode ro
 """
@@ -82,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write a replayable pytest module and .npz data per refuted site",
     )
+    add_baseline_option(c)
     add_run_options(c)
     c.add_argument(
         "--result-cache",
@@ -99,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes deciding obligations (default 1; verdicts do not depend on it)",
     )
+    add_zoo_parser(sub)
     return p
 
 
@@ -111,6 +119,7 @@ def _check(args: argparse.Namespace) -> int:
         relied_on_records,
         run_pipeline,
     )
+    from compiler.report.model import ExitCode
 
     if args.indent is not None and args.format != "json":
         raise UsageError(f"--indent applies to --format json, not {args.format}")
@@ -119,9 +128,19 @@ def _check(args: argparse.Namespace) -> int:
         from compiler.report.plots import require_matplotlib
 
         require_matplotlib()  # before the work: a missing extra is bad usage (exit 2)
+    old = None
+    if args.baseline is not None:
+        from compiler.zoo.baseline import load as load_baseline
+
+        old = load_baseline(args.baseline)  # before the work: a bad baseline is exit 2
     before = run_record.started(args)  # the run record's context, taken before the check
     run = run_pipeline(args.model, opts)
     report: Report = run.report
+    changes: list = []
+    if old is not None:
+        from compiler.cli.zoo_cmd import check_against_baseline
+
+        changes = check_against_baseline(args.baseline, old, report)
     if args.emit_tests:
         from compiler.regress.emit_tests import emit_tests
 
@@ -140,10 +159,20 @@ def _check(args: argparse.Namespace) -> int:
     write_output(text, args.output)
     lines = print_store_summary(PROG, run, args.model) + warn_float_compute(PROG, report)
     code = report.exit_code()
-    if run_record.applies(args):  # the store's record files are listed only then
+    if any(c.worse for c in changes):
+        return ExitCode.WORSE  # no run record: its key cannot see the baseline's contents
+    if run_record.applies(args) and args.baseline is None:  # records listed only then
         records = relied_on_records(run)
         run_record.save(PROG, args, run.inputs, text, code, lines, records, complete(run), before)
     return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "zoo":
+        from compiler.cli.zoo_cmd import zoo
+
+        return zoo(args)
+    return _check(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -155,13 +184,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from compiler.cli.run_record import serve
 
-    try:  # an unchanged check answered from its signed run record
-        served = serve(PROG, args)
-    except Exception:  # noqa: BLE001 - a record that cannot be served is a miss: check
-        served = None
+    served = None
+    if args.command == "check" and args.baseline is None:  # a record knows no baseline
+        try:  # an unchanged check answered from its signed run record
+            served = serve(PROG, args)
+        except Exception:  # noqa: BLE001 - a record that cannot be served is a miss: check
+            served = None
     if served is not None:
         return served
-    return run_main(PROG, _check, args)
+    return run_main(PROG, _run, args)
 
 
 if __name__ == "__main__":

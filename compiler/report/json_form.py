@@ -87,6 +87,10 @@ def report_json(r: Report) -> dict[str, Any]:
         out["findings"] = r.findings
     if r.host_ops:
         out["host_ops"] = [d.to_dict() for d in r.host_ops]
+    if r.macs is not None:
+        out["macs"] = r.macs
+    if r.baseline is not None:
+        out["baseline"] = r.baseline
     if r.tool_version:
         out["tool"] = {"name": "prover", "version": r.tool_version}
     if r.ledger is not None:

@@ -41,6 +41,7 @@ class ExitCode(IntEnum):
     UNKNOWN = 3
     INTERNAL = 4
     PROOF_MISSING = 5  # read-only gate: an obligation has no record that could be trusted
+    WORSE = 6  # --baseline: a verdict, placement, NPU share or check time got worse
     FLOAT_COMPUTE = 7  # --require-quantized / ro gate: a compute op runs in float on the host
 
 
@@ -124,6 +125,10 @@ class Report:
     findings: list[dict[str, Any]] = field(default_factory=list)  # e.g. reference_divergence
     # ONNX ops kept on the host (unsupported_op, lowering fallbacks), with their actions
     host_ops: list[Diagnostic] = field(default_factory=list)
+    # multiply-accumulates of the model's compute ops: {"total": n, "npu": n run on the NPU}
+    macs: dict[str, int] | None = None
+    # --baseline: {"file": path, "changes": [compiler.zoo.baseline.Change.to_json(), ...]}
+    baseline: dict[str, Any] | None = None
     # --require-quantized (or a read-only gate): a float_compute finding fails the check
     require_quantized: bool = False
 

@@ -1,0 +1,225 @@
+"""`prover zoo`: the zoo of shipped examples on a 2-worker in-process LocalCluster gives the
+verdicts and proof hashes of `prover check` run one by one; obligations are shared through
+the run's proof store; failed, dying and timed-out tasks are reported per model; the
+aggregated report matches its shipped schema."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+from cli_helpers import EXAMPLES, assert_one_line_error, prover
+
+from compiler.report.json_form import schema as check_schema
+from compiler.zoo import report
+from compiler.zoo.manifest import Defaults, load
+from compiler.zoo.run import run_zoo
+from compiler.zoo.task import RunSettings, run_task
+
+pytest.importorskip("distributed")
+
+# small shipped examples; the last three share one obligation (the sigmoid table of the
+# standalone activation), so the zoo decides it once and serves it twice
+ZOO = ("matmul_sigmoid", "matmul_requantize_sigmoid", "multi_user", "showcase")
+
+
+def _zoo_dir(tmp: Path, names=ZOO) -> Path:
+    d = tmp / "zoo"
+    d.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        shutil.copy(EXAMPLES / f"{n}.onnx", d / f"{n}.onnx")
+    return d
+
+
+@pytest.fixture(scope="module")
+def zoo_run(tmp_path_factory):
+    d = _zoo_dir(tmp_path_factory.mktemp("zoo"))
+    specs = load(str(d), Defaults())
+    return d, run_zoo(specs, RunSettings(), workers=2, processes=False)
+
+
+def _sites(rep: dict) -> list[dict]:
+    return [{k: v for k, v in s.items() if k != "time_ms"} for s in rep["sites"]]
+
+
+def test_zoo_equals_prover_check_of_each_model_alone(zoo_run, tmp_path):
+    d, run = zoo_run
+    assert [o.spec.label for o in run.outcomes] == sorted(f"{n}.onnx" for n in ZOO)
+    for o in run.outcomes:
+        assert o.status == "checked" and o.attempts == 1
+        out = tmp_path / f"{o.spec.label}.json"
+        alone = prover("check", d / o.spec.label, "--format", "json", "-o", out)
+        want = json.loads(out.read_text())
+        got = o.result["report"]
+        assert _sites(got) == _sites(want), o.spec.label  # verdicts, hashes, counterexamples
+        assert got["summary"] == want["summary"] and got["macs"] == want["macs"]
+        assert o.result["exit_code"] == alone.returncode
+    hashes = [s.get("obligation") for o in run.outcomes for s in o.result["report"]["sites"]]
+    assert any(hashes)
+
+
+def test_shared_obligations_are_decided_once_and_served_after(zoo_run):
+    _, run = zoo_run
+    ob = report.obligation_figures(run)
+    assert ob["occurrences"] == ob["decided"] + ob["served"] and ob["errors"] == 0
+    assert ob["shared"] >= 1 and ob["distinct"] < ob["occurrences"]
+    # 2 workers, 3 tasks using the shared one: at least one task finds its record
+    assert ob["served"] >= 1
+    assert ob["dedup_ratio"] == round(ob["occurrences"] / ob["distinct"], 4)
+
+
+def test_zoo_report_matches_its_schema_in_every_format(zoo_run):
+    _, run = zoo_run
+    data = report.zoo_json(run)
+    text = report.render_json(data)
+    jsonschema.validate(json.loads(text), report.schema())
+    check = jsonschema.Draft202012Validator(check_schema())
+    for t in data["tasks"]:
+        check.validate(t["report"])
+    assert data["summary"]["exit_code"] == 1  # showcase has a refuted site
+    assert data["summary"]["complete"] is True
+    md = report.render_markdown(data)
+    assert md.startswith("## Zoo gate: exit 1") and md.count("\n| ") == 1 + len(ZOO)
+    txt = report.render_text(data)
+    assert "showcase.onnx" in txt and "dedup ratio" in txt
+
+
+def test_a_corrupt_model_is_reported_per_model_not_a_crash(tmp_path):
+    d = _zoo_dir(tmp_path, ("matmul_sigmoid",))
+    (d / "broken.onnx").write_bytes((EXAMPLES / "matmul_sigmoid.onnx").read_bytes()[:40])
+    run = run_zoo(load(str(d), Defaults()), RunSettings(), workers=2, processes=False)
+    by = {o.spec.label: o for o in run.outcomes}
+    assert by["matmul_sigmoid.onnx"].status == "checked"
+    bad = by["broken.onnx"]
+    assert bad.status == "error" and "broken.onnx" in bad.result["reason"]
+    data = report.zoo_json(run)
+    jsonschema.validate(data, report.schema())
+    assert data["summary"]["exit_code"] == 2 and data["summary"]["complete"] is False
+
+
+# --- retried once, then unknown --------------------------------------------------------
+
+
+def flaky_task(spec, settings):
+    """Fails the first time it runs for a model (a marker file beside it), then checks."""
+    marker = Path(spec.model + ".failed-once")
+    if not marker.exists():
+        marker.write_text("x")
+        raise RuntimeError("injected failure")
+    return run_task(spec, settings)
+
+
+def failing_task(spec, settings):
+    raise RuntimeError("injected failure")
+
+
+def slow_task(spec, settings):
+    time.sleep(1.5)
+    return run_task(spec, settings)
+
+
+def test_a_failed_task_is_retried_once_and_then_checked(tmp_path):
+    d = _zoo_dir(tmp_path, ("matmul_sigmoid",))
+    run = run_zoo(
+        load(str(d), Defaults()), RunSettings(), workers=1, processes=False, task=flaky_task
+    )
+    (o,) = run.outcomes
+    assert o.status == "checked" and o.attempts == 2 and o.result["exit_code"] == 0
+
+
+def test_a_task_failing_twice_is_unknown_with_its_reason(tmp_path):
+    d = _zoo_dir(tmp_path, ("matmul_sigmoid",))
+    run = run_zoo(
+        load(str(d), Defaults()), RunSettings(), workers=1, processes=False, task=failing_task
+    )
+    (o,) = run.outcomes
+    assert o.status == "unknown" and o.attempts == 2
+    assert "injected failure" in o.result["reason"] and "tried 2" in o.result["reason"]
+    data = report.zoo_json(run)
+    jsonschema.validate(data, report.schema())
+    assert data["summary"]["exit_code"] == 3 and data["summary"]["complete"] is False
+
+
+def test_a_task_past_its_timeout_is_unknown_never_a_pass(tmp_path):
+    d = _zoo_dir(tmp_path, ("matmul_sigmoid",))
+    t0 = time.monotonic()
+    run = run_zoo(
+        load(str(d), Defaults()),
+        RunSettings(),
+        workers=2,
+        processes=False,
+        task_timeout_s=0.3,
+        task=slow_task,
+    )
+    (o,) = run.outcomes
+    assert o.status == "unknown" and "timed out after 0.3 s" in o.result["reason"]
+    assert time.monotonic() - t0 < 5  # not waiting for the stuck attempts
+    assert report.zoo_json(run)["summary"]["exit_code"] == 3
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+def test_cli_zoo_json_and_exit_code(tmp_path):
+    d = _zoo_dir(tmp_path, ("matmul_sigmoid", "multi_user"))
+    out = tmp_path / "zoo.json"
+    r = prover("zoo", d, "--workers", "2", "--no-processes", "--format", "json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    jsonschema.validate(data, report.schema())
+    assert [t["model"] for t in data["tasks"]] == ["matmul_sigmoid.onnx", "multi_user.onnx"]
+    assert data["engine"]["scheduler"] == "local" and data["engine"]["workers"] == 2
+
+
+def test_cli_zoo_without_distributed_is_a_one_line_install_hint(monkeypatch):
+    import sys
+
+    from compiler.cli.common import UsageError
+    from compiler.zoo.run import require_distributed
+
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(UsageError, match=r"pip install 'npu-fusion-prover\[zoo\]'"):
+        require_distributed()
+
+
+def test_cli_zoo_bad_source_exit_2(tmp_path):
+    r = prover("zoo", tmp_path / "nowhere.toml", "--no-processes")
+    assert_one_line_error(r, "zoo manifest or directory not found")
+
+
+def dying_task(spec, settings):
+    """Kills its worker process for multi_user.onnx (as a crash or the OOM killer would)."""
+    import os
+
+    if "multi_user" in spec.model:
+        os._exit(1)
+    return run_task(spec, settings)
+
+
+def hanging_task(spec, settings):
+    if "multi_user" in spec.model:
+        time.sleep(120)
+    return run_task(spec, settings)
+
+
+@pytest.mark.slow
+def test_process_workers_that_die_or_hang_are_retried_once_then_unknown(tmp_path):
+    """The process cluster of `prover zoo`: a worker killed under a task, and a task past
+    --task-timeout (its worker restarted), are retried once, then reported unknown; the
+    other model is checked. (Process workers start slowly: the timeout leaves room.)"""
+    d = _zoo_dir(tmp_path, ("matmul_sigmoid", "multi_user"))
+    specs = load(str(d), Defaults())
+    for task, timeout, why in (
+        (dying_task, None, "its worker died while running it; tried 2 time(s)"),
+        (hanging_task, 30.0, "timed out after 30 s (--task-timeout); tried 2 time(s)"),
+    ):
+        run = run_zoo(specs, RunSettings(), workers=2, task_timeout_s=timeout, task=task)
+        by = {o.spec.label: o for o in run.outcomes}
+        assert by["matmul_sigmoid.onnx"].status == "checked"
+        assert by["multi_user.onnx"].status == "unknown"
+        assert by["multi_user.onnx"].result["reason"] == why
+        assert report.zoo_json(run)["summary"]["exit_code"] == 3
