@@ -2,4 +2,5 @@
 
 from compiler.cli.npuc import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # importing the module (e.g. to list its classes) runs nothing
+    raise SystemExit(main())

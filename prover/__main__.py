@@ -3,4 +3,5 @@
 
 from compiler.cli.prover import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # importing the module (e.g. to list its classes) runs nothing
+    raise SystemExit(main())
