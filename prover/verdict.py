@@ -51,6 +51,10 @@ class ReasonCode(StrEnum):
     FLOAT_ACCUMULATION = "float_accumulation"
     UNSUPPORTED_OP = "unsupported_op"
     BUFFERS_EXCEED_MEMORY = "buffers_exceed_memory"  # lowering: kept on the host
+    # unary regions (compiler.frontend.ops.unary_region): why a region is not one table
+    REGION_SECOND_INPUT = "region_second_input"
+    REGION_REDUCTION = "region_reduction"
+    REGION_POSITION_DEPENDENT = "region_position_dependent"
 
 
 @dataclass(frozen=True)
