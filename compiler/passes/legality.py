@@ -409,15 +409,15 @@ def first_failure(g: Graph, site: Site, ctx) -> tuple[Rule, Reason] | None:
     """The first failing rule and its reason, or None (pure: the site is not changed).
 
     A QDQ float compute group (host_onnx) is not judged structurally: whatever follows
-    it, its float sum is the reason no fusion exists (the gate's `float_accumulation`).
+    it, its float sum is the reason no fusion exists (the gate's `float_accumulation`),
+    unless the unary region after it was refused (then that reason).
     """
     if site.compute.op == "host_onnx":
-        r = region_refusal(site)
-        return (
-            None
-            if r is None
-            else (_rules_by_code()[REGION_RULE.get(r.code, ReasonCode.REGION_SECOND_INPUT)], r)
-        )
+        refused = region_refusal(site)
+        if refused is None:
+            return None
+        code = REGION_RULE.get(refused.code, ReasonCode.REGION_SECOND_INPUT)
+        return _rules_by_code()[code], refused
     for r in rules():
         got = r.check(g, site, ctx)
         if isinstance(got, Reason):

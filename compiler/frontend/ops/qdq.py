@@ -10,6 +10,8 @@ types only (checked here). A group forms only at a version both converters claim
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import onnx
 
 from compiler.ort.tables import QDQ_FUNCTIONS
@@ -40,14 +42,13 @@ def qdq_groups(ctx: BuildContext) -> dict[str, tuple[str, list[onnx.NodeProto]]]
     prod = ctx.producer_map()
     groups: dict[str, tuple[str, list[onnx.NodeProto]]] = {}
     found = unary_region.regions(ctx)
-    ctx.unary_regions = {}  # group key -> accepted region
-    ctx.region_marks = {}  # group key -> (code, message) of a refused region
+    st = unary_region.state(ctx)
     in_region = {id(m) for r in found if r.refusal is None for m in r.members}
     for r in found:
         if r.refusal is None:
             key = r.members[-1].name or r.members[-1].output[0]
             groups[key] = ("act", r.members)
-            ctx.unary_regions[key] = r
+            st.accepted[key] = r
     # float16 groups as ORT runs them, with its float32 casts (the integer QDQ reading)
     for out, (members, dq_type) in decorated_groups(ctx.m.graph, ctx.single_use).items():
         if any(id(m) in in_region for m in members):
@@ -94,7 +95,7 @@ def qdq_groups(ctx: BuildContext) -> dict[str, tuple[str, list[onnx.NodeProto]]]
             key = r.anchor.name or r.anchor.output[0]
             groups[key] = ("act", [r.anchor])
         if groups[key][0] == "act":
-            ctx.region_marks.setdefault(key, r.refusal)
+            st.marks.setdefault(key, r.refusal)
     return groups
 
 
@@ -103,15 +104,16 @@ def qdq_activation(ctx: BuildContext, members: list[onnx.NodeProto]) -> None:
     usual and marked with the refusal (`region_refusal`, read by the proposal and
     legality passes); else `_qdq_activation`."""
     key = members[-1].name or members[-1].output[0]
-    region = getattr(ctx, "unary_regions", {}).get(key)
+    st = unary_region.state(ctx)
+    region = st.accepted.get(key)
     if region is not None:
         return unary_region.convert(ctx, region)
-    mark = getattr(ctx, "region_marks", {}).get(key)
+    mark = st.marks.get(key)
     if mark is None:
         return _qdq_activation(ctx, members)
     before = len(ctx.nodes)
     if len(members) == 1:
-        ctx.convert(members[0])
+        cast(Any, ctx).convert(members[0])  # the builder's dispatch (reader._Builder)
     else:
         _qdq_activation(ctx, members)
     if len(ctx.nodes) > before:

@@ -84,6 +84,22 @@ class Region:
     anchor: onnx.NodeProto | None = None  # the node a refusal is reported on
 
 
+@dataclass
+class RegionState:
+    """What the frontend knows of regions while reading one model."""
+
+    types: dict[str, str] = field(default_factory=dict)  # value -> element type name
+    accepted: dict[str, Region] = field(default_factory=dict)  # group key -> region
+    marks: dict[str, tuple[ReasonCode, str]] = field(default_factory=dict)  # key -> refusal
+
+
+def state(ctx: BuildContext) -> RegionState:
+    """The region state of this model's conversion (created on first use)."""
+    st = ctx.__dict__.setdefault("_unary_regions", RegionState())
+    assert isinstance(st, RegionState)
+    return st
+
+
 def _key(n: onnx.NodeProto) -> str:
     return n.name or n.output[0]
 
@@ -181,7 +197,7 @@ def find(ctx: BuildContext, u: str, order: dict[int, int]) -> Region:
         )
         return r
     r.y = outs[0][0]
-    t = ctx.region_types.get(u)
+    t = state(ctx).types.get(u)
     if t in SIXTEEN:
         r.refusal = (
             ReasonCode.UNSUPPORTED_INTERMEDIATE_TYPE,
@@ -237,13 +253,13 @@ def simple(members: list[onnx.NodeProto]) -> bool:
 def regions(ctx: BuildContext) -> list[Region]:
     """Every region worth a table or a reported refusal, from every 8-bit/16-bit tensor."""
     order = {id(n): i for i, n in enumerate(ctx.m.graph.node)}
-    ctx.region_types = value_types(ctx.m)
+    state(ctx).types = value_types(ctx.m)
     starts = [vi.name for vi in ctx.m.graph.input if vi.name not in ctx.consts]
     starts += [o for n in ctx.m.graph.node for o in n.output if o]
     out: list[Region] = []
     claimed: set[int] = set()
     for u in starts:
-        if ctx.region_types.get(u) not in EIGHT + SIXTEEN or u in ctx.consts:
+        if state(ctx).types.get(u) not in EIGHT + SIXTEEN or u in ctx.consts:
             continue
         if not any(elementwise(n) for n in ctx.onnx_users.get(u, [])):
             continue
