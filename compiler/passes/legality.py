@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.ir.epilogue import npu_function
 from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
 from compiler.ir.npu_step import compute_kind
@@ -170,13 +171,16 @@ def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
 )
 def rule_function_supported(g: Graph, site: Site, ctx) -> str | None:
     """This compute path does not support this activation on this target (support on one
-    path, e.g. Conv, says nothing about another, e.g. MatMul)."""
+    path, e.g. Conv, says nothing about another, e.g. MatMul): it neither builds the
+    function nor loads any table of its size (`table`)."""
+    if region_refusal(site) is not None:
+        return None  # no table: the region's own rule says why
     kind = compute_kind(site.compute)
     caps = ctx.target.compute(kind)
     f = site.activation.attrs["function"]
     if caps is None:
         return f"target '{ctx.target.name}' has no {kind} unit with postprocessing"
-    if f not in caps.functions:
+    if npu_function(site.activation, caps.functions) not in caps.functions:
         return (
             f"{kind} postprocessing on target '{ctx.target.name}' does not support '{f}' "
             f"(supported: {', '.join(sorted(caps.functions))}) for {_names([site.activation])}"
@@ -302,6 +306,8 @@ def rule_layout(g: Graph, site: Site, ctx) -> str | None:
 def rule_intermediate_type(g: Graph, site: Site, ctx) -> str | None:
     """The intermediate storage type (the table's input), the table size or the output
     encoding is not one the target's postprocessing supports."""
+    if region_refusal(site) is not None and site.activation.op != "lut":
+        return None  # no table: the region's own rule says why
     caps = ctx.target.compute(compute_kind(site.compute))
     act = site.activation
     it = act.attrs["in_type"]

@@ -60,6 +60,7 @@ def pattern_of(compute: Node, chain: list[Node]) -> str:
 def run(g: Graph, ctx: Context) -> Graph:
     """Record candidate sites in the state (ids in topological order of the activation)."""
     sites: list[Site] = []
+    refused: list[Site] = []
     for n in g.nodes:
         # a table, or the first node of a unary region refused in the frontend (its
         # site is rejected with the region's reason: compiler.passes.legality)
@@ -74,19 +75,20 @@ def run(g: Graph, ctx: Context) -> Graph:
             if is_compute(p):
                 if p.op == "fused":
                     break  # already fused by an earlier run: nothing new to propose
-                sites.append(
-                    Site(
-                        id=f"site-{len(sites)}",
-                        pattern=pattern_of(p, chain),
-                        compute=p,
-                        chain=chain,
-                    )
-                )
+                site = Site(id="", pattern=pattern_of(p, chain), compute=p, chain=chain)
+                (sites if n.op == "lut" else refused).append(site)
                 break
             varying = varying_inputs(g, p)
             if len(varying) != 1:
                 break
             chain.insert(0, p)
             cur = varying[0]
+    # a refused region is its own site unless a table's chain already runs through it
+    # (e.g. a per-column float bias group before an activation: that site says why)
+    covered = {id(x) for s in sites for x in s.chain}
+    sites += [s for s in refused if id(s.activation) not in covered]
+    sites.sort(key=lambda s: g.index(s.activation))
+    for i, s in enumerate(sites):
+        s.id = f"site-{i}"
     ctx.state.sites = sites
     return g

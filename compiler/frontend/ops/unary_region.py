@@ -36,6 +36,7 @@ import onnx
 
 from compiler.ir.graph import Value
 from compiler.ort.region_table import RegionError, region_model, region_table
+from prover.lut import LOADED_TABLE
 from prover.verdict import ReasonCode
 
 from ..context import BuildContext
@@ -129,6 +130,7 @@ def find(ctx: BuildContext, u: str, order: dict[int, int]) -> Region:
     """The largest region from `u` (module docstring)."""
     r = Region(u)
     inside: set[str] = {u}
+    floats: set[str] = set()  # region values in float (DequantizeLinear or float op outputs)
     members: list[onnx.NodeProto] = []
     outside_reason: list[tuple[ReasonCode, str]] = []
     nodes = ctx.m.graph.node
@@ -138,12 +140,14 @@ def find(ctx: BuildContext, u: str, order: dict[int, int]) -> Region:
         n = nodes[heapq.heappop(heap)]
         ins = [i for i in n.input if i]
         bad = [i for i in ins if i not in inside and not _single_const(ctx, i)]
-        if elementwise(n) and not bad and not _blocked(n):
+        if elementwise(n) and not bad and not _blocked(n) and _typed(n, ins, inside, floats):
             members.append(n)
             for o in n.output:
                 if not o:
                     continue
                 inside.add(o)
+                if n.op_type not in QUANTIZED_OUT:
+                    floats.add(o)
                 for x in ctx.onnx_users.get(o, []):
                     if order[id(x)] not in seen:
                         seen.add(order[id(x)])
@@ -207,6 +211,16 @@ def find(ctx: BuildContext, u: str, order: dict[int, int]) -> Region:
     return r
 
 
+def _typed(n: onnx.NodeProto, ins: list[str], inside: set[str], floats: set[str]) -> bool:
+    """Whether `n` reads the region's values in the type it computes on: a DequantizeLinear
+    or a QLinear op reads codes, a float op or a QuantizeLinear floats (an integer Clip of
+    codes is not a float op: it stays the epilogue's clip stage)."""
+    mine = [i for i in ins if i in inside]
+    if n.op_type == "DequantizeLinear" or n.op_type in QLINEAR_OPS:
+        return not any(i in floats for i in mine)
+    return all(i in floats for i in mine)
+
+
 def _producer(ctx: BuildContext, v: str) -> onnx.NodeProto | None:
     return next((n for n in ctx.m.graph.node if v in n.output), None)
 
@@ -237,17 +251,32 @@ def _close(ctx: BuildContext, members: list[onnx.NodeProto]) -> list[onnx.NodePr
         members = keep
 
 
-def simple(members: list[onnx.NodeProto]) -> bool:
-    """A region a single converter reads with its modelled kernel (module docstring)."""
-    if len(members) == 1:
-        return members[0].op_type in QLINEAR_OPS
+def simple(members: list[onnx.NodeProto], u: str) -> bool:
+    """A region that is a chain of what single converters read with modelled kernels (a
+    QLinearSigmoid / QLinearLeakyRelu / QLinearAdd / QLinearMul with a constant, a
+    DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear): left to them (two tables in a
+    row compose only as a proven rewrite, `compose_tables`)."""
+    produced = {u, *(o for m in members for o in m.output)}
+    uses: dict[str, int] = {}
+    for m in members:
+        for i in m.input:
+            if i in produced:
+                uses[i] = uses.get(i, 0) + 1
+        if m.op_type in ("QLinearMul", "QLinearAdd"):
+            if sum(1 for i in (m.input[0], m.input[3]) if i in produced) > 1:
+                return False
+            if _dom(m) != MS:
+                return False
+        elif m.op_type in ("QLinearSigmoid", "QLinearLeakyRelu"):
+            if _dom(m) != MS:
+                return False
+        elif m.op_type not in ("DequantizeLinear", "QuantizeLinear", *SIMPLE_QDQ):
+            return False
+    if any(k > 1 for k in uses.values()):
+        return False  # a value used twice: not a chain
     ops = [m.op_type for m in members]
-    return (
-        len(ops) == 3
-        and ops[0] == "DequantizeLinear"
-        and ops[2] == "QuantizeLinear"
-        and (ops[1] in SIMPLE_QDQ and _dom(members[1]) == "")
-    )
+    n_float = sum(o in SIMPLE_QDQ for o in ops)
+    return ops.count("DequantizeLinear") == n_float == ops.count("QuantizeLinear")
 
 
 def regions(ctx: BuildContext) -> list[Region]:
@@ -271,7 +300,7 @@ def regions(ctx: BuildContext) -> list[Region]:
             if p is not None and _from_compute(ctx, p) and r.anchor is not None:
                 out.append(r)
             continue
-        if r.members and not simple(r.members):
+        if r.members and not simple(r.members, r.u):
             claimed.update(id(m) for m in r.members)
             out.append(r)
     return out
@@ -304,7 +333,10 @@ def _from_compute(ctx: BuildContext, p: onnx.NodeProto) -> bool:
 
 def kind(members: list[onnx.NodeProto]) -> str:
     """The NPU function the region's table is (the target's toolchain builds that one and the
-    gate proves it equal to ORT's table); "table" when it is none of the named ones."""
+    gate proves it equal to ORT's table); `LOADED_TABLE` ("table": a target that declares
+    it loads ORT's table as given) when it is none of the named ones."""
+    if sum(m.op_type in QUANTIZED_OUT for m in members) > 1:
+        return LOADED_TABLE  # requantized inside: no named function is this table
     ops = [QLINEAR_OPS.get(m.op_type, m.op_type) for m in members]
     ops = [o for o in ops if o not in ("DequantizeLinear", "QuantizeLinear", "Identity")]
     s = sorted(ops)
@@ -314,7 +346,7 @@ def kind(members: list[onnx.NodeProto]) -> str:
     if s == ["HardSigmoid"]:
         a = attrs[id(next(m for m in members if m.op_type == "HardSigmoid"))]
         ok = math.isclose(float(a.get("alpha", 0.2)), 1 / 6, rel_tol=1e-6)
-        return "hardsigmoid" if ok and float(a.get("beta", 0.5)) == 0.5 else "table"
+        return "hardsigmoid" if ok and float(a.get("beta", 0.5)) == 0.5 else LOADED_TABLE
     if s in (["HardSwish"],):
         return "hardswish"
     if s == ["Mul", "Sigmoid"]:
@@ -332,7 +364,7 @@ def kind(members: list[onnx.NodeProto]) -> str:
         return "gelu_tanh"
     if s in (["Sigmoid"], ["Tanh"], ["Relu"]):
         return s[0].lower()
-    return "table"
+    return LOADED_TABLE
 
 
 def _scale_zp(ctx: BuildContext, n: onnx.NodeProto, scale: int, zp: int) -> tuple[float, int]:
