@@ -307,13 +307,16 @@ def regions(ctx: BuildContext) -> list[Region]:
 
 
 def value_types(m: onnx.ModelProto) -> dict[str, str]:
-    """Element type names of the model's values (ONNX shape inference; unknown: absent)."""
+    """Element type names of the model's values (the frontend reads a shape-inferred model,
+    `compiler.frontend.checked`; unknown: absent)."""
     from ..elem_types import DTYPES
 
-    try:
-        g = onnx.shape_inference.infer_shapes(m).graph
-    except Exception:  # noqa: BLE001 - no inference: only declared types are known
-        g = m.graph
+    g = m.graph
+    if not g.value_info and len(g.node) > 1:
+        try:
+            g = onnx.shape_inference.infer_shapes(m).graph
+        except Exception:  # noqa: BLE001 - no inference: only declared types are known
+            pass
     out = {}
     for vi in [*g.input, *g.value_info, *g.output]:
         t = DTYPES.get(vi.type.tensor_type.elem_type)
