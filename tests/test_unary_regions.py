@@ -222,3 +222,23 @@ def test_a_wrong_table_is_caught(monkeypatch):
     monkeypatch.setattr(unary_region, "region_table", wrong)
     with pytest.raises(InternalError, match="differs from ONNX Runtime on output 'y'"):
         compile_model(matmul_region("hardswish"), "bitwise", FLOAT)
+
+
+def test_position_dependent_region_is_refused_and_runs_on_the_host(monkeypatch):
+    """Where ORT's answer for a code depends on its position, the region is no table: the
+    site is refused with `region_position_dependent` and ORT runs the region on the host."""
+
+    def dependent(blob, in_type, rank, level, what):
+        raise RegionError(
+            ReasonCode.REGION_POSITION_DEPENDENT, f"{what}: code 3 differs (injected)"
+        )
+
+    monkeypatch.setattr(unary_region, "region_table", dependent)
+    m = conv_region("hardswish")
+    r = compile_model(m, "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.verdict == "rejected"
+    assert site.reason.code == ReasonCode.REGION_POSITION_DEPENDENT
+    assert "code 3 differs" in site.reason.message
+    assert "fused" not in [n.op for n in r.graph.nodes]
+    _equal_ort_default(m, r, seeds=(0,))

@@ -415,9 +415,15 @@ def convert(ctx: BuildContext, r: Region) -> None:
         table = region_table(out.SerializeToString(), x.dtype, max(1, len(x.shape)), level, what)
         ot = _out_type(out, x.dtype, max(1, len(x.shape)), level)
     except RegionError as e:
-        raise ctx.fail(r.members[-1], f"{e.code.value}: {e.message}") from None
-    except Exception as e:  # noqa: BLE001 - ORT refuses the subgraph: the nodes stay host ops
-        raise ctx.fail(r.members[-1], f"ONNX Runtime cannot run the region: {e}") from None
+        # not one table: ORT runs the region on the host; its site is refused with the reason
+        ctx.host(r.members, placement=f"{what} runs on the host: {e.message}")
+        ctx.nodes[-1].attrs["region_refusal"] = {"code": e.code.value, "message": e.message}
+        return
+    except Exception as e:  # noqa: BLE001 - ORT refuses the subgraph alone: host ops as written
+        msg = " ".join(str(e).split())[:300]
+        for m in r.members:
+            ctx.unsupported(m, f"ONNX Runtime cannot run {what} alone: {msg}")
+        return
     xs, xz = _in_params(ctx, r)
     ys, yz = _out_params(ctx, r)
     ctx.emit(
