@@ -174,3 +174,37 @@ def conv_region(
         [oh.make_tensor_value_info("y", TP.INT8, [1, C_out, H, W])],
         inits,
     )
+
+
+def qdq_conv_region(kind: str) -> onnx.ModelProto:
+    """QDQ form, uint8 activations: `DQ(x), DQ(W) -> 1x1 Conv -> Q 'conv_q' -> region(kind)`
+    (ORT's default session makes the conv a QLinearConv; the region stays a float island)."""
+    Wt = weights(4, 8, 1).reshape(4, 8, 1, 1)
+    inits = [
+        const("W", Wt, "int8"),
+        const("x_s", 0.02, "float32"),
+        const("x_z", 0, "uint8"),
+        const("w_s", 0.01, "float32"),
+        const("w_z", 0, "int8"),
+        const("u_s", U_SCALE, "float32"),
+        const("u_z", 128, "uint8"),
+        const("y_s", Y_SCALE, "float32"),
+        const("y_z", 100, "uint8"),
+    ]
+    nodes = [
+        oh.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"], name="x_dq"),
+        oh.make_node("DequantizeLinear", ["W", "w_s", "w_z"], ["wf"], name="w_dq"),
+        oh.make_node("Conv", ["xf", "wf"], ["cf"], name="conv"),
+        oh.make_node("QuantizeLinear", ["cf", "u_s", "u_z"], ["u"], name="conv_q"),
+    ]
+    rn, rc = region(kind)
+    nodes += rn
+    inits += [c for c in rc if c.name != "s_z"]
+    if any(c.name == "s_z" for c in rc):
+        inits.append(const("s_z", 0, "uint8"))
+    return make(
+        nodes,
+        [oh.make_tensor_value_info("x", TP.UINT8, [1, 8, 2, 3])],
+        [oh.make_tensor_value_info("y", TP.UINT8, [1, 4, 2, 3])],
+        inits,
+    )

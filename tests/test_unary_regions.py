@@ -14,7 +14,7 @@ import pytest
 from models import const, make, random_inputs, weights
 from onnx import TensorProto as TP
 from onnx import helper as oh
-from region_models import conv_region, matmul_region, region
+from region_models import conv_region, matmul_region, qdq_conv_region, region
 
 from compiler.api import compile_model
 from compiler.errors import InternalError
@@ -63,6 +63,17 @@ def test_region_after_compute_is_proposed_proven_and_equals_ort(kind, build):
     assert site.activation.op == "lut" and site.activation.attrs["source"] in ("region", "qlinear")
     assert site.verdict == "proven", (site.pattern, site.reason)
     assert [n.op for n in r.graph.nodes] == ["fused"]
+    _equal_ort_default(m, r)
+
+
+@pytest.mark.parametrize("kind", ["hardswish", "silu", "gelu_erf", "silu_qdq"])
+def test_region_after_a_qdq_conv_is_proven_and_equals_ort(kind):
+    """The zoo's form: a QDQ 1x1 conv (a QLinearConv in the graph ORT's default session
+    runs) and a float island after it, uint8 activations."""
+    m = qdq_conv_region(kind)
+    r = compile_model(m, "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.pattern.startswith("conv+") and site.verdict == "proven", site.reason
     _equal_ort_default(m, r)
 
 
