@@ -200,7 +200,7 @@ def _model_of(kind: str) -> bytes:
     for name, v, t in (("u_s", 0.05, np.float32), ("u_z", 0, np.int8), ("y_s", 1 / 64, np.float32),
                        ("y_z", -32, np.int8)):  # fmt: skip
         cs[name] = np.asarray(v, dtype=t)
-    m = region_model(nodes, cs, "u", "y", "int8", "int8", 1, {"": 17})
+    m = region_model(nodes, cs, "u", "y", "int8", 1, {"": 17})
     return m.SerializeToString()
 
 

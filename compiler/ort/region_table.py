@@ -52,19 +52,32 @@ def region_model(
     u: str,
     y: str,
     in_type: str,
-    out_type: str,
     rank: int,
     opsets: Mapping[str, int],
 ) -> onnx.ModelProto:
-    """The region's nodes as a model `u[1,...,1,n] -> y` (the last axis dynamic)."""
+    """The region's nodes as a model `u[1,...,1,n] -> y` (the last axis dynamic; `y`'s
+    type is what ORT computes). Names are canonical (`u`, `y`, `v0`.., `c0`.., `n0`..), so
+    the same region with the same constants elsewhere in a model is the same model and is
+    checked once (`region_table` is cached by the serialised model)."""
     elem = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
     shape: list[int | str] = [1] * (rank - 1) + ["n"]
+    names = {u: "u", y: "y", "": ""}
+    for k in consts:
+        names.setdefault(k, f"c{len(names)}")
+    canon = []
+    for i, n in enumerate(nodes):
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        c.name = f"n{i}"
+        c.input[:] = [names.setdefault(v, f"v{len(names)}") for v in n.input]
+        c.output[:] = [names.setdefault(v, f"v{len(names)}") for v in n.output]
+        canon.append(c)
     g = oh.make_graph(
-        list(nodes),
+        canon,
         "unary_region",
-        [oh.make_tensor_value_info(u, elem[in_type], shape)],
-        [oh.make_tensor_value_info(y, elem[out_type], None)],
-        [nh.from_array(np.asarray(v), k) for k, v in consts.items()],
+        [oh.make_tensor_value_info("u", elem[in_type], shape)],
+        [onnx.ValueInfoProto(name="y")],
+        [nh.from_array(np.asarray(v), names[k]) for k, v in consts.items()],
     )
     ops = [oh.make_opsetid(d, int(v)) for d, v in opsets.items() if d not in ("ai.onnx",)]
     if not any(o.domain == "" for o in ops):
@@ -91,13 +104,20 @@ def _sessions(blob: bytes, level: str):
     return out
 
 
-@lru_cache(maxsize=256)
 def region_table(blob: bytes, in_type: str, rank: int, level: str, what: str) -> tuple[int, ...]:
     """The table (offset index order) ORT computes for the region model `blob`, after the
-    position check (module docstring); `RegionError` names the first code that differs."""
+    position check (module docstring); `RegionError` names `what` and the first code that
+    differs."""
+    try:
+        return _checked_table(blob, in_type, rank, level)
+    except RegionError as e:
+        raise RegionError(e.code, f"ONNX Runtime computes {what} {e.message}") from None
+
+
+@lru_cache(maxsize=512)
+def _checked_table(blob: bytes, in_type: str, rank: int, level: str) -> tuple[int, ...]:
     t = int_type(in_type)
     codes = np.arange(t.min, t.max + 1, dtype=np.int64).astype(t.numpy_dtype())
-    n = codes.size
     sess, single = _sessions(blob, level)
     name = sess.get_inputs()[0].name
     lead = (1,) * (rank - 1)
@@ -107,11 +127,16 @@ def region_table(blob: bytes, in_type: str, rank: int, level: str, what: str) ->
         y = np.asarray(y)
         if y.size != x.size:
             raise RegionError(
-                ReasonCode.REGION_SECOND_INPUT,
-                f"{what} changes the tensor's size ({x.size} -> {y.size}): not elementwise",
+                ReasonCode.REGION_REDUCTION,
+                f"with a change of the tensor's size ({x.size} -> {y.size}): not elementwise",
             )
         return y.reshape(-1).astype(np.int64)
 
+    return _check(sess, single, run, codes, t.min)
+
+
+def _check(sess, single, run, codes: np.ndarray, lo: int) -> tuple[int, ...]:
+    n = codes.size
     table = run(sess, codes)
     seen: list[tuple[np.ndarray, np.ndarray, str]] = []
     for off in OFFSETS:
@@ -126,14 +151,14 @@ def region_table(blob: bytes, in_type: str, rank: int, level: str, what: str) ->
     for s, label in ((sess, "default threads"), (single, "one thread")):
         seen.append((long_x, run(s, long_x), f"length {LONG}, {label}"))
     for x, y, where in seen:
-        want = table[x.astype(np.int64) - t.min]
+        want = table[x.astype(np.int64) - lo]
         bad = np.nonzero(want != y)[0]
         if bad.size:
             i = int(bad[0])
             raise RegionError(
                 ReasonCode.REGION_POSITION_DEPENDENT,
-                f"ONNX Runtime computes {what} differently by position: code {int(x[i])} gives "
-                f"{int(want[i])} at position {int(x[i]) - t.min} of the {n}-code tensor but "
-                f"{int(y[i])} at position {i} ({where})",
+                f"differently by position: code {int(x[i])} gives {int(want[i])} at position "
+                f"{int(x[i]) - lo} of the {n}-code tensor but {int(y[i])} at position {i} "
+                f"({where})",
             )
     return tuple(int(v) for v in table)

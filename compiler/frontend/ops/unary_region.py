@@ -403,12 +403,7 @@ def convert(ctx: BuildContext, r: Region) -> None:
         for k, i in enumerate(m.input):
             if i and i not in {o for n in r.members for o in n.output} and i != r.u:
                 consts[i] = ctx.const(m, k, f"input '{i}'")
-    blob = region_model(
-        r.members, consts, r.u, r.y, x.dtype, "uint8", max(1, len(x.shape)), ctx.opsets
-    )
-    out = onnx.ModelProto.FromString(blob.SerializeToString())
-    del out.graph.output[:]
-    out.graph.output.extend([onnx.ValueInfoProto(name=r.y)])
+    out = region_model(r.members, consts, r.u, r.y, x.dtype, max(1, len(x.shape)), ctx.opsets)
     level = "default" if ctx.integer_reading else "off"
     what = f"the region {_label(r.members)}"
     try:
