@@ -40,7 +40,9 @@ LONG = 256 * 257 + 13
 class RegionError(Exception):
     """Why a region is not one table: a reason code and a message naming the nodes."""
 
-    def __init__(self, code: ReasonCode, message: str) -> None:
+    def __init__(
+        self, message: str, code: ReasonCode = ReasonCode.REGION_POSITION_DEPENDENT
+    ) -> None:
         super().__init__(message)
         self.code = ReasonCode(code)
         self.message = message
@@ -111,7 +113,7 @@ def region_table(blob: bytes, in_type: str, rank: int, level: str, what: str) ->
     try:
         return _checked_table(blob, in_type, rank, level)
     except RegionError as e:
-        raise RegionError(e.code, f"ONNX Runtime computes {what} {e.message}") from None
+        raise RegionError(f"ONNX Runtime computes {what} {e.message}", e.code) from None
 
 
 @lru_cache(maxsize=512)
@@ -127,8 +129,8 @@ def _checked_table(blob: bytes, in_type: str, rank: int, level: str) -> tuple[in
         y = np.asarray(y)
         if y.size != x.size:
             raise RegionError(
-                ReasonCode.REGION_REDUCTION,
                 f"with a change of the tensor's size ({x.size} -> {y.size}): not elementwise",
+                ReasonCode.REGION_REDUCTION,
             )
         return y.reshape(-1).astype(np.int64)
 
@@ -156,7 +158,6 @@ def _check(sess, single, run, codes: np.ndarray, lo: int) -> tuple[int, ...]:
         if bad.size:
             i = int(bad[0])
             raise RegionError(
-                ReasonCode.REGION_POSITION_DEPENDENT,
                 f"differently by position: code {int(x[i])} gives {int(want[i])} at position "
                 f"{int(x[i]) - lo} of the {n}-code tensor but {int(y[i])} at position {i} "
                 f"({where})",
