@@ -251,3 +251,24 @@ def test_position_dependent_region_is_refused_and_runs_on_the_host(monkeypatch):
     assert "code 3 differs" in site.reason.message
     assert "fused" not in [n.op for n in r.graph.nodes]
     _equal_ort_default(m, r, seeds=(0,))
+
+
+@pytest.mark.slow  # three CLI processes (about 4 s)
+def test_cli_check_compile_run_equals_ort_default(tmp_path):
+    """`prover check`, `npuc compile`, `npuc run` on SiLU after a 1x1 conv: proven, and the
+    program's output equals ONNX Runtime's default session bit for bit."""
+    from cli_helpers import npuc, prover
+
+    m = conv_region("silu")
+    path, prog, inp, out = (tmp_path / f for f in ("m.onnx", "m.npuprog", "in.npz", "out.npz"))
+    onnx.save(m, path)
+    r = prover("check", path, "--proofs-mode", "off", "--no-progress")
+    assert r.returncode == 0 and "PROVEN" in r.stdout and "conv+silu" in r.stdout, r.stdout
+    r = npuc("compile", path, "-o", prog, "--proofs-mode", "off", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    feeds = random_inputs(m, 3)
+    np.savez(inp, **feeds)
+    r = npuc("run", prog, "--input", inp, "-o", out)
+    assert r.returncode == 0, r.stderr
+    with np.load(out) as got:
+        np.testing.assert_array_equal(got["y"], session(m, "default").run(None, feeds)[0])
