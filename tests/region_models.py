@@ -90,6 +90,12 @@ def region(kind: str, u: str = "u", y: str = "y") -> tuple[list[onnx.NodeProto],
             oh.make_node("ReduceMean", ["f"], ["r"], name="mean", axes=[-1], keepdims=1),
             oh.make_node("Sub", ["f", "r"], ["g"], name="sub"),
         ]
+    elif kind == "sigmoid_used_outside":  # the float sigmoid also feeds a reduction
+        f += [
+            oh.make_node("Sigmoid", ["f"], ["g"], name="sig"),
+            oh.make_node("ReduceMean", ["g"], ["r"], name="mean", axes=[-1], keepdims=1),
+            _q("r", "y2", "mean_q"),
+        ]
     elif kind == "second_input":  # Mul(DQ(u), DQ(x_other)): two varying operands
         f += [
             oh.make_node("DequantizeLinear", ["other", "u_s", "u_z"], ["o"], name="dq_other"),

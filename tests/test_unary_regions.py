@@ -134,6 +134,16 @@ def test_reduction_inside_is_refused():
     assert "'mean' (ReduceMean)" in site.reason.message
 
 
+def test_region_whose_float_value_leaves_it_is_cut_back_to_nothing():
+    """The sigmoid's float output also feeds a ReduceMean: the region cannot keep the
+    Sigmoid, so not the QuantizeLinear after it either (no member reads a value that is not
+    computed inside); the reduction is the reason."""
+    r = compile_model(conv_region("sigmoid_used_outside"), "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.reason.code == ReasonCode.REGION_REDUCTION
+    assert "'mean' (ReduceMean)" in site.reason.message
+
+
 def test_already_fused_producer_is_refused():
     """A region whose input is another table's output: the producer already carries the
     first table (two tables compose only as a proven rewrite, compose_tables)."""

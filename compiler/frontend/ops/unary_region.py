@@ -173,7 +173,7 @@ def find(ctx: BuildContext, u: str, order: dict[int, int]) -> Region:
                     f"{_label([n])} ({n.op_type}) also takes {', '.join(what)}",
                 )
             )
-    members = _close(ctx, members)
+    members = _close(ctx, members, u)
     r.members = members
     first = next((n for n in ctx.onnx_users.get(u, []) if elementwise(n)), None)
     r.anchor = members[0] if members else first
@@ -229,12 +229,16 @@ def _single_const(ctx: BuildContext, name: str) -> bool:
     return name in ctx.consts and ctx.consts[name].size == 1
 
 
-def _close(ctx: BuildContext, members: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
-    """Drop members until no float value leaves the region and no member is dead."""
+def _close(ctx: BuildContext, members: list[onnx.NodeProto], u: str) -> list[onnx.NodeProto]:
+    """Drop members until no float value leaves the region, no member is dead and every
+    member reads only `u`, values of members kept, or single-value constants."""
     while True:
         mine = {id(m) for m in members}
+        inside = {u, *(o for m in members for o in m.output if o)}
         keep = []
         for m in members:
+            if any(i and i not in inside and not _single_const(ctx, i) for i in m.input):
+                continue  # its producer was dropped
             outs = [o for o in m.output if o]
             users = [[x for x in ctx.onnx_users.get(o, [])] for o in outs]
             leaves = any(
