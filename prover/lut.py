@@ -89,6 +89,13 @@ def _gelu_tanh(x, ft):
     return ft(0.5) * x * (ft(1) + np.tanh(c * (x + ft(0.044715) * x * x * x)))
 
 
+LOADED_TABLE = "table"
+
+
+def _loaded(x: np.ndarray, ft: type) -> np.ndarray:
+    raise KernelError(f"a {LOADED_TABLE!r} LUT is loaded as given, not built from a function")
+
+
 FUNCTIONS: dict[str, Callable[[np.ndarray, type], np.ndarray]] = {
     "sigmoid": _sigmoid,
     # ONNX Runtime's logistic (always float32, whatever `precision` says).
@@ -105,6 +112,9 @@ FUNCTIONS: dict[str, Callable[[np.ndarray, type], np.ndarray]] = {
     "exp": lambda x, ft: np.exp(x),
     "relu": lambda x, ft: np.maximum(x, ft(0)),
     "identity": lambda x, ft: x,
+    # A table the postprocessor loads as given (the reference's own table of a unary
+    # region): a target declaring it takes any table of its size; nothing builds it.
+    "table": _loaded,
 }
 
 

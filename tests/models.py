@@ -97,6 +97,7 @@ def matmul_activation(
     transpose: Sequence[int] | None = None,
     float_input: bool = False,
     float_roundtrip: bool = False,
+    roundtrip_op: str = "Hardmax",
     clip_acc: tuple[int, int] | None = None,
     inter_type: str = "int8",
     seed: int = 0,
@@ -119,9 +120,11 @@ def matmul_activation(
     - reshape: `noop` (Reshape to the same shape), `unit` ([M,N] -> [1,M,N]) or
       `permute` ([M,N] -> [N,M], a hidden transpose); transpose: a Transpose perm;
     - float_input: the model input is float32 and quantized by a QuantizeLinear `quant`;
-    - float_roundtrip: DequantizeLinear `rt_dq` -> Abs `rt_abs` -> QuantizeLinear `rt_q` between
-      the compute op and the activation (a non-absorbable chain; without the Abs, ORT's default
-      session removes the identity DQ -> Q pair and the two are adjacent);
+    - float_roundtrip: DequantizeLinear `rt_dq` -> `roundtrip_op` `rt_abs` -> QuantizeLinear
+      `rt_q` between the compute op and the activation (with the default Hardmax, which is
+      not elementwise, a non-absorbable chain; an elementwise op such as Abs makes the chain
+      and the activation one unary region; without the op, ORT's default session removes the
+      identity DQ -> Q pair and the two are adjacent);
     - clip_acc: an int32 Clip `clip_acc` on the MatMulInteger accumulator (form `integer`);
     - inter_type: type of the compute output / activation input (`int8` or `uint8`); the
       activation keeps it for its output (com.microsoft QLinear ops do).
@@ -204,7 +207,7 @@ def matmul_activation(
     if float_roundtrip:
         nodes += [
             oh.make_node("DequantizeLinear", [cur, "y_s", "y_z"], ["rt_f"], name="rt_dq"),
-            oh.make_node("Abs", ["rt_f"], ["rt_abs"], name="rt_abs"),
+            oh.make_node(roundtrip_op, ["rt_f"], ["rt_abs"], name="rt_abs"),
             oh.make_node("QuantizeLinear", ["rt_abs", "y_s", "y_z"], ["rt_out"], name="rt_q"),
         ]
         cur = "rt_out"

@@ -36,6 +36,7 @@ TOOL_BUG = {
     "compiler.errors.CompilerError",
     "compiler.errors.InternalError",
     "compiler.frontend.registry.DuplicateConverter",
+    "compiler.ort.region_table.RegionError",  # caught by the frontend: a refused region
     "npu_backend.simulator.SimulatorError",
     "npu_backend.simulator.UndefinedResult",
     "npu_backend.ledger.LedgerError",

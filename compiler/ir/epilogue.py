@@ -17,6 +17,7 @@ obligation decides whether that is still equal, or within bounded:N).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -26,7 +27,7 @@ from compiler.errors import InternalError
 from npu_backend.postprocess import AddParams, LutParams, PostProcess, RequantParams
 from npu_backend.target import Target, requant_from_scale
 from prover.inttypes import int_type
-from prover.lut import LutSpec, build_lut, reorder_table
+from prover.lut import LOADED_TABLE, LutSpec, build_lut, reorder_table
 from prover.qlinear_binary import SpanMode
 from prover.terms import Term, Var, op, term_hash
 
@@ -232,14 +233,30 @@ def lut_spec_of(lut: Node, target: Target) -> LutSpec:
     )
 
 
-def npu_logical_table(lut: Node, target: Target) -> tuple[np.ndarray, LutSpec]:
-    """The target toolchain's table for an activation node, in offset (logical) order."""
+def npu_function(lut: Node, functions: Iterable[str]) -> str:
+    """The function a compute path (or the standalone unit) with `functions` applies for an
+    activation node: its own, or, where the path lacks it but loads any table
+    (`prover.lut.LOADED_TABLE`), the loaded table."""
+    f = str(lut.attrs["function"])
+    fs = frozenset(functions)
+    return LOADED_TABLE if f not in fs and LOADED_TABLE in fs else f
+
+
+def npu_logical_table(
+    lut: Node, target: Target, function: str | None = None
+) -> tuple[np.ndarray, LutSpec | None]:
+    """The target toolchain's table for an activation node, in offset (logical) order; a
+    loaded table (`function` or the node's function `LOADED_TABLE`) is the node's own."""
+    if (function or lut.attrs["function"]) == LOADED_TABLE:
+        return np.asarray(lut.attrs["table"], dtype=np.int64), None
     spec = lut_spec_of(lut, target)
     logical = build_lut(dataclasses.replace(spec, index_order="offset"))
     return logical, spec
 
 
-def composed_table(site: Site, target: Target, stage: int) -> tuple[np.ndarray, LutSpec | None]:
+def composed_table(
+    site: Site, target: Target, stage: int, functions: Iterable[str] = ()
+) -> tuple[np.ndarray, LutSpec | None]:
     """The table the NPU applies after requantization: the chain after the stage, composed."""
     bi = bias_index(site)
     after = site.chain[max(stage, -1 if bi is None else bi) + 1 :]
@@ -251,7 +268,7 @@ def composed_table(site: Site, target: Target, stage: int) -> tuple[np.ndarray, 
         if n.op == "clip":
             v = np.clip(v, n.attrs["lo"], n.attrs["hi"])
         elif n.op == "lut":
-            t, spec = npu_logical_table(n, target)
+            t, spec = npu_logical_table(n, target, npu_function(n, functions))
             v = t[v - int_type(n.attrs["in_type"]).min]
     return v, spec
 
@@ -264,8 +281,9 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     caps = target.compute(kind)
     if caps is None:
         raise ValueError(f"target {target.name} has no {kind} unit")
-    logical, spec = composed_table(site, target, stage)
+    logical, spec = composed_table(site, target, stage, caps.functions)
     act = site.activation
+    function = npu_function(act, caps.functions)
     in_type = _stage_out(site, stage)
     order = target.lut_builder.index_order
     table = tuple(int(v) for v in reorder_table(logical, int_type(in_type), "offset", order))
@@ -306,7 +324,7 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         post = PostProcess(
             rq,
             None,
-            act.attrs["function"],
+            function,
             lut,
             act.attrs["out_type"],
             int(act.attrs["out_zp"]),

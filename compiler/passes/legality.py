@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.ir.epilogue import npu_function
 from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
 from compiler.ir.npu_step import compute_kind
@@ -35,6 +36,58 @@ SCHEME_FAMILY = {"double": "fixed_double", "single": "fixed_single", "float": "f
 
 def _names(nodes) -> str:
     return ", ".join(f"'{o}'" for n in nodes for o in n.origin)
+
+
+def region_refusal(site: Site, code: ReasonCode | None = None) -> Reason | None:
+    """The refusal the frontend recorded for the site's unary region (of `code` only, when
+    given), or None."""
+    mark = site.activation.attrs.get("region_refusal")
+    if mark is None or (code is not None and mark["code"] != code.value):
+        return None
+    return Reason(ReasonCode(mark["code"]), mark["message"])
+
+
+@rule(
+    ReasonCode.REGION_SECOND_INPUT,
+    action="keep the original; only a region whose other operands are single constants is "
+    "one table of its input code",
+)
+def rule_region_single_input(g: Graph, site: Site, ctx) -> RuleResult:
+    """An op of the elementwise region after the compute op takes a second non-constant
+    input (or a constant of several values): the region is not a function of one quantized
+    value, so it is not one table. (A region the frontend refused for a reason with its own
+    code, a value used outside it or 16-bit codes, is reported with that code.)"""
+    r = region_refusal(site)
+    if r is None or r.code in (ReasonCode.REGION_REDUCTION, ReasonCode.REGION_POSITION_DEPENDENT):
+        return None
+    return r if r.code != ReasonCode.REGION_SECOND_INPUT else r.message
+
+
+@rule(
+    ReasonCode.REGION_REDUCTION,
+    action="keep the original; a reduction or data-movement op ends an elementwise region",
+)
+def rule_region_elementwise(g: Graph, site: Site, ctx) -> str | None:
+    """A reduction (Softmax, ReduceMean, a normalization, a pool) or a data-movement op
+    (Transpose, Reshape, Gather, Concat, ...) sits inside the region before its quantized
+    output: an element of the result depends on other elements, so it is no table of one
+    code."""
+    r = region_refusal(site, ReasonCode.REGION_REDUCTION)
+    return None if r is None else r.message
+
+
+@rule(
+    ReasonCode.REGION_POSITION_DEPENDENT,
+    action="keep the region on the host; report the ONNX Runtime kernel that computes an "
+    "element differently by its position",
+)
+def rule_region_position_independent(g: Graph, site: Site, ctx) -> str | None:
+    """ONNX Runtime computed some code of the region differently at another position,
+    tensor length or thread count (a vectorised body against its scalar tail, a chunk
+    boundary): a table taken by evaluating every code once would not be what the reference
+    computes, so the region is not fused."""
+    r = region_refusal(site, ReasonCode.REGION_POSITION_DEPENDENT)
+    return None if r is None else r.message
 
 
 @rule(
@@ -118,13 +171,16 @@ def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
 )
 def rule_function_supported(g: Graph, site: Site, ctx) -> str | None:
     """This compute path does not support this activation on this target (support on one
-    path, e.g. Conv, says nothing about another, e.g. MatMul)."""
+    path, e.g. Conv, says nothing about another, e.g. MatMul): it neither builds the
+    function nor loads any table of its size (`table`)."""
+    if region_refusal(site) is not None:
+        return None  # no table: the region's own rule says why
     kind = compute_kind(site.compute)
     caps = ctx.target.compute(kind)
     f = site.activation.attrs["function"]
     if caps is None:
         return f"target '{ctx.target.name}' has no {kind} unit with postprocessing"
-    if f not in caps.functions:
+    if npu_function(site.activation, caps.functions) not in caps.functions:
         return (
             f"{kind} postprocessing on target '{ctx.target.name}' does not support '{f}' "
             f"(supported: {', '.join(sorted(caps.functions))}) for {_names([site.activation])}"
@@ -250,6 +306,8 @@ def rule_layout(g: Graph, site: Site, ctx) -> str | None:
 def rule_intermediate_type(g: Graph, site: Site, ctx) -> str | None:
     """The intermediate storage type (the table's input), the table size or the output
     encoding is not one the target's postprocessing supports."""
+    if region_refusal(site) is not None and site.activation.op != "lut":
+        return None  # no table: the region's own rule says why
     caps = ctx.target.compute(compute_kind(site.compute))
     act = site.activation
     it = act.attrs["in_type"]
@@ -340,6 +398,16 @@ def _index_type_chosen(site: Site, ctx) -> bool:
     )
 
 
+REGION_RULE = {
+    ReasonCode.REGION_REDUCTION: ReasonCode.REGION_REDUCTION,
+    ReasonCode.REGION_POSITION_DEPENDENT: ReasonCode.REGION_POSITION_DEPENDENT,
+}
+
+
+def _rules_by_code() -> dict[ReasonCode, Rule]:
+    return {r.code: r for r in rules()}
+
+
 RULES: list[tuple[str, Callable[..., RuleResult]]] = [(r.code.value, r.check) for r in rules()]
 
 
@@ -347,10 +415,15 @@ def first_failure(g: Graph, site: Site, ctx) -> tuple[Rule, Reason] | None:
     """The first failing rule and its reason, or None (pure: the site is not changed).
 
     A QDQ float compute group (host_onnx) is not judged structurally: whatever follows
-    it, its float sum is the reason no fusion exists (the gate's `float_accumulation`).
+    it, its float sum is the reason no fusion exists (the gate's `float_accumulation`),
+    unless the unary region after it was refused (then that reason).
     """
     if site.compute.op == "host_onnx":
-        return None
+        refused = region_refusal(site)
+        if refused is None:
+            return None
+        code = REGION_RULE.get(refused.code, ReasonCode.REGION_SECOND_INPUT)
+        return _rules_by_code()[code], refused
     for r in rules():
         got = r.check(g, site, ctx)
         if isinstance(got, Reason):
@@ -372,7 +445,7 @@ class Judgement:
 def judge(g: Graph, site: Site, ctx) -> Judgement:
     """The rules in order, then the descriptor, built once, and the backend's validation of
     the fused step built from it (pure: the site is not changed)."""
-    if site.compute.op == "host_onnx":
+    if site.compute.op == "host_onnx" and region_refusal(site) is None:
         return Judgement(None)
     bad = first_failure(g, site, ctx)
     if bad is not None:

@@ -24,7 +24,7 @@ from compiler.errors import CompilerError
 from compiler.ir import npu_step
 from compiler.ir.accumulator import acc_range
 from compiler.ir.context import Context
-from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, requant_params
+from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, npu_function, requant_params
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import node_term, requant_groups, requant_scale, requant_term
@@ -48,7 +48,7 @@ from npu_backend.target import requant_from_scale
 from npu_backend.validate import validate_step
 from prover.domain import KernelError
 from prover.inttypes import int_type
-from prover.lut import build_lut
+from prover.lut import LOADED_TABLE, build_lut, reorder_table
 from prover.obligation import Obligation
 from prover.terms import Var, op
 from prover.verdict import ReasonCode, Status
@@ -224,7 +224,8 @@ class Lowerer:
         it = int_type(a["in_type"])
         x = Var(n.inputs[0])
         host = HostKernel(n.name, (n.inputs[0],), n.output, node_term(n, x), a["out_type"])
-        if a["function"] not in self.t.standalone.functions:
+        function = npu_function(n, self.t.standalone.functions)
+        if function not in self.t.standalone.functions:
             self.diag(
                 n,
                 ReasonCode.UNSUPPORTED_FUNCTION,
@@ -233,18 +234,24 @@ class Lowerer:
             )
             self.steps.append(host)
             return
-        spec = lut_spec_of(n, self.t)
-        lp = LutParams(
-            tuple(int(v) for v in build_lut(spec)),
-            a["in_type"],
-            a["out_type"],
-            spec.index_order,
-            spec,
-        )
+        if function == LOADED_TABLE:  # the target loads the node's own table
+            order = self.t.lut_builder.index_order
+            logical = np.asarray(a["table"], dtype=np.int64)
+            loaded = reorder_table(logical, it, "offset", order)
+            lp = LutParams(tuple(int(v) for v in loaded), a["in_type"], a["out_type"], order)
+        else:
+            spec = lut_spec_of(n, self.t)
+            lp = LutParams(
+                tuple(int(v) for v in build_lut(spec)),
+                a["in_type"],
+                a["out_type"],
+                spec.index_order,
+                spec,
+            )
         ok, code, msg = self.prove(
             n, "table", node_term(n, Var("x")), lp.term(Var("x")), {"x": (it.min, it.max)}
         )
-        step = NpuLut.from_params(n.name, n.inputs[0], n.output, lp, a["function"], n.origin)
+        step = NpuLut.from_params(n.name, n.inputs[0], n.output, lp, function, n.origin)
         self.npu_or_host(n, step, ok, code, msg, host)
 
     def requantize(self, n: Node) -> None:

@@ -1,6 +1,7 @@
 """Fusion proposal: every activation table reachable backwards from a compute op.
 
-From each `lut` node, walk back through ops with one varying input (requantize, a
+From each `lut` node (a unary region is one: `compiler.frontend.ops.unary_region`), and
+from the first node of a region the frontend refused (`region_refusal`), walk back through ops with one varying input (requantize, a
 QLinearAdd bias with a constant operand, clip, layout ops, other tables, a float bias
 Add whose other operand is constant, and anything else) to the nearest compute op: an integer
 `matmul` or a QDQ float MatMul/Gemm kept as a host group. Every walk that reaches one
@@ -41,7 +42,9 @@ def pattern_of(compute: Node, chain: list[Node]) -> str:
         else str(compute.attrs.get("kind", compute.attrs.get("compute"))).lower()
     ]
     for n in chain:
-        if n.op == "lut":
+        if n.attrs.get("region_refusal") is not None:
+            parts.append("region")
+        elif n.op == "lut":
             parts.append(n.attrs["function"])
         elif n.op in ("requantize", "clip"):
             parts.append(n.op)
@@ -57,8 +60,11 @@ def pattern_of(compute: Node, chain: list[Node]) -> str:
 def run(g: Graph, ctx: Context) -> Graph:
     """Record candidate sites in the state (ids in topological order of the activation)."""
     sites: list[Site] = []
+    refused: list[Site] = []
     for n in g.nodes:
-        if n.op != "lut":
+        # a table, or the first node of a unary region refused in the frontend (its
+        # site is rejected with the region's reason: compiler.passes.legality)
+        if n.op != "lut" and n.attrs.get("region_refusal") is None:
             continue
         chain = [n]
         cur = n.inputs[0]
@@ -69,19 +75,20 @@ def run(g: Graph, ctx: Context) -> Graph:
             if is_compute(p):
                 if p.op == "fused":
                     break  # already fused by an earlier run: nothing new to propose
-                sites.append(
-                    Site(
-                        id=f"site-{len(sites)}",
-                        pattern=pattern_of(p, chain),
-                        compute=p,
-                        chain=chain,
-                    )
-                )
+                site = Site(id="", pattern=pattern_of(p, chain), compute=p, chain=chain)
+                (sites if n.op == "lut" else refused).append(site)
                 break
             varying = varying_inputs(g, p)
             if len(varying) != 1:
                 break
             chain.insert(0, p)
             cur = varying[0]
+    # a refused region is its own site unless a table's chain already runs through it
+    # (e.g. a per-column float bias group before an activation: that site says why)
+    covered = {id(x) for s in sites for x in s.chain}
+    sites += [s for s in refused if id(s.activation) not in covered]
+    sites.sort(key=lambda s: g.index(s.activation))
+    for i, s in enumerate(sites):
+        s.id = f"site-{i}"
     ctx.state.sites = sites
     return g

@@ -10,6 +10,8 @@ types only (checked here). A group forms only at a version both converters claim
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import onnx
 
 from compiler.ort.tables import QDQ_FUNCTIONS
@@ -18,6 +20,7 @@ from ..context import BuildContext
 from ..elem_types import DTYPES, EIGHT_BIT, QDQ_SCALE_TYPES, type_name
 from ..f16_context import decorated_groups, ort_dequantize_types
 from ..registry import REGISTRY, converter, opset_version
+from . import unary_region
 from .elementwise import lut
 
 Q_ATTRIBUTES = ("axis", "block_size", "output_dtype", "saturate", "precision")
@@ -38,8 +41,18 @@ def qdq_groups(ctx: BuildContext) -> dict[str, tuple[str, list[onnx.NodeProto]]]
         return {}  # Q/DQ of an opset no converter has read: each node is converted alone
     prod = ctx.producer_map()
     groups: dict[str, tuple[str, list[onnx.NodeProto]]] = {}
+    found = unary_region.regions(ctx)
+    st = unary_region.state(ctx)
+    in_region = {id(m) for r in found if r.refusal is None for m in r.members}
+    for r in found:
+        if r.refusal is None:
+            key = r.members[-1].name or r.members[-1].output[0]
+            groups[key] = ("act", r.members)
+            st.accepted[key] = r
     # float16 groups as ORT runs them, with its float32 casts (the integer QDQ reading)
     for out, (members, dq_type) in decorated_groups(ctx.m.graph, ctx.single_use).items():
+        if any(id(m) in in_region for m in members):
+            continue
         q = members[-1]
         groups[q.name or q.output[0]] = ("act", members)
         ctx.f16_dq_types[out] = dq_type
@@ -58,7 +71,7 @@ def qdq_groups(ctx: BuildContext) -> dict[str, tuple[str, list[onnx.NodeProto]]]
                 and dq.op_type == "DequantizeLinear"
                 and dq.input[0] not in ctx.consts
             ):
-                if ctx.single_use(mid.input[0]):
+                if ctx.single_use(mid.input[0]) and not {id(dq), id(mid), id(q)} & in_region:
                     groups[q.name or q.output[0]] = ("act", [dq, mid, q])
         elif mid.op_type in ("MatMul", "Gemm") and mid.domain in ("", "ai.onnx"):
             members = [mid, q]
@@ -73,10 +86,42 @@ def qdq_groups(ctx: BuildContext) -> dict[str, tuple[str, list[onnx.NodeProto]]]
                 pos = {id(n): i for i, n in enumerate(ctx.m.graph.node)}
                 members.sort(key=lambda n: pos[id(n)])
                 groups[q.name or q.output[0]] = ("matmul", members)
+    # a refused region is reported on the IR node of its first node (`qdq_activation`)
+    for r in found:
+        if r.refusal is None or r.anchor is None or id(r.anchor) in in_region:
+            continue
+        key = next((k for k, (_, ns) in groups.items() if r.anchor in ns), None)
+        if key is None:
+            key = r.anchor.name or r.anchor.output[0]
+            groups[key] = ("act", [r.anchor])
+        if groups[key][0] == "act":
+            st.marks.setdefault(key, r.refusal)
     return groups
 
 
 def qdq_activation(ctx: BuildContext, members: list[onnx.NodeProto]) -> None:
+    """A unary region (`unary_region.convert`); a refused region's first node, converted as
+    usual and marked with the refusal (`region_refusal`, read by the proposal and
+    legality passes); else `_qdq_activation`."""
+    key = members[-1].name or members[-1].output[0]
+    st = unary_region.state(ctx)
+    region = st.accepted.get(key)
+    if region is not None:
+        return unary_region.convert(ctx, region)
+    mark = st.marks.get(key)
+    if mark is None:
+        return _qdq_activation(ctx, members)
+    before = len(ctx.nodes)
+    if len(members) == 1:
+        cast(Any, ctx).convert(members[0])  # the builder's dispatch (reader._Builder)
+    else:
+        _qdq_activation(ctx, members)
+    if len(ctx.nodes) > before:
+        code, message = mark
+        ctx.nodes[-1].attrs["region_refusal"] = {"code": code.value, "message": message}
+
+
+def _qdq_activation(ctx: BuildContext, members: list[onnx.NodeProto]) -> None:
     """DequantizeLinear -> Sigmoid|Tanh|Relu -> QuantizeLinear as one table.
 
     Interprets opsets 13 to 23+: `axis` (per-tensor scales only: a per-axis scale is

@@ -1,0 +1,284 @@
+"""Unary regions (issue 23): one table per elementwise region of one quantized value.
+
+Each region after a QLinearMatMul and after a 1x1 QLinearConv is proposed and proven on
+npu_float, and the compiled program equals ONNX Runtime's default session bit for bit;
+each boundary is refused with its reason; the position-independence check that makes a
+table taken from ORT a proof fails on a region whose elements depend on each other.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from models import const, make, random_inputs, weights
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from region_models import conv_region, matmul_region, qdq_conv_region, region
+
+from compiler.api import compile_model
+from compiler.errors import InternalError
+from compiler.frontend.ops import unary_region
+from compiler.ir.semantics import run_graph
+from compiler.ort.region_table import RegionError, region_model, region_table
+from compiler.ort.tables import session
+from npu_backend import codegen, simulator
+from npu_backend.target import load_target
+from prover.verdict import ReasonCode
+
+FLOAT = load_target("npu_backend/targets/npu_float.toml")
+
+# region kind -> the function its table is (a named one the toolchain builds, or "table":
+# the postprocessor loads ORT's table)
+KINDS = {
+    "hardsigmoid": "hardsigmoid",
+    "hardswish": "hardswish",
+    "silu": "silu",
+    "gelu_erf": "gelu",
+    "gelu_tanh": "gelu_tanh",
+    "leakyrelu": "leakyrelu",
+    "chain": "table",
+    "silu_qdq": "table",
+    "qlinear_silu": "table",
+}
+
+
+def _equal_ort_default(m: onnx.ModelProto, r, seeds=(0, 1)) -> None:
+    prog = codegen.generate(r.lowered, FLOAT)
+    for seed in seeds:
+        inp = random_inputs(m, seed)
+        ref = session(m, "default").run(None, inp)[0]
+        np.testing.assert_array_equal(ref, run_graph(r.original, inp)["y"])
+        np.testing.assert_array_equal(ref, simulator.run(prog, inp)[0]["y"])
+
+
+@pytest.mark.parametrize("build", [matmul_region, conv_region], ids=["matmul", "conv1x1"])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_region_after_compute_is_proposed_proven_and_equals_ort(kind, build):
+    m = build(kind)
+    r = compile_model(m, "bitwise", FLOAT)
+    (site,) = r.sites
+    compute = "matmul" if build is matmul_region else "conv"
+    assert site.pattern.split("+")[0] == compute
+    assert site.activation.op == "lut" and site.activation.attrs["source"] in ("region", "qlinear")
+    assert site.verdict == "proven", (site.pattern, site.reason)
+    assert [n.op for n in r.graph.nodes] == ["fused"]
+    _equal_ort_default(m, r)
+
+
+@pytest.mark.parametrize("kind", ["hardswish", "silu", "gelu_erf", "silu_qdq"])
+def test_region_after_a_qdq_conv_is_proven_and_equals_ort(kind):
+    """The zoo's form: a QDQ 1x1 conv (a QLinearConv in the graph ORT's default session
+    runs) and a float island after it, uint8 activations."""
+    m = qdq_conv_region(kind)
+    r = compile_model(m, "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.pattern.startswith("conv+") and site.verdict == "proven", site.reason
+    _equal_ort_default(m, r)
+
+
+def test_region_function_names():
+    for kind, function in KINDS.items():
+        r = compile_model(matmul_region(kind), "bitwise", FLOAT)
+        assert r.sites[0].activation.attrs["function"] == function, kind
+
+
+def test_silu_after_1x1_conv_is_not_multiple_users():
+    """Both users of the conv output (Sigmoid and Mul) are inside the region."""
+    r = compile_model(conv_region("silu"), "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.verdict == "proven" and site.pattern == "conv+silu"
+    assert site.nodes == ["conv", "dq", "sig", "mul", "q"]
+
+
+def test_user_outside_the_region_is_multiple_users():
+    # a value inside the region (the requantized sigmoid) is also a graph output
+    r = compile_model(matmul_region("qlinear_silu", extra="output"), "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.verdict == "rejected" and site.reason.code == ReasonCode.MULTIPLE_USERS
+    assert "'sq'" in site.reason.message and "graph output" in site.reason.message
+    # the compute result itself used outside the region: the seed's rule
+    m = matmul_region("silu")
+    m.graph.output.append(oh.make_tensor_value_info("u", TP.INT8, [2, 8]))
+    (site,) = compile_model(m, "bitwise", FLOAT).sites
+    assert site.verdict == "rejected" and site.reason.code == ReasonCode.MULTIPLE_USERS
+    assert "'u'" in site.reason.message
+
+
+def test_second_non_constant_input_is_refused():
+    r = compile_model(matmul_region("second_input"), "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.verdict == "rejected" and site.reason.code == ReasonCode.REGION_SECOND_INPUT
+    assert "'mul'" in site.reason.message and "'o'" in site.reason.message
+    assert site.pattern == "matmul+region"
+    assert "fused" not in [n.op for n in r.graph.nodes]
+
+
+def test_constant_of_several_values_is_a_second_input():
+    m = matmul_region("hardswish")
+    # per-column constant: the result is a function of the code and the column
+    dq = next(n for n in m.graph.node if n.name == "dq")
+    dq.output[0] = "f0"
+    m.graph.initializer.append(const("percol", np.linspace(0.5, 1.5, 8), "float32"))
+    m.graph.node.insert(2, oh.make_node("Mul", ["f0", "percol"], ["f"], name="scale_cols"))
+    r = compile_model(m, "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.reason.code == ReasonCode.REGION_SECOND_INPUT
+    assert "a constant of 8 values" in site.reason.message
+
+
+def test_reduction_inside_is_refused():
+    r = compile_model(conv_region("reducemean"), "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.verdict == "rejected" and site.reason.code == ReasonCode.REGION_REDUCTION
+    assert "'mean' (ReduceMean)" in site.reason.message
+
+
+def test_region_whose_float_value_leaves_it_is_cut_back_to_nothing():
+    """The sigmoid's float output also feeds a ReduceMean: the region cannot keep the
+    Sigmoid, so not the QuantizeLinear after it either (no member reads a value that is not
+    computed inside); the reduction is the reason."""
+    r = compile_model(conv_region("sigmoid_used_outside"), "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.reason.code == ReasonCode.REGION_REDUCTION
+    assert "'mean' (ReduceMean)" in site.reason.message
+
+
+def test_already_fused_producer_is_refused():
+    """A region whose input is another table's output: the producer already carries the
+    first table (two tables compose only as a proven rewrite, compose_tables)."""
+    m = matmul_region("hardswish")
+    q = next(n for n in m.graph.node if n.name == "q")
+    q.output[0] = "y1"
+    m.graph.initializer.extend([const("lo", -100, "int8"), const("hi", 100, "int8")])
+    m.graph.node.append(oh.make_node("Clip", ["y1", "lo", "hi"], ["y2"], name="clip"))
+    nodes, consts = region("hardsigmoid", u="y2", y="y")
+    for n in nodes:
+        n.name = "second_" + n.name
+        n.input[:] = [{"f": "f2", "g": "g2"}.get(i, i) for i in n.input]
+        n.output[:] = [{"f": "f2", "g": "g2"}.get(o, o) for o in n.output]
+    m.graph.node.extend(nodes)
+    r = compile_model(m, "bitwise", FLOAT)
+    first, second = r.sites
+    assert first.verdict == "proven" and first.pattern == "matmul+hardswish"
+    assert second.verdict == "rejected" and second.reason.code == ReasonCode.ALREADY_FUSED
+
+
+def _int16_model() -> onnx.ModelProto:
+    """DQ -> MatMul -> Q(int16) 'mm_q' -> DQ -> HardSwish -> Q(int8): 16-bit codes."""
+    inits = [
+        const("W", weights(16, 8, 0), "int8"),
+        const("x_s", 0.02, "float32"),
+        const("x_z", 0, "int8"),
+        const("w_s", 0.01, "float32"),
+        const("w_z", 0, "int8"),
+        const("u_s", 0.001, "float32"),
+        oh.make_tensor("u_z", TP.INT16, [], [0]),
+        const("y_s", 1 / 64, "float32"),
+        const("y_z", 0, "int8"),
+    ]
+    nodes = [
+        oh.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"], name="x_dq"),
+        oh.make_node("DequantizeLinear", ["W", "w_s", "w_z"], ["wf"], name="w_dq"),
+        oh.make_node("MatMul", ["xf", "wf"], ["mf"], name="mm"),
+        oh.make_node("QuantizeLinear", ["mf", "u_s", "u_z"], ["u"], name="mm_q"),
+        oh.make_node("DequantizeLinear", ["u", "u_s", "u_z"], ["f"], name="dq"),
+        oh.make_node("HardSwish", ["f"], ["g"], name="hsw"),
+        oh.make_node("QuantizeLinear", ["g", "y_s", "y_z"], ["y"], name="q"),
+    ]
+    m = make(
+        nodes,
+        [oh.make_tensor_value_info("x", TP.INT8, [2, 16])],
+        [oh.make_tensor_value_info("y", TP.INT8, [2, 8])],
+        inits,
+    )
+    m.opset_import[0].version = 21
+    return m
+
+
+def test_16_bit_codes_are_refused():
+    r = compile_model(_int16_model(), "bitwise", FLOAT)
+    (site,) = [s for s in r.sites if s.reason is not None and "region" in s.pattern]
+    assert site.verdict == "rejected"
+    assert site.reason.code == ReasonCode.UNSUPPORTED_INTERMEDIATE_TYPE
+    assert "16-bit codes" in site.reason.message and "int16" in site.reason.message
+
+
+def _model_of(kind: str) -> bytes:
+    nodes, consts = region(kind)
+    cs = {c.name: onnx.numpy_helper.to_array(c) for c in consts}
+    for name, v, t in (("u_s", 0.05, np.float32), ("u_z", 0, np.int8), ("y_s", 1 / 64, np.float32),
+                       ("y_z", -32, np.int8)):  # fmt: skip
+        cs[name] = np.asarray(v, dtype=t)
+    m = region_model(nodes, cs, "u", "y", "int8", 1, {"": 17})
+    return m.SerializeToString()
+
+
+def test_position_check_passes_on_an_elementwise_region():
+    t = region_table(_model_of("gelu_erf"), "int8", 1, "default", "gelu")
+    assert len(t) == 256 and len(set(t)) > 50
+
+
+def test_position_check_fails_on_a_position_dependent_region():
+    """Softmax over the tensor: each element depends on the others, which the check sees
+    (the structural rule refuses such a region before it is ever run)."""
+    with pytest.raises(RegionError) as e:
+        region_table(_model_of("softmax"), "int8", 1, "default", "softmax")
+    assert e.value.code == ReasonCode.REGION_POSITION_DEPENDENT
+    assert "differently by position" in e.value.message
+
+
+def test_a_wrong_table_is_caught(monkeypatch):
+    """Negative control: a reference table with one entry changed is caught. The gate
+    refutes the fusion (the target's LUT is compared with the table, not taken as given),
+    and replaying the counterexample on the whole model finds the IR differing from ONNX
+    Runtime: the tool's own InternalError, never a wrong "proven"."""
+    real = unary_region.region_table
+
+    def wrong(*a, **kw):
+        t = list(real(*a, **kw))
+        t[200] = t[200] - 1
+        return tuple(t)
+
+    monkeypatch.setattr(unary_region, "region_table", wrong)
+    with pytest.raises(InternalError, match="differs from ONNX Runtime on output 'y'"):
+        compile_model(matmul_region("hardswish"), "bitwise", FLOAT)
+
+
+def test_position_dependent_region_is_refused_and_runs_on_the_host(monkeypatch):
+    """Where ORT's answer for a code depends on its position, the region is no table: the
+    site is refused with `region_position_dependent` and ORT runs the region on the host."""
+
+    def dependent(blob, in_type, rank, level, what):
+        raise RegionError(f"{what}: code 3 differs (injected)")
+
+    monkeypatch.setattr(unary_region, "region_table", dependent)
+    m = conv_region("hardswish")
+    r = compile_model(m, "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.verdict == "rejected"
+    assert site.reason.code == ReasonCode.REGION_POSITION_DEPENDENT
+    assert "code 3 differs" in site.reason.message
+    assert "fused" not in [n.op for n in r.graph.nodes]
+    _equal_ort_default(m, r, seeds=(0,))
+
+
+@pytest.mark.slow  # three CLI processes (about 4 s)
+def test_cli_check_compile_run_equals_ort_default(tmp_path):
+    """`prover check`, `npuc compile`, `npuc run` on SiLU after a 1x1 conv: proven, and the
+    program's output equals ONNX Runtime's default session bit for bit."""
+    from cli_helpers import npuc, prover
+
+    m = conv_region("silu")
+    path, prog, inp, out = (tmp_path / f for f in ("m.onnx", "m.npuprog", "in.npz", "out.npz"))
+    onnx.save(m, path)
+    r = prover("check", path, "--proofs-mode", "off", "--no-progress")
+    assert r.returncode == 0 and "PROVEN" in r.stdout and "conv+silu" in r.stdout, r.stdout
+    r = npuc("compile", path, "-o", prog, "--proofs-mode", "off", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    feeds = random_inputs(m, 3)
+    np.savez(inp, **feeds)
+    r = npuc("run", prog, "--input", inp, "-o", out)
+    assert r.returncode == 0, r.stderr
+    with np.load(out) as got:
+        np.testing.assert_array_equal(got["y"], session(m, "default").run(None, feeds)[0])
