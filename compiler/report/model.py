@@ -135,7 +135,7 @@ class Report:
     @property
     def float_compute(self) -> dict[str, Any] | None:
         """The `float_compute` finding (compute ops run in float on the host), if any."""
-        return next((f for f in self.findings if f.get("code") == "float_compute"), None)
+        return next((f for f in self.findings if f.get("code") == ReasonCode.FLOAT_COMPUTE), None)
 
     @property
     def summary(self) -> Summary:
