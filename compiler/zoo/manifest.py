@@ -105,7 +105,7 @@ def _parse(p: Path) -> Any:
             import yaml  # type: ignore[import-untyped]
         except ImportError:
             raise ManifestError(
-                f"{p}: a YAML manifest needs pyyaml: pip install 'npu-fusion-prover[zoo]' "
+                f"{p}: a YAML manifest needs pyyaml: pip install 'npu-fusion-prover[gate]' "
                 "(or write the manifest in TOML)"
             ) from None
         try:

@@ -30,7 +30,7 @@ from compiler.cli.common import UsageError, one_line
 from compiler.zoo.manifest import TaskSpec
 from compiler.zoo.task import RunSettings, run_task
 
-INSTALL_HINT = "prover zoo needs Dask distributed: pip install 'npu-fusion-prover[zoo]'"
+INSTALL_HINT = "prover zoo needs Dask distributed: pip install 'npu-fusion-prover[gate]'"
 POLL_S = 0.2  # how often running tasks are looked at for their timeout
 ATTEMPTS = 2  # a failed or timed-out task is retried once
 CONNECT_S = 20.0  # --scheduler: to connect, and for a first worker to be there
