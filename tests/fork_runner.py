@@ -146,6 +146,10 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
+    # `python tests/fork_runner.py` puts tests/ first on sys.path, not the checkout: without
+    # this the packages came from wherever they are installed (another checkout's
+    # editable install), not the code under test, unlike `python -m` run from the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     preload()
     if sys.argv[1:] == ["--serve"]:
         serve()
