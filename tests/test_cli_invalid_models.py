@@ -17,7 +17,7 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 
-from compiler.frontend.ort_refusals import ort_refusal
+from compiler.frontend.ort_refusals import REQUIRED_INPUTS, ort_refusal
 from tests.cli_helpers import assert_one_line_error, npuc, prover
 from tests.models import matmul_activation, two_sites
 
@@ -172,3 +172,23 @@ def test_repeated_empty_names_are_fine():
     m = _renamed(matmul_activation(), {0: "", 1: ""})
     assert ort_accepts(m)
     assert ort_refusal(onnx.shape_inference.infer_shapes(m)) is None
+
+
+def test_required_inputs_are_ort_schemas():
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    schemas = {x.name: x for x in C.get_all_operator_schema() if x.domain == "com.microsoft"}
+    for op, required in REQUIRED_INPUTS.items():
+        options = [str(i.option) for i in schemas[op].inputs]
+        assert required == tuple(i for i, o in enumerate(options) if o.endswith("Single")), op
+
+
+def test_qgemm_without_b_zero_point_is_bad_input(tmp_path: Path):
+    """The ONNX checker does not know QGemm's schema; ORT cannot load it: it was compiled."""
+    m = quant_op("QGemm", {})
+    m.graph.node[0].input[5] = ""
+    assert not ort_accepts(m)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    r = prover("check", path, "--proofs-mode", "off")
+    assert_one_line_error(r, "node 'q' (QGemm)", "input 5 is required")

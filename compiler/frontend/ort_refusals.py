@@ -7,6 +7,9 @@ counterexample replay, as an internal error. The rules are ORT 1.32's CPU kernel
 (measured, tests/test_cli_invalid_models.py):
 
 - two nodes of one graph with the same non-empty name: the session refuses the model;
+- a com.microsoft op the frontend reads (QGemm, QLinearAdd/Mul, QLinearSigmoid/LeakyRelu)
+  without one of its required inputs (`REQUIRED_INPUTS`, ORT's contrib schemas; the ONNX
+  checker does not know them): the session refuses the model;
 - the quantization parameters of QLinearMatMul, MatMulInteger, QLinearConv and
   com.microsoft QGemm: the per-tensor ones (scales and zero points of a and y) must be a
   scalar or [1]; those of the weights may instead hold one value per output column, in
@@ -39,6 +42,28 @@ _QUANT_OPS: dict[tuple[str, str], tuple[tuple[str, ...], int, tuple[int, ...], t
         3, (4, 5), (1, 2, 7, 8),
     ),
 }  # fmt: skip
+
+
+# ONNX Runtime's contrib schemas (`FormalParameterOption.Single`): the indices of the
+# inputs a node must name (tests/test_cli_invalid_models.py compares with ORT's schemas)
+REQUIRED_INPUTS: dict[str, tuple[int, ...]] = {
+    "QGemm": (0, 1, 2, 3, 4, 5),
+    "QLinearAdd": (0, 1, 3, 4, 6),
+    "QLinearMul": (0, 1, 3, 4, 6),
+    "QLinearSigmoid": (0, 1, 3),
+    "QLinearLeakyRelu": (0, 1, 3),
+}
+
+
+def missing_required_input(node: onnx.NodeProto) -> str | None:
+    """Why ORT refuses com.microsoft `node` for a required input it does not name, or None."""
+    if node.domain != "com.microsoft":
+        return None
+    for i in REQUIRED_INPUTS.get(node.op_type, ()):
+        if i >= len(node.input) or not node.input[i]:
+            label = node_label(node.name or (node.output[0] if node.output else ""), node.op_type)
+            return f"{label}: input {i} is required (ONNX Runtime's schema) but not given"
+    return None
 
 
 def duplicate_node_name(g: onnx.GraphProto) -> str | None:
@@ -134,7 +159,7 @@ def ort_refusal(m: onnx.ModelProto) -> str | None:
         )
     shapes = static_shapes(m.graph)
     for n in m.graph.node:
-        why = quant_param_refusal(n, shapes)
+        why = missing_required_input(n) or quant_param_refusal(n, shapes)
         if why is not None:
             return why
     return None
