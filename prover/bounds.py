@@ -70,50 +70,69 @@ RULES: dict[str, Callable[[list[Interval], dict], Interval]] = {
 }
 
 
+class _Intervals:
+    """Interval of each term of `ob` (memoised), and the largest magnitude seen so far."""
+
+    def __init__(self, ob: Obligation) -> None:
+        self.ob = ob
+        self.peak = 0
+        self.known = True
+        self.memo: dict[int, Interval | None] = {}
+        for lo, hi in ob.ranges.values():
+            self.see((lo, hi))
+
+    def see(self, iv: Interval) -> None:
+        self.peak = max(self.peak, abs(iv[0]), abs(iv[1]))
+
+    def __call__(self, t: T.Term) -> Interval | None:
+        if id(t) in self.memo:
+            return self.memo[id(t)]
+        iv: Interval | None
+        if isinstance(t, T.Var):
+            lo, hi = self.ob.ranges[t.name]
+            iv = (int(lo), int(hi))
+        elif isinstance(t, T.Const):
+            iv = (int(t.value), int(t.value))
+        else:
+            args = [self(a) for a in t.args]
+            ivs = [a for a in args if a is not None]
+            rule = RULES.get(t.prim)
+            if rule is None or len(ivs) != len(args):
+                self.known = False
+                iv = None
+            else:
+                iv = rule(ivs, t.kwargs)
+        if iv is not None:
+            self.see(iv)
+        self.memo[id(t)] = iv
+        return iv
+
+
 def magnitude(ob: Obligation) -> int | None:
     """An upper bound on |v| over every value the obligation's evaluation forms.
 
     Includes the ranges, constants, every primitive's inputs and outputs, and the
     output differences; None where some primitive has no rule (bound unknown).
     """
-    peak = 0
-    known = True
-    memo: dict[int, Interval | None] = {}
-
-    def see(iv: Interval) -> None:
-        nonlocal peak
-        peak = max(peak, abs(iv[0]), abs(iv[1]))
-
-    def go(t: T.Term) -> Interval | None:
-        nonlocal known
-        if id(t) in memo:
-            return memo[id(t)]
-        if isinstance(t, T.Var):
-            lo, hi = ob.ranges[t.name]
-            iv: Interval | None = (int(lo), int(hi))
-        elif isinstance(t, T.Const):
-            iv = (int(t.value), int(t.value))
-        else:
-            args = [go(a) for a in t.args]
-            ivs = [a for a in args if a is not None]
-            rule = RULES.get(t.prim)
-            if rule is None or len(ivs) != len(args):
-                known = False
-                iv = None
-            else:
-                iv = rule(ivs, t.kwargs)
-        if iv is not None:
-            see(iv)
-        memo[id(t)] = iv
-        return iv
-
-    for lo, hi in ob.ranges.values():
-        see((lo, hi))
+    go = _Intervals(ob)
     for tb, ta in zip(ob.outputs_before, ob.outputs_after, strict=True):
         b, a = go(tb), go(ta)
         if b is not None and a is not None:
-            see((0, max(abs(b[0]), abs(b[1])) + max(abs(a[0]), abs(a[1]))))
-    return peak if known else None
+            go.see((0, max(abs(b[0]), abs(b[1])) + max(abs(a[0]), abs(a[1]))))
+    return go.peak if go.known else None
+
+
+def diff_bound(ob: Obligation) -> int | None:
+    """An upper bound on |before - after| over every output pair (0 without outputs); None
+    where some primitive has no rule. A policy bound at or above it allows every pair."""
+    go = _Intervals(ob)
+    most = 0
+    for tb, ta in zip(ob.outputs_before, ob.outputs_after, strict=True):
+        b, a = go(tb), go(ta)
+        if b is None or a is None:
+            return None
+        most = max(most, b[1] - a[0], a[1] - b[0])
+    return most
 
 
 def fits(ob: Obligation, limit: int = 1 << 62) -> bool:

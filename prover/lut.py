@@ -183,8 +183,8 @@ def build_lut(spec: LutSpec) -> np.ndarray:
     it, ot = int_type(spec.in_type), int_type(spec.out_type)
     ft: type[np.floating[Any]] = np.float32 if spec.precision == "float32" else np.float64
     xs = np.arange(it.min, it.max + 1, dtype=np.int64)
-    real = (xs - spec.in_zp).astype(ft) * ft(spec.in_scale)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # +-inf saturates the table, as in ONNX Runtime
+        real = (xs - spec.in_zp).astype(ft) * ft(spec.in_scale)
         y = np.asarray(FUNCTIONS[spec.function](real, ft), dtype=ft)
         q = y / ft(spec.out_scale)
     if np.any(np.isnan(q)):
@@ -283,9 +283,15 @@ def build_ort_leaky_relu_table(
     )
     it, ot = int_type(in_type), int_type(out_type)
     xs = np.arange(it.min, it.max + 1, dtype=np.int64)
-    v = (xs - spec.in_zp).astype(np.float32) * np.float32(spec.in_scale)
-    y = np.where(v >= np.float32(0), v, np.float32(alpha) * v).astype(np.float32)
-    q = round_with(y / np.float32(spec.out_scale), "half_even").astype(np.float64) + spec.out_zp
+    with np.errstate(over="ignore", invalid="ignore"):  # +-inf saturates, as in ORT
+        v = (xs - spec.in_zp).astype(np.float32) * np.float32(spec.in_scale)
+        y = np.where(v >= np.float32(0), v, np.float32(alpha) * v).astype(np.float32)
+        q = round_with(y / np.float32(spec.out_scale), "half_even")
+    if np.any(np.isnan(q)):  # alpha 0 times -inf: no table entry ORT would define
+        raise KernelError(
+            "LeakyRelu gives NaN on the input range (alpha 0 times an infinite input)"
+        )
+    q = q.astype(np.float64) + spec.out_zp
     logical = np.clip(q, ot.min, ot.max).astype(np.int64)
     return _by_index_order(logical, xs, it, index_order)
 

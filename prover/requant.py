@@ -142,7 +142,10 @@ def requant_float_concrete(acc: Any, scale: Any, zp: Any, out: IntType) -> np.nd
     `scale` and `zp` may be arrays broadcasting against `acc` (per-channel).
     """
     acc32 = np.asarray(acc, dtype=np.int64).astype(np.float32)
-    y = acc32 * np.asarray(scale, dtype=np.float32)
+    # a huge scale overflows the float32 product to +-inf as in ONNX Runtime: rint keeps
+    # it and the clip saturates it, so the overflow is the intended IEEE result
+    with np.errstate(over="ignore"):
+        y = acc32 * np.asarray(scale, dtype=np.float32)
     r = np.rint(y).astype(np.float64) + np.asarray(zp, dtype=np.float64)
     return np.clip(r, out.min, out.max).astype(np.int64)
 

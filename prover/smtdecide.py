@@ -71,7 +71,7 @@ def _minimise(s: _Session, witness: dict[str, int]) -> tuple[dict[str, int], boo
 
 
 def _max_diff(s: _Session) -> int | None:
-    lo, hi = 0, s.ob.policy.bound  # some diff >= lo is reachable; none > hi
+    lo, hi = 0, s.enc.bound  # some diff >= lo is reachable; none > hi
     while lo < hi:
         mid = (lo + hi + 1) // 2
         r = s.ask(s.enc.violation(at_least=mid))

@@ -16,8 +16,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from . import terms as T
-from .bounds import bits_needed
-from .domain import Z3Domain
+from .bounds import bits_needed, diff_bound
+from .domain import KernelError, Z3Domain
 from .lazy import lazy_module
 from .obligation import Obligation
 
@@ -58,6 +58,16 @@ class Encoding:
     def width(self) -> int:
         """64 bits, or wider where a range, constant or intermediate would not fit."""
         return bits_needed(self.ob, WIDTH)
+
+    @cached_property
+    def bound(self) -> int:
+        """The policy's bound, capped at the largest possible output difference
+        (`bounds.diff_bound`, which fits `width`): a larger constant would wrap in the
+        bit-vectors (2^63 reads as -2^63), and a bound at the cap allows every pair already."""
+        most = diff_bound(self.ob)
+        if most is None:
+            raise KernelError("a primitive of this obligation has no bound rule (prover.bounds)")
+        return min(self.ob.policy.bound, most)
 
     @cached_property
     def _built(self):
@@ -107,7 +117,7 @@ class Encoding:
         least `at_least` (the largest-difference search).
         """
         if at_least is None:
-            parts = [dd > self.ob.policy.bound for dd in self.diffs]
+            parts = [dd > self.bound for dd in self.diffs]
         else:
             parts = [dd >= at_least for dd in self.diffs]
         # A one-argument `or` is not SMT-LIB (Bitwuzla rejects it).

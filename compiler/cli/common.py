@@ -103,12 +103,15 @@ def expected_errors() -> tuple[type[BaseException], ...]:
 
 
 def one_line(e: BaseException) -> str:
-    """An exception as one line (its message, first line, without the class noise)."""
+    """An exception as one line (its message, first line, without the class noise), with
+    control characters (e.g. of a node name) shown escaped, never sent to the terminal."""
+    from compiler.report.inert import visible
+
     text = str(e).strip() or type(e).__name__
-    first = text.splitlines()[0].strip()
+    first = text.split("\n")[0].strip()
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         first = f"{e.strerror}: {e.filename}"
-    return first
+    return visible(first)
 
 
 def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ import onnx
 
 from compiler.errors import FrontendError
 
+from .ort_refusals import ort_refusal
+
 # how many models were validated / built into IR in this process (tests count work done once)
 COUNTS: Counter[str] = Counter()
 
@@ -36,13 +38,17 @@ def check_structure(m: onnx.ModelProto) -> None:
 
 def infer(m: onnx.ModelProto) -> CheckedModel:
     """`m` (already through `check_structure`) with strictly inferred shapes, types checked
-    (what the checker's `full_check` adds), or FrontendError."""
+    (what the checker's `full_check` adds), or FrontendError; also a FrontendError for a
+    model ONNX Runtime refuses although the checker accepts it (`ort_refusals`)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(
             m, check_type=True, strict_mode=True, data_prop=True
         )
     except Exception as e:  # noqa: BLE001 - any inference failure is bad input
         raise FrontendError(f"model fails ONNX validation: {one_line(e)}") from None
+    why = ort_refusal(inferred)
+    if why is not None:
+        raise FrontendError(f"model fails ONNX Runtime's validation: {why}")
     COUNTS["validated"] += 1
     return CheckedModel(inferred)
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import plots as P
 from .checks import of_site
+from .inert import visible
 from .model import Report, SiteReport, Status, WholeModelCounterexample
 from .views import EpilogueView, SiteView, Views, collect
 
@@ -42,7 +43,8 @@ def render(run: Any) -> str:
 
 
 def _e(s: Any) -> str:
-    return html.escape(str(s), quote=True)
+    """`s` as inert HTML text: markup escaped, control characters shown (`inert.visible`)."""
+    return html.escape(visible(s), quote=True)
 
 
 def _counts(r: Report) -> str:

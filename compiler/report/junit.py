@@ -5,6 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from compiler.report.inert import visible
 from compiler.report.model import Report, Status
 from compiler.report.text import counterexample_summary
 
@@ -58,5 +59,9 @@ def render(r: Report) -> str:
             ET.SubElement(case, "error", message=msg, type=code)
         elif site.verdict is Status.REJECTED:
             ET.SubElement(case, "skipped", message=f"[{code}] {msg}")
+    for el in suites.iter():  # XML 1.0 cannot carry most control characters at all
+        el.attrib = {k: visible(v) for k, v in el.attrib.items()}
+        if el.text:
+            el.text = visible(el.text)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

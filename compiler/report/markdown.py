@@ -3,23 +3,41 @@ and the sites' checks."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .checks import of_site
+from .inert import visible
 from .model import Diagnostic, Report, SiteReport, Status
 
 MAX_ELEMENTS = 64  # array elements shown inline; larger arrays are summarised
 ICON = {"proven": "✅", "refuted": "❌", "unknown": "⚠️", "rejected": "➖"}
 
 
+# characters Markdown (GitHub's) gives a meaning in running text, backslash-escaped (an
+# underscore inside a word, as in most names, makes no emphasis and stays); HTML's three as
+# entities: no name from the model makes a tag, link, code span or emphasis
+_MARKDOWN = re.compile(r"([\\`*\[\]|~]|_(?![^\W_])|(?<![^\W_])_)")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
 def _cell(text: object) -> str:
-    """Text safe inside one table cell (no pipes or newlines)."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
+    """Text shown as it is in running text or one table cell: no markup, tag or newline
+    (control characters escaped by `inert.visible`)."""
+    t = _MARKDOWN.sub(r"\\\1", visible(str(text).replace("\n", " ")).strip())
+    return "".join(_HTML.get(c, c) for c in t)
 
 
 def _code(text: object) -> str:
-    t = str(text).replace("`", "'")
+    """A code span (no HTML or Markdown inside): backticks become quotes, controls escaped."""
+    t = visible(str(text).replace("\n", " ")).replace("`", "'")
     return f"`{t}`"
+
+
+def _fenced(text: object) -> str:
+    """One line inside a ``` block: it cannot close the block."""
+    return visible(text).replace("`", "'")
 
 
 def _array(a: np.ndarray) -> str:
@@ -50,7 +68,7 @@ def _host_row(h: Diagnostic) -> str:
 
 def _counterexample(s: SiteReport) -> list[str]:
     c = s.counterexample
-    out = [f"#### {s.id} ({', '.join(s.nodes)})", ""]
+    out = [f"#### {_cell(s.id)} ({_cell(', '.join(s.nodes))})", ""]
     if c is None:
         return out + [
             f"{_cell(s.reason.message if s.reason else 'refuted')} (no whole-model input)",
@@ -61,7 +79,7 @@ def _counterexample(s: SiteReport) -> list[str]:
     if local or c.before is not None:
         out += [f"At {_code(local)}: original **{c.before}**, fused **{after}**.", ""]
     out += ["Whole-model input:", "", "```"]
-    out += [f"{k}: {_array(v)}" for k, v in (c.inputs or {}).items()]
+    out += [_fenced(f"{k}: {_array(v)}") for k, v in (c.inputs or {}).items()]
     out += ["```", "", "| output | element | ONNX Runtime | fused |", "|---|---|---|---|"]
     diffs = c.differing()
     out += [f"| {_cell(n)} | {list(i)} | {e} | {a} |" for n, i, e, a in diffs[:10]]
@@ -90,7 +108,9 @@ def _checks(sites: list[SiteReport]) -> list[str]:
                 + (f": {c.counts}" if c.counts else "")
                 + note
             )
-            out += [f"  - {i.where} {i.outcome}: {_cell(i.message)}" for i in c.listed]
+            out += [
+                f"  - {_cell(i.where)} {_cell(i.outcome)}: {_cell(i.message)}" for i in c.listed
+            ]
             if c.more:
                 out.append(f"  - ... {c.more_text()} (full list in the JSON report)")
         out.append("")

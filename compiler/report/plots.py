@@ -16,6 +16,7 @@ import numpy as np
 from compiler.cli.common import UsageError
 from prover.verdict import Status
 
+from .inert import visible
 from .views import EpilogueView, GraphNode, TableView
 
 VERDICT_COLOURS = {
@@ -116,7 +117,7 @@ def graph_svg(nodes: list[GraphNode], edges: list[tuple[str, str]]) -> str:
             box.set_url(f"#{n.site}")
         ax.add_patch(box)
         dark = n.verdict in (Status.PROVEN, Status.REFUTED, Status.REJECTED)
-        label = f"{n.op_type}\n{_short(n.name)}"
+        label = f"{visible(n.op_type)}\n{_short(visible(n.name))}"
         if n.host:  # a badge on the box's corner: this op runs on the host CPU
             ax.text(x + w / 2, y + h / 2, "host", ha="right", va="center", fontsize=6,
                     color="white", bbox={"boxstyle": "round,pad=0.2", "fc": "#222222", "lw": 0})  # fmt: skip
@@ -128,6 +129,7 @@ def graph_svg(nodes: list[GraphNode], edges: list[tuple[str, str]]) -> str:
             va="center",
             fontsize=7,
             color="white" if dark else "#111111",
+            parse_math=False,  # a name from the model is text, never a (failing) formula
         )
         if n.site:
             t.set_url(f"#{n.site}")

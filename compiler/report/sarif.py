@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from compiler.report.inert import visible
 from compiler.report.model import REASON_CODES, Diagnostic, Report, SiteReport, Status
 from compiler.report.text import counterexample_summary
 
@@ -75,7 +76,7 @@ def _result(s: SiteReport, rule_index: int, uri: str, base: str | None) -> dict[
         "ruleId": code,
         "ruleIndex": rule_index,
         "level": _LEVEL[s.verdict],
-        "message": {"text": text},
+        "message": {"text": visible(text)},  # shown to people; the locations keep names exact
         "locations": _locations(uri, base, s.id, s.nodes),
         "partialFingerprints": {"siteId/v1": f"{s.pattern}:{','.join(s.nodes)}:{code}"},
         "properties": props,
@@ -89,7 +90,7 @@ def _host_result(h: Diagnostic, rule_index: int, uri: str, base: str | None) -> 
         "ruleId": h.code.value,
         "ruleIndex": rule_index,
         "level": "note",
-        "message": {"text": text},
+        "message": {"text": visible(text)},
         "locations": _locations(uri, base, "host", h.nodes),
         "partialFingerprints": {"hostOp/v1": f"{','.join(h.nodes)}:{h.code}"},
         "properties": {"action": h.action},

@@ -4,6 +4,7 @@ and a summary line."""
 from __future__ import annotations
 
 from compiler.report.checks import of_site, refuted_reason
+from compiler.report.inert import visible
 from compiler.report.model import Diagnostic, Report, SiteReport, Status, WholeModelCounterexample
 
 _MARK = {
@@ -82,7 +83,8 @@ def host_line(h: Diagnostic) -> str:
 
 
 def render(r: Report) -> str:
-    """The whole text report, header to summary, with a trailing newline."""
+    """The whole text report, header to summary, with a trailing newline; names and
+    messages from the model show their control characters escaped (`inert.visible`)."""
     head = f"{r.model}: policy {r.policy}, target {r.target}"
     if r.reference is not None:
         head += f", reference {r.reference['name']} ({r.reference['summary']})"
@@ -98,4 +100,4 @@ def render(r: Report) -> str:
         f"{s.candidates} candidates: {s.proven} proven, {s.refuted} refuted, "
         f"{s.unknown} unknown, {s.rejected} rejected"
     )
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(visible, lines)) + "\n"
