@@ -95,7 +95,7 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
         off = onnx.load_from_string(ort_graph(base.SerializeToString(), "off", "QDQ groups"))
     except FrontendError:
         return m  # ORT cannot run it at all: the frontend names what it cannot read
-    if not computes_differently(off, r):
+    if not computes_differently(off, r) and not drops_values(m, off):
         return m
     return splice_project_ops(r, m, project) if project else r
 
@@ -163,6 +163,15 @@ def ort_integer_model(m: onnx.ModelProto) -> onnx.ModelProto:
     del r.opset_import[:]
     r.opset_import.extend(keep)
     return r
+
+
+def drops_values(m: onnx.ModelProto, off: onnx.ModelProto) -> bool:
+    """Whether ORT with optimisations off no longer computes a value `m` computes: its
+    cast insertion removed a node across ops (a Cast to float16 before an op it runs in
+    float32 is dropped with the cast back it inserts), so hosting `m`'s nodes one by one
+    would round where ORT does not."""
+    made = {o for n in off.graph.node for o in n.output} | {i.name for i in off.graph.initializer}
+    return any(o and o not in made for n in m.graph.node for o in n.output)
 
 
 def _signature(m: onnx.ModelProto) -> list[tuple[str, str]]:

@@ -48,6 +48,7 @@ from onnx import TensorProto
 
 from compiler.errors import FrontendError
 from compiler.ir.graph import Graph, Value
+from compiler.ort.host import NAME_OF as HOST_TYPES
 from prover.reference import ONNX, ReferenceProfile
 
 from . import converters  # noqa: F401 - registers every converter
@@ -135,10 +136,11 @@ class _Builder(BuildContext):
         tt = vi.type.tensor_type
         users = self.onnx_users.get(vi.name, [])
         where = f" (consumed by {self.label(users[0])})" if users else ""
-        if tt.elem_type not in DTYPES:
+        if tt.elem_type not in HOST_TYPES:
             raise FrontendError(
-                f"graph input '{vi.name}'{where}: unsupported element type "
-                f"{TensorProto.DataType.Name(tt.elem_type)}"
+                f"graph input '{vi.name}'{where}: element type "
+                f"{TensorProto.DataType.Name(tt.elem_type)} has no numpy array to feed it "
+                f"(ONNX Runtime's Python API cannot feed it either)"
             )
         dims = []
         for d in tt.shape.dim:
@@ -154,7 +156,7 @@ class _Builder(BuildContext):
             raise FrontendError(
                 f"graph input '{vi.name}'{where}: shape {dims} has more than 2^31 elements"
             )
-        self.values[vi.name] = Value(vi.name, DTYPES[tt.elem_type], tuple(dims))
+        self.values[vi.name] = Value(vi.name, HOST_TYPES[tt.elem_type], tuple(dims))
         self.names.add(vi.name)
 
     # -- conversion ----------------------------------------------------------------------
@@ -198,6 +200,10 @@ class _Builder(BuildContext):
             self.convert(n)
         outs = []
         for o in self.graph_outputs:
+            if o not in self.values and o in self.consts:
+                # a constant output (ORT's constant folding computed it): a host Constant
+                value = onnx.numpy_helper.from_array(np.asarray(self.consts[o]))
+                self.host([onnx.helper.make_node("Constant", [], [o], name=o, value=value)])
             if o not in self.values:
                 raise FrontendError(f"graph output '{o}' is not computed by a supported node")
             outs.append(o)
@@ -252,6 +258,19 @@ def _ort_domains() -> frozenset[str]:
         return frozenset()
 
 
+def used_domains(g: onnx.GraphProto) -> set[str]:
+    """The opset domains the nodes of `g` and of its subgraphs use (an import nothing uses,
+    such as the `ai.onnx.training` ORT's `quant_pre_process` writes, is ignored, as ONNX
+    Runtime ignores it)."""
+    out: set[str] = set()
+    for n in g.node:
+        out.add(n.domain or "")
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                out |= used_domains(sub)
+    return out
+
+
 def _ort_knows_domain(domain: str) -> bool:
     """Whether ONNX Runtime registers op schemas for an opset domain (then it can host them)."""
     return domain in _ort_domains()
@@ -275,8 +294,9 @@ def to_ir(
     first either way, so its errors name its own nodes.
     """
     m = load_model(model)
+    used = used_domains(m.graph)
     for o in m.opset_import:
-        if o.domain not in KNOWN_DOMAINS and not _ort_knows_domain(o.domain):
+        if o.domain in used and o.domain not in KNOWN_DOMAINS and not _ort_knows_domain(o.domain):
             raise FrontendError(
                 f"opset domain '{o.domain}' is not supported (ONNX Runtime cannot run it)"
             )
