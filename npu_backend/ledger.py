@@ -30,6 +30,7 @@ from prover.inttypes import int_type
 from prover.terms import Var, op
 
 from .codegen import CodegenError, generate, infer_specs, memory_issues, nbytes
+from .input_ranges import index_ranges
 from .isa import Activation, Clip, DmaOut, HostCall, MatMul, Requant
 from .lowered import HostKernel, LoweredModel, NpuLut, NpuMatMul, Step, TensorSpec, unfuse
 from .postprocess import posts_of
@@ -160,15 +161,29 @@ class ModelLedger:
         }
 
 
-def random_inputs(specs: list[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic random inputs covering each integer type's full range."""
+def random_inputs(
+    specs: list[TensorSpec],
+    seed: int = 0,
+    ranges: Mapping[str, tuple[int, int]] | None = None,
+) -> dict[str, np.ndarray]:
+    """Deterministic random inputs covering each integer type's full range, or the range
+    `ranges` gives an input (half-open [lo, hi): a Gather's indices, `input_ranges`);
+    booleans, strings (decimal text) and floats (standard normal) otherwise."""
     rng = np.random.default_rng(seed)
-    out = {}
+    ranges = ranges or {}
+    out: dict[str, np.ndarray] = {}
     for s in specs:
-        dt = np.dtype(s.dtype)
-        if dt.kind in "iu":
+        dt = s.numpy_dtype
+        if s.name in ranges and dt.kind in "iu":
+            lo, hi = ranges[s.name]
+            out[s.name] = rng.integers(lo, max(hi, lo + 1), s.shape).astype(dt)
+        elif dt.kind in "iu":
             info = np.iinfo(dt)
             out[s.name] = rng.integers(info.min, int(info.max) + 1, s.shape).astype(dt)
+        elif dt.kind == "b":
+            out[s.name] = rng.integers(0, 2, s.shape).astype(bool)
+        elif s.dtype == "string":
+            out[s.name] = rng.integers(0, 10, s.shape).astype(str).astype(object)
         else:
             out[s.name] = rng.standard_normal(s.shape).astype(dt)
     return out
@@ -471,7 +486,9 @@ def model_ledger(
 
     A site whose unfused form the target cannot hold stays fused in the baseline and is
     listed in `not_measured` with the reason instead of getting an entry."""
-    inputs = inputs if inputs is not None else random_inputs(lowered.inputs)
+    if inputs is None:
+        legal = index_ranges(lowered.steps, [s.name for s in lowered.inputs])
+        inputs = random_inputs(lowered.inputs, ranges=legal)
     fused_run = profile(generate(lowered, target), inputs, [s.name for s in lowered.steps], target)
     unfused, splits, program, kept = _unfused_program(lowered, target)
     if not splits:
