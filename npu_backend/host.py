@@ -47,7 +47,9 @@ _SESSIONS: dict[tuple[bytes, str], Any] = {}
 
 
 def _session(model: bytes, level: str = "off"):
-    import onnxruntime as ort  # lazy: only programs with host ONNX steps need it
+    from .ort_logging import onnxruntime_module, ort_log_severity
+
+    ort = onnxruntime_module()  # lazy: only programs with host ONNX steps need it
 
     sess = _SESSIONS.get((model, level))
     if sess is None:
@@ -58,6 +60,7 @@ def _session(model: bytes, level: str = "off"):
             else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         )
         opts.intra_op_num_threads = 1
+        opts.log_severity_level = ort_log_severity()
         sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         if len(_SESSIONS) > 32:
             _SESSIONS.clear()
