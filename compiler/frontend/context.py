@@ -293,14 +293,18 @@ class BuildContext:
             )
         except Exception as e:  # noqa: BLE001
             raise self.fail(n, f"shape inference failed: {one_line(e)}") from None
-        if name not in info and name in self.inferred:
+        # the whole model's inference reads overridable initializers as constants: not here
+        overridden = any(i in self.overridable for m in members for i in m.input)
+        if name not in info and name in self.inferred and not overridden:
             tt = self.inferred[name].type.tensor_type
             static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
             if tt.elem_type and static:
                 t = NAME_OF.get(tt.elem_type) or type_name(tt.elem_type)
                 info[name] = (t, tuple(int(d.dim_value) for d in tt.shape.dim))
         if name not in info:
-            raise self.fail(n, f"cannot infer the type and shape of '{name}'")
+            why = next((i for m in members for i in m.input if i in self.overridable), None)
+            tail = f": it depends on overridable initializer '{why}'" if why else ""
+            raise self.fail(n, f"cannot infer the type and shape of '{name}'{tail}")
         if info[name][0] not in NAME_OF.values():
             raise self.fail(
                 n,

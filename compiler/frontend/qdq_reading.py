@@ -170,8 +170,11 @@ def drops_values(m: onnx.ModelProto, off: onnx.ModelProto) -> bool:
     cast insertion removed a node across ops (a Cast to float16 before an op it runs in
     float32 is dropped with the cast back it inserts), so hosting `m`'s nodes one by one
     would round where ORT does not."""
-    made = {o for n in off.graph.node for o in n.output} | {i.name for i in off.graph.initializer}
-    return any(o and o not in made for n in m.graph.node for o in n.output)
+    g = off.graph
+    made = {o for n in g.node for o in n.output} | {i.name for i in g.initializer}
+    made |= {i.values.name for i in g.sparse_initializer}
+    computed = [n for n in m.graph.node if n.op_type != "Constant"]  # ORT makes initializers
+    return any(o and o not in made for n in computed for o in n.output)
 
 
 def _signature(m: onnx.ModelProto) -> list[tuple[str, str]]:
