@@ -258,6 +258,28 @@ def _ort_domains() -> frozenset[str]:
         return frozenset()
 
 
+def qdq_activation_types(m: onnx.ModelProto) -> dict[str, str]:
+    """The activation element type `m` writes for each QDQ MatMul/Gemm/Conv (its name ->
+    the type its input-0 DequantizeLinear reads, from that DequantizeLinear's zero point
+    or the value's inferred type)."""
+    g = m.graph
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in [*g.input, *g.value_info]}
+    types |= {t.name: t.data_type for t in g.initializer}
+    made = {o: n for n in g.node for o in n.output}
+    out = {}
+    for n in g.node:
+        if n.op_type not in ("MatMul", "Gemm", "Conv") or not n.input:
+            continue
+        dq = made.get(n.input[0])
+        if dq is None or dq.op_type != "DequantizeLinear":
+            continue
+        t = types.get(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+        t = t or types.get(dq.input[0])
+        if t in (TensorProto.INT8, TensorProto.UINT8):
+            out[n.name or n.output[0]] = HOST_TYPES[t]
+    return out
+
+
 def used_domains(g: onnx.GraphProto) -> set[str]:
     """The opset domains the nodes of `g` and of its subgraphs use (an import nothing uses,
     such as the `ai.onnx.training` ORT's `quant_pre_process` writes, is ignored, as ONNX
@@ -294,6 +316,7 @@ def to_ir(
     first either way, so its errors name its own nodes.
     """
     m = load_model(model)
+    user = m
     used = used_domains(m.graph)
     for o in m.opset_import:
         if o.domain in used and o.domain not in KNOWN_DOMAINS and not _ort_knows_domain(o.domain):
@@ -321,4 +344,5 @@ def to_ir(
     else:
         g = _Builder(m, reference).run()
     g.dynamic_batch = dynamic
+    g.qdq_activation_types = qdq_activation_types(user)
     return g, m
