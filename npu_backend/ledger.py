@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from prover.errors import BadInput
 from prover.inttypes import int_type
 from prover.terms import Var, op
 
@@ -35,13 +36,18 @@ from .isa import Activation, Clip, DmaOut, HostCall, MatMul, Requant
 from .lowered import HostKernel, LoweredModel, NpuLut, NpuMatMul, Step, TensorSpec, unfuse
 from .postprocess import posts_of
 from .program import Program
-from .simulator import Counters, InstructionCost, execute
+from .simulator import Counters, InstructionCost, SimulatorInputError, execute
 from .target import Target
 from .validate import ValidationError
 
 
 class LedgerError(RuntimeError):
     """Fused and unfused programs disagree (a backend bug), or the model has no inputs to run."""
+
+
+class LedgerInputError(LedgerError, BadInput):
+    """ONNX Runtime refuses the values the ledger made up for an input (a range the ledger
+    does not know, e.g. an int64 input used as a shape): the user gives the inputs."""
 
 
 Flat = dict[str, int]  # counter name ("bytes_read.sram", "table_loads", ...) -> value
@@ -486,10 +492,21 @@ def model_ledger(
 
     A site whose unfused form the target cannot hold stays fused in the baseline and is
     listed in `not_measured` with the reason instead of getting an entry."""
+    made_up = inputs is None
     if inputs is None:
         legal = index_ranges(lowered.steps, [s.name for s in lowered.inputs])
         inputs = random_inputs(lowered.inputs, ranges=legal)
-    fused_run = profile(generate(lowered, target), inputs, [s.name for s in lowered.steps], target)
+    try:
+        fused_run = profile(
+            generate(lowered, target), inputs, [s.name for s in lowered.steps], target
+        )
+    except SimulatorInputError as e:
+        if not made_up:
+            raise
+        raise LedgerInputError(
+            f"the ledger's made-up inputs are refused ({e}); give the inputs to measure on "
+            "with --input IN.npz"
+        ) from None
     unfused, splits, program, kept = _unfused_program(lowered, target)
     if not splits:
         return ModelLedger([], fused_run.total, fused_run.total, kept)

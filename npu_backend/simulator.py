@@ -42,7 +42,7 @@ from prover.errors import BadInput
 from prover.terms import PreconditionViolation, evaluate
 
 from .exact_matmul import exact_matmul
-from .host import HostError, run_host, store
+from .host import HostError, HostInputError, run_host, store
 from .host_batch import moves_data_only, widened
 from .isa import (
     MEMORY_NAMES,
@@ -541,6 +541,8 @@ class Machine:
     def _store(self, values: Any, dtype: str, who: str) -> np.ndarray:
         try:
             return store(values, dtype, who)
+        except HostInputError as e:
+            raise SimulatorInputError(str(e)) from None
         except HostError as e:
             raise SimulatorError(str(e)) from None
 
@@ -558,6 +560,8 @@ class Machine:
                 results = self._host_batch(step, env, self.rows)
             else:
                 results = run_host(step, env)
+        except HostInputError as e:
+            raise SimulatorInputError(str(e)) from None
         except HostError as e:
             raise SimulatorError(str(e)) from None
         for name, arr in results.items():

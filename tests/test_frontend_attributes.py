@@ -324,11 +324,15 @@ def test_constant_scalars_and_sparse_coordinates_are_interpreted():
     np.testing.assert_array_equal(got, np.array([[0, 7], [9, 0]], np.int8))
 
 
-def test_constant_string_is_rejected_by_name():
-    m = _reshape_after_matmul(CONSTANTS["value"])
-    m.graph.node.insert(0, oh.make_node("Constant", [], ["txt"], name="s", value_string="hi"))
-    with pytest.raises(FrontendError, match="node 's' \\(Constant\\): attribute 'value_string'"):
-        to_ir(m)
+def test_constant_string_is_a_host_constant():
+    """Issue 24: strings are host values; a string Constant is read (ORT runs its users)."""
+    from compiler.frontend.reader import _Builder
+
+    b = _Builder(_reshape_after_matmul(CONSTANTS["value"]))
+    got = b.constant(oh.make_node("Constant", [], ["c"], value_string="hi"))
+    assert got.dtype == object and got.shape == () and got.item() == "hi"
+    got = b.constant(oh.make_node("Constant", [], ["c"], value_strings=["a", "b"]))
+    assert got.tolist() == ["a", "b"]
 
 
 # -- host-run QuantizeLinear/DequantizeLinear: ORT interprets attributes; types named -------

@@ -85,3 +85,34 @@ def test_inputs_from_refuses_a_wrong_integer_type(tmp_path):
     np.savez(tmp_path / "f.npz", **data)
     r = npuc("inputs", tmp_path / "m.onnx", "--from", tmp_path / "f.npz", "-o", tmp_path / "o.npz")
     assert r.returncode == 2 and "int32" in r.stderr and "int64" in r.stderr
+
+
+def _embedding_program(tmp_path):
+    m = REPRODUCERS["gather_embedding"]()
+    onnx.save(m, tmp_path / "m.onnx")
+    good = feeds(m)
+    bad = dict(good, ids=np.full_like(good["ids"], 99))  # the table has 10 rows
+    np.savez(tmp_path / "good.npz", **good)
+    np.savez(tmp_path / "bad.npz", **bad)
+    return tmp_path / "m.onnx"
+
+
+def test_compile_measures_the_ledger_on_given_inputs(tmp_path):
+    model = _embedding_program(tmp_path)
+    r = npuc("compile", model, "-o", tmp_path / "p.npu", "--input", tmp_path / "good.npz")
+    assert r.returncode == 0, r.stderr
+    r = npuc("compile", model, "-o", tmp_path / "q.npu", "--input", tmp_path / "bad.npz")
+    assert r.returncode == 2 and "refuses the values" in r.stderr and "idx=99" in r.stderr
+
+
+def test_ort_log_reaches_stderr_only_with_debug(tmp_path):
+    """An index ORT refuses is the inputs' fault (exit 2, one line); ORT's own red log line
+    is printed only with --debug."""
+    model = _embedding_program(tmp_path)
+    assert npuc("compile", model, "-o", tmp_path / "p.npu").returncode == 0
+    args = ("run", tmp_path / "p.npu", "--input", tmp_path / "bad.npz", "-o", tmp_path / "o.npz")
+    r = npuc(*args)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and ":onnxruntime:" not in r.stderr
+    r = npuc(*args, "--debug")
+    assert r.returncode == 2 and ":onnxruntime:" in r.stderr
