@@ -254,6 +254,36 @@ def rnn() -> onnx.ModelProto:
     return _rnn("RNN", 1)
 
 
+def lstm_state_from_shape() -> onnx.ModelProto:
+    """torch `nn.LSTM`'s export: the initial state is Expand(0, [1, Shape(x)[1], hidden]),
+    its size computed from Shape -> Gather -> Unsqueeze -> Concat at run time."""
+    m = _rnn("LSTM", 4)
+    g = m.graph
+    lstm = next(n for n in g.node if n.op_type == "LSTM")
+    g.initializer.extend(
+        [
+            nh.from_array(np.array(1, np.int64), "batch_axis"),
+            nh.from_array(np.array([1], np.int64), "dirs"),
+            nh.from_array(np.array([3], np.int64), "hid"),
+            nh.from_array(np.array([0.0], np.float32), "zero"),
+            nh.from_array(np.array([0], np.int64), "ax0"),
+        ]
+    )
+    pre = [
+        oh.make_node("Shape", ["x"], ["xs"], name="x_shape"),
+        oh.make_node("Gather", ["xs", "batch_axis"], ["b"], axis=0, name="batch"),
+        oh.make_node("Unsqueeze", ["b", "ax0"], ["b1"], name="batch_1d"),
+        oh.make_node("Concat", ["dirs", "b1", "hid"], ["state_shape"], axis=0, name="cat"),
+        oh.make_node("Expand", ["zero", "state_shape"], ["h0"], name="h0"),
+        oh.make_node("Expand", ["zero", "state_shape"], ["c0"], name="c0"),
+    ]
+    lstm.input.extend(["", "h0", "c0"])
+    for k, n in enumerate(pre):
+        g.node.insert(k, n)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
 def float16_between_host_ops() -> onnx.ModelProto:
     """float16 tensors between host ops: Cast to FLOAT16 -> Mul -> Cast back."""
     inits = [nh.from_array(np.array(1.5, np.float16), "h")]
@@ -307,6 +337,7 @@ REPRODUCERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "lstm": lstm,
     "gru": gru,
     "rnn": rnn,
+    "lstm_state_from_shape": lstm_state_from_shape,
     "float16": float16_between_host_ops,
     "int64": int64_between_host_ops,
     "string": string_between_host_ops,

@@ -29,6 +29,7 @@ HOSTED = {
     "loop": "Loop",
     "scan": "Scan",
     "lstm": "LSTM",
+    "lstm_state_from_shape": "LSTM",
     "gru": "GRU",
     "rnn": "RNN",
     "string": "Cast",
@@ -70,6 +71,8 @@ def test_shapes_from_shape_ops_are_inferred_as_ort_folds_them():
     assert g.values["pos"].shape == (3,) and g.values["pos"].dtype == "int64"
     g, _ = to_ir(REPRODUCERS["expand_to_shape"](), reference=ref)
     assert g.values["e"].shape == (2, 3)
+    g, _ = to_ir(REPRODUCERS["lstm_state_from_shape"](), reference=ref)
+    assert g.values["h0"].shape == (1, 1, 3)  # torch LSTM's initial state
 
 
 @pytest.mark.parametrize("name", list(REPRODUCERS))

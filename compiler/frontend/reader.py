@@ -28,6 +28,13 @@ is still analysed. Malformed input (invalid model, bad attribute of an interpret
 unknown domain) raises `FrontendError` with a one-line message naming the node (and the
 attribute or type).
 
+Host values may have any type numpy holds (bool, int64, float16, strings, ...:
+`compiler.ort.host.ONNX_OF`); subgraph nodes (If, Loop, Scan) take their bodies' outer-scope
+reads as inputs (`.subgraphs`); shapes ORT's constant folding knows (Shape of a static tensor
+and integer values computed from it) are read by their users' shape inference
+(`BuildContext.known`); an Identity of a constant is that constant; opset imports no node uses
+are ignored.
+
 An initializer listed in graph.input of an IR>=4 model is overridable at run time
 (`compiler.frontend.overridable`): a graph input, never a constant; an op that needs it
 constant stays on the host with an `unsupported_op` placement naming it.
