@@ -284,6 +284,20 @@ def lstm_state_from_shape() -> onnx.ModelProto:
     return m
 
 
+def nonzero_run_time_shape() -> onnx.ModelProto:
+    """A shape only the values decide: NonZero(x > 0) -> GatherND -> ReduceSum, a scalar
+    (static again): the three run on the host as one node."""
+    inits = [nh.from_array(np.array(0.0, np.float32), "zero")]
+    nodes = [
+        oh.make_node("Greater", ["x", "zero"], ["pos"], name="positive"),
+        oh.make_node("NonZero", ["pos"], ["nz"], name="nonzero"),
+        oh.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0], name="idx"),
+        oh.make_node("GatherND", ["x", "idx"], ["vals"], name="gather"),
+        oh.make_node("ReduceSum", ["vals"], ["r"], keepdims=0, name="sum"),
+    ]
+    return finish(nodes, [_f("x", [2, 3])], [_f("r", [])], inits)
+
+
 def float16_between_host_ops() -> onnx.ModelProto:
     """float16 tensors between host ops: Cast to FLOAT16 -> Mul -> Cast back."""
     inits = [nh.from_array(np.array(1.5, np.float16), "h")]
@@ -338,6 +352,7 @@ REPRODUCERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "gru": gru,
     "rnn": rnn,
     "lstm_state_from_shape": lstm_state_from_shape,
+    "nonzero": nonzero_run_time_shape,
     "float16": float16_between_host_ops,
     "int64": int64_between_host_ops,
     "string": string_between_host_ops,

@@ -30,6 +30,7 @@ HOSTED = {
     "scan": "Scan",
     "lstm": "LSTM",
     "lstm_state_from_shape": "LSTM",
+    "nonzero": "NonZero",
     "gru": "GRU",
     "rnn": "RNN",
     "string": "Cast",

@@ -61,6 +61,11 @@ class BuildContext:
         # tensors and what is computed from them): they stay host values, but shape
         # inference of their users reads them as ORT's folded constants (`host`)
         self.known: dict[str, np.ndarray] = {}
+        # host nodes whose output shape follows the values (NonZero, a Range to a computed
+        # limit): held back until their users join them into one host node whose outputs
+        # have static shapes again (`host`, `join_deferred`)
+        self.deferred: list[onnx.NodeProto] = []
+        self.pending: set[str] = set()
         self.graph_outputs = [o.name for o in g.output]
         self.names: set[str] = set()
         self.f16_dq_types: dict[str, str] = {}
@@ -209,6 +214,21 @@ class BuildContext:
         v = self.values.get(name)
         return None if v is None else v.dtype
 
+    def join_deferred(self, n: onnx.NodeProto) -> bool:
+        """If `n` reads a value whose shape is known only at run time, host it together
+        with the held-back nodes (one host node, `host`); True when it did."""
+        reads = [i for i in [*n.input, *outer_scope_inputs(n)] if i in self.pending]
+        if not reads:
+            return False
+        members, self.deferred, self.pending = [*self.deferred, n], [], set()
+        labels = ", ".join(self.label(m) for m in members)
+        self.host(
+            members,
+            placement=f"{labels} run on the host together: the shape of '{reads[0]}' "
+            "follows the values (ONNX Runtime computes it at run time)",
+        )
+        return True
+
     def unsupported(self, n: onnx.NodeProto, why: str) -> None:
         """Keep `n` on the host (ONNX Runtime runs it) with an `unsupported_op` diagnostic."""
         self.host([n], placement=f"{self.label(n)} runs on the host: {why}")
@@ -256,9 +276,29 @@ class BuildContext:
         # inputs known before the run are read as constants by shape inference only
         seen = {**consts, **{i: self.known[i] for i in ext if i in self.known}}
         unseen = [i for i in ext if i not in self.known]
-        outs = [
-            Value(o, *self.host_out_type(last, o, unseen, seen, members)) for o in last.output if o
-        ]
+        names = [o for o in last.output if o]
+        if len(members) > 1:  # earlier members' outputs used outside the group, too
+            ids = {id(m) for m in members}
+            names = [
+                o
+                for m in members
+                for o in m.output
+                if o
+                and (
+                    m is last
+                    or o in self.graph_outputs
+                    or any(id(u) not in ids for u in self.onnx_users.get(o, []))
+                )
+            ]
+        try:
+            outs = [Value(o, *self.host_out_type(last, o, unseen, seen, members)) for o in names]
+        except FrontendError as e:
+            if not getattr(e, "run_time_shape", False):
+                raise
+            # its shape follows the values: ORT runs it with its users, whose shapes are static
+            self.deferred = list(members)
+            self.pending = set(names)
+            return
         self.fold_known(members, ext, unseen, seen, outs)
         onnx_op = compute and f"QDQ {compute}" or last.op_type
         node = Node(
@@ -304,7 +344,9 @@ class BuildContext:
         if name not in info:
             why = next((i for m in members for i in m.input if i in self.overridable), None)
             tail = f": it depends on overridable initializer '{why}'" if why else ""
-            raise self.fail(n, f"cannot infer the type and shape of '{name}'{tail}")
+            e = self.fail(n, f"cannot infer the type and shape of '{name}'{tail}")
+            e.run_time_shape = why is None
+            raise e
         if info[name][0] not in NAME_OF.values():
             raise self.fail(
                 n,

@@ -205,6 +205,14 @@ class _Builder(BuildContext):
                     self.host(members, compute=members[-2].op_type)
                 continue
             self.convert(n)
+        if self.deferred:
+            last = self.deferred[-1]
+            name = sorted(self.pending)[0]
+            raise self.fail(
+                last,
+                f"the shape of '{name}' follows the values (ONNX Runtime computes it at run "
+                "time) and no later op makes it static; the tool needs static shapes",
+            )
         outs = []
         for o in self.graph_outputs:
             if o not in self.values and o in self.consts:
@@ -225,6 +233,8 @@ class _Builder(BuildContext):
         Without one, `n` runs on the host (`unsupported_op`, naming the op and version); in
         the project domain, which ONNX Runtime cannot run, that is an error.
         """
+        if self.join_deferred(n):
+            return
         dom = canonical_domain(n.domain or "")
         version = opset_version(self.opsets, dom)
         conv = REGISTRY.lookup(dom, n.op_type, version)
