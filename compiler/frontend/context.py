@@ -344,9 +344,9 @@ class BuildContext:
         if name not in info:
             why = next((i for m in members for i in m.input if i in self.overridable), None)
             tail = f": it depends on overridable initializer '{why}'" if why else ""
-            e = self.fail(n, f"cannot infer the type and shape of '{name}'{tail}")
-            e.run_time_shape = why is None
-            raise e
+            err = self.fail(n, f"cannot infer the type and shape of '{name}'{tail}")
+            err.run_time_shape = why is None
+            raise err
         if info[name][0] not in NAME_OF.values():
             raise self.fail(
                 n,
