@@ -97,3 +97,69 @@ def test_compile_and_run_equal_ort_default_bit_for_bit(name, tmp_path):
             w = w.astype(str)
         assert got[k].dtype == w.dtype and got[k].shape == w.shape, k
         assert np.array_equal(got[k], w), k
+
+
+@pytest.mark.slow
+def test_quant_pre_process_then_quantize_static_s8s8_end_to_end(tmp_path):
+    """ORT's documented flow: `quant_pre_process` (which imports ai.onnx.training and other
+    unused domains) then `quantize_static` QDQ s8s8: checked, compiled, run equal to ORT,
+    and the divergence advice says ORT runs it as u8s8."""
+    from onnx import TensorProto as TP
+    from onnx import helper as oh
+    from onnx import numpy_helper as nh
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quant_pre_process,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(0)
+    w = nh.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W")
+    b = nh.from_array(rng.standard_normal((4,)).astype(np.float32), "B")
+    nodes = [
+        oh.make_node("MatMul", ["x", "W"], ["m"]),
+        oh.make_node("Add", ["m", "B"], ["a"]),
+        oh.make_node("Sigmoid", ["a"], ["y"]),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TP.FLOAT, [1, 8])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [1, 4])],
+        [w, b],
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "f.onnx")
+    quant_pre_process(str(tmp_path / "f.onnx"), str(tmp_path / "p.onnx"))
+    assert "ai.onnx.training" in {o.domain for o in onnx.load(tmp_path / "p.onnx").opset_import}
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.rows = iter([{"x": rng.standard_normal((1, 8)).astype(np.float32)}] * 8)
+
+        def get_next(self):
+            return next(self.rows, None)
+
+    q = tmp_path / "q.onnx"
+    quantize_static(
+        str(tmp_path / "p.onnx"),
+        str(q),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+    )
+    x = {"x": rng.standard_normal((1, 8)).astype(np.float32)}
+    np.savez(tmp_path / "in.npz", **x)
+    r = npuc("compile", q, "-o", tmp_path / "q.npu", "--report", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    report = (tmp_path / "r.json").read_text()
+    if "reference_divergence" in report:
+        assert "as written" in report and "use int8 x int8" not in report
+    r = npuc("run", tmp_path / "q.npu", "--input", tmp_path / "in.npz", "-o", tmp_path / "o.npz")
+    assert r.returncode == 0, r.stderr
+    with np.load(tmp_path / "o.npz") as z:
+        assert np.array_equal(z["y"], _ort_default(onnx.load(q), x)["y"])
