@@ -233,18 +233,24 @@ class BuildContext:
         """Keep `n` on the host (ONNX Runtime runs it) with an `unsupported_op` diagnostic."""
         self.host([n], placement=f"{self.label(n)} runs on the host: {why}")
 
-    def ort_runs(self, n: onnx.NodeProto) -> bool:
-        """Whether ONNX Runtime accepts node `n` on its inputs' types and shapes."""
+    def ort_runs(self, n: onnx.NodeProto | list[onnx.NodeProto]) -> bool:
+        """Whether ONNX Runtime accepts node `n` (or nodes, in order) on its inputs' types
+        and shapes."""
         from compiler.ort.host import submodel
 
-        ins = {i: self.values[i] for i in n.input if i and i in self.values}
-        if any(i and i not in self.values and i not in self.consts for i in n.input):
+        nodes = n if isinstance(n, list) else [n]
+        made = {o for m in nodes for o in m.output}
+        reads = [
+            i for m in nodes for i in [*m.input, *outer_scope_inputs(m)] if i and i not in made
+        ]
+        if any(i not in self.values and i not in self.consts for i in reads):
             return False
-        consts = {i: self.consts[i] for i in n.input if i in self.consts}
+        ins = {i: self.values[i] for i in reads if i in self.values and i not in self.consts}
+        consts = {i: self.consts[i] for i in reads if i in self.consts}
         try:
-            m = submodel([n], ins, consts, None, self.opsets)
+            m = submodel(nodes, ins, consts, None, self.opsets)
             del m.graph.output[:]
-            m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in n.output if o)
+            m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in nodes[-1].output if o)
             session(m)
         except Exception:  # noqa: BLE001 - any refusal means ORT cannot run it
             return False
@@ -335,7 +341,9 @@ class BuildContext:
             raise self.fail(n, f"shape inference failed: {one_line(e)}") from None
         # the whole model's inference reads overridable initializers as constants: not here
         overridden = any(i in self.overridable for m in members for i in m.input)
-        if name not in info and name in self.inferred and not overridden:
+        # only ONNX's own schemas are inferred there (a graph output's declared type is not)
+        schemas = all(onnx.defs.has(m.op_type, m.domain or "") for m in members)
+        if name not in info and name in self.inferred and schemas and not overridden:
             tt = self.inferred[name].type.tensor_type
             static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
             if tt.elem_type and static:
@@ -345,7 +353,8 @@ class BuildContext:
             why = next((i for m in members for i in m.input if i in self.overridable), None)
             tail = f": it depends on overridable initializer '{why}'" if why else ""
             err = self.fail(n, f"cannot infer the type and shape of '{name}'{tail}")
-            err.run_time_shape = why is None
+            # held back for its users only when ORT runs it (an op nobody defines: refused)
+            err.run_time_shape = why is None and self.ort_runs(list(members))
             raise err
         if info[name][0] not in NAME_OF.values():
             raise self.fail(
