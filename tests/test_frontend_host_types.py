@@ -163,3 +163,23 @@ def test_quant_pre_process_then_quantize_static_s8s8_end_to_end(tmp_path):
     assert r.returncode == 0, r.stderr
     with np.load(tmp_path / "o.npz") as z:
         assert np.array_equal(z["y"], _ort_default(onnx.load(q), x)["y"])
+
+
+def test_float16_under_the_float_reading_equals_ort_level_off():
+    """ORT drops a Cast to float16 before an op it runs in float32 (with the cast back it
+    inserts), even with optimisations off: hosting the nodes one by one would round where
+    ORT does not. The float QDQ reading reads the graph ORT runs at level off."""
+    from compiler.ir.semantics import run_graph
+    from compiler.ort.reference_host import resolve_reference
+
+    ref = resolve_reference("onnx-qdq-float")
+    m = REPRODUCERS["float16"]()
+    x = feeds(m)
+    g, _ = to_ir(m, reference=ref)
+    env = run_graph(g, x, reference=ref)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for o, want in zip([v.name for v in s.get_outputs()], s.run(None, x), strict=True):
+        assert env[o].dtype == want.dtype and np.array_equal(env[o], want), o

@@ -165,6 +165,23 @@ def ort_integer_model(m: onnx.ModelProto) -> onnx.ModelProto:
     return r
 
 
+def float_reading(m: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as the float QDQ reading (ORT with optimisations off) runs it: `m` as
+    written, unless ORT's cast insertion drops a value across ops (`drops_values`; only a
+    model with float16 tensors is asked), then the graph ORT runs at level off."""
+    g = m.graph
+    typed = [*g.input, *g.value_info, *g.output]
+    if not any(vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for vi in typed):
+        return m
+    if any(n.domain == PROJECT_DOMAIN for n in g.node):
+        return m
+    try:
+        off = onnx.load_from_string(ort_graph(m.SerializeToString(), "off", "float16 casts"))
+    except FrontendError:
+        return m
+    return off if drops_values(m, off) else m
+
+
 def drops_values(m: onnx.ModelProto, off: onnx.ModelProto) -> bool:
     """Whether ORT with optimisations off no longer computes a value `m` computes: its
     cast insertion removed a node across ops (a Cast to float16 before an op it runs in

@@ -68,7 +68,7 @@ from .ops.constant import constant_value
 from .ops.host import HOST_FLOAT_OPS
 from .ops.qdq import qdq_activation, qdq_groups
 from .overridable import overridable_message
-from .qdq_reading import integer_reading
+from .qdq_reading import float_reading, integer_reading
 from .registry import (
     KNOWN_DOMAINS,
     ML_DOMAIN,
@@ -342,6 +342,12 @@ def to_ir(
             )
     if str(getattr(reference, "qdq_reading", "float")) == "integer":
         r = integer_reading(m)
+        if r is not m:
+            dyn = dynamic_inputs(m)
+            _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
+            m = validate_ort_graph(r).proto
+    else:
+        r = float_reading(m)
         if r is not m:
             dyn = dynamic_inputs(m)
             _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
