@@ -152,7 +152,13 @@ def _snapshot(g: Graph) -> Graph:
     ]
     values = {k: Value(v.name, v.dtype, v.shape) for k, v in g.values.items()}
     return Graph(
-        values, nodes, list(g.inputs), list(g.outputs), dict(g.opsets), tuple(g.dynamic_batch)
+        values,
+        nodes,
+        list(g.inputs),
+        list(g.outputs),
+        dict(g.opsets),
+        tuple(g.dynamic_batch),
+        dict(g.qdq_activation_types),
     )
 
 

@@ -13,11 +13,13 @@ class FrontendError(CompilerError, BadInput):
     """The ONNX model cannot be loaded into the integer IR (unsupported op, bad dtype...).
 
     `bad_input`: no reading makes the value meaningful (bad even on the host);
-    `overridable`: the cause is an initializer overridable at run time.
+    `overridable`: the cause is an initializer overridable at run time;
+    `run_time_shape`: a host output's shape follows the values (ORT computes it at run time).
     """
 
     bad_input: bool = False
     overridable: bool = False
+    run_time_shape: bool = False
 
 
 class InternalError(CompilerError):

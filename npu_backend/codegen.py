@@ -88,7 +88,7 @@ def storage_dtype(type_name: str) -> str:
 
 
 def nbytes(spec: TensorSpec) -> int:
-    return int(math.prod(spec.shape)) * np.dtype(spec.dtype).itemsize
+    return int(math.prod(spec.shape)) * spec.numpy_dtype.itemsize
 
 
 def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[ValidationIssue]:

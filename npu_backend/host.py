@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from prover.domain import NUMPY
+from prover.errors import BadInput
 from prover.terms import evaluate
 
 from .lowered import HostKernel, HostOnnx
@@ -17,6 +18,11 @@ from .lowered import HostKernel, HostOnnx
 
 class HostError(RuntimeError):
     """A host step failed (missing input, ONNX Runtime error, value out of its type)."""
+
+
+class HostInputError(HostError, BadInput):
+    """ONNX Runtime refused the values a host step was given (an index out of its table's
+    range, ...): the inputs' fault, not the program's."""
 
 
 def store(values: Any, dtype: str, what: str) -> np.ndarray:
@@ -47,7 +53,9 @@ _SESSIONS: dict[tuple[bytes, str], Any] = {}
 
 
 def _session(model: bytes, level: str = "off"):
-    import onnxruntime as ort  # lazy: only programs with host ONNX steps need it
+    from .ort_logging import onnxruntime_module, ort_log_severity
+
+    ort = onnxruntime_module()  # lazy: only programs with host ONNX steps need it
 
     sess = _SESSIONS.get((model, level))
     if sess is None:
@@ -58,6 +66,7 @@ def _session(model: bytes, level: str = "off"):
             else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         )
         opts.intra_op_num_threads = 1
+        opts.log_severity_level = ort_log_severity()
         sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         if len(_SESSIONS) > 32:
             _SESSIONS.clear()
@@ -74,9 +83,17 @@ def run_onnx(step: HostOnnx, env: dict[str, np.ndarray]) -> dict[str, np.ndarray
         feeds[name] = np.asarray(env[name])
     try:
         sess = _session(bytes(step.model), step.ort_level)
-        results = sess.run(list(step.outputs), feeds)
     except Exception as e:  # onnxruntime raises its own exception classes
         raise HostError(f"{step.name}: ONNX Runtime failed: {str(e).splitlines()[0]}") from None
+    try:
+        results = sess.run(list(step.outputs), feeds)
+    except Exception as e:  # noqa: BLE001 - ORT's run-time refusals
+        first = str(e).splitlines()[0]
+        if "INVALID_ARGUMENT" in first:  # a value it refuses (ORT's status code 2)
+            raise HostInputError(
+                f"{step.name}: ONNX Runtime refuses the values it is given: {first}"
+            ) from None
+        raise HostError(f"{step.name}: ONNX Runtime failed: {first}") from None
     return {name: np.asarray(v) for name, v in zip(step.outputs, results, strict=True)}
 
 

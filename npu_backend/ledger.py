@@ -26,21 +26,28 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from prover.errors import BadInput
 from prover.inttypes import int_type
 from prover.terms import Var, op
 
 from .codegen import CodegenError, generate, infer_specs, memory_issues, nbytes
+from .input_ranges import index_ranges
 from .isa import Activation, Clip, DmaOut, HostCall, MatMul, Requant
 from .lowered import HostKernel, LoweredModel, NpuLut, NpuMatMul, Step, TensorSpec, unfuse
 from .postprocess import posts_of
 from .program import Program
-from .simulator import Counters, InstructionCost, execute
+from .simulator import Counters, InstructionCost, SimulatorInputError, execute
 from .target import Target
 from .validate import ValidationError
 
 
 class LedgerError(RuntimeError):
     """Fused and unfused programs disagree (a backend bug), or the model has no inputs to run."""
+
+
+class LedgerInputError(LedgerError, BadInput):
+    """ONNX Runtime refuses the values the ledger made up for an input (a range the ledger
+    does not know, e.g. an int64 input used as a shape): the user gives the inputs."""
 
 
 Flat = dict[str, int]  # counter name ("bytes_read.sram", "table_loads", ...) -> value
@@ -160,15 +167,29 @@ class ModelLedger:
         }
 
 
-def random_inputs(specs: list[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic random inputs covering each integer type's full range."""
+def random_inputs(
+    specs: list[TensorSpec],
+    seed: int = 0,
+    ranges: Mapping[str, tuple[int, int]] | None = None,
+) -> dict[str, np.ndarray]:
+    """Deterministic random inputs covering each integer type's full range, or the range
+    `ranges` gives an input (half-open [lo, hi): a Gather's indices, `input_ranges`);
+    booleans, strings (decimal text) and floats (standard normal) otherwise."""
     rng = np.random.default_rng(seed)
-    out = {}
+    ranges = ranges or {}
+    out: dict[str, np.ndarray] = {}
     for s in specs:
-        dt = np.dtype(s.dtype)
-        if dt.kind in "iu":
+        dt = s.numpy_dtype
+        if s.name in ranges and dt.kind in "iu":
+            lo, hi = ranges[s.name]
+            out[s.name] = rng.integers(lo, max(hi, lo + 1), s.shape).astype(dt)
+        elif dt.kind in "iu":
             info = np.iinfo(dt)
             out[s.name] = rng.integers(info.min, int(info.max) + 1, s.shape).astype(dt)
+        elif dt.kind == "b":
+            out[s.name] = rng.integers(0, 2, s.shape).astype(bool)
+        elif s.dtype == "string":
+            out[s.name] = rng.integers(0, 10, s.shape).astype(str).astype(object)
         else:
             out[s.name] = rng.standard_normal(s.shape).astype(dt)
     return out
@@ -471,8 +492,21 @@ def model_ledger(
 
     A site whose unfused form the target cannot hold stays fused in the baseline and is
     listed in `not_measured` with the reason instead of getting an entry."""
-    inputs = inputs if inputs is not None else random_inputs(lowered.inputs)
-    fused_run = profile(generate(lowered, target), inputs, [s.name for s in lowered.steps], target)
+    made_up = inputs is None
+    if inputs is None:
+        legal = index_ranges(lowered.steps, [s.name for s in lowered.inputs])
+        inputs = random_inputs(lowered.inputs, ranges=legal)
+    try:
+        fused_run = profile(
+            generate(lowered, target), inputs, [s.name for s in lowered.steps], target
+        )
+    except SimulatorInputError as e:
+        if not made_up:
+            raise
+        raise LedgerInputError(
+            f"the ledger's made-up inputs are refused ({e}); give the inputs to measure on "
+            "with --input IN.npz"
+        ) from None
     unfused, splits, program, kept = _unfused_program(lowered, target)
     if not splits:
         return ModelLedger([], fused_run.total, fused_run.total, kept)

@@ -36,11 +36,26 @@ STRUCTURES = ("plain", "grouped", "tiled")
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A named tensor: numpy dtype name (e.g. "int8", "float32") and static shape."""
+    """A named tensor: numpy dtype name (e.g. "int8", "float32", "bool"; "string" for
+    ONNX strings, held as object arrays) and static shape."""
 
     name: str
     dtype: str
     shape: tuple[int, ...]
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return numpy_dtype(self.dtype)
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a tensor's dtype name ("string": object, as ONNX Runtime gives)."""
+    return np.dtype(object) if name == "string" else np.dtype(name)
+
+
+def dtype_name(arr: np.ndarray) -> str:
+    """A tensor's dtype name for array `arr` (text arrays are "string")."""
+    return "string" if arr.dtype.kind in "OU" else arr.dtype.name
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,7 +40,10 @@ def save_arrays(file: str | Path | BinaryIO, arrays: Mapping[str, np.ndarray]) -
     with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
         for name, arr in arrays.items():
             with z.open(f"{name}.npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=False)
+                a = np.asanyarray(arr)
+                if a.dtype.kind == "O":  # ONNX strings (object arrays): written as text
+                    a = a.astype(str)
+                np.lib.format.write_array(f, a, allow_pickle=False)
 
 
 def batch_size(program: Program, inputs: dict[str, np.ndarray]) -> int | None:

@@ -42,7 +42,7 @@ from prover.errors import BadInput
 from prover.terms import PreconditionViolation, evaluate
 
 from .exact_matmul import exact_matmul
-from .host import HostError, run_host, store
+from .host import HostError, HostInputError, run_host, store
 from .host_batch import moves_data_only, widened
 from .isa import (
     MEMORY_NAMES,
@@ -58,7 +58,7 @@ from .isa import (
     strip_tables,
     with_table,
 )
-from .lowered import HostKernel, HostOnnx
+from .lowered import HostKernel, HostOnnx, dtype_name, numpy_dtype
 from .postprocess import apply_columns
 from .program import Program
 from .schedule import ACC_BYTES
@@ -160,8 +160,12 @@ def _check_inputs(
             raise SimulatorInputError(
                 f"input {spec.name!r} has shape {tuple(arr.shape)}, expected {tuple(spec.shape)}"
             )
-        dt = np.dtype(spec.dtype)
-        if dt.kind in "iu":
+        dt = numpy_dtype(spec.dtype)
+        if spec.dtype == "string":
+            if arr.dtype.kind not in "OU":
+                raise SimulatorInputError(f"input {spec.name!r} must be an array of strings")
+            arr = arr.astype(object)
+        elif dt.kind in "iu":
             if arr.dtype.kind not in "iu":
                 raise SimulatorInputError(
                     f"input {spec.name!r} must be an integer array ({dt.name})"
@@ -537,6 +541,8 @@ class Machine:
     def _store(self, values: Any, dtype: str, who: str) -> np.ndarray:
         try:
             return store(values, dtype, who)
+        except HostInputError as e:
+            raise SimulatorInputError(str(e)) from None
         except HostError as e:
             raise SimulatorError(str(e)) from None
 
@@ -554,6 +560,8 @@ class Machine:
                 results = self._host_batch(step, env, self.rows)
             else:
                 results = run_host(step, env)
+        except HostInputError as e:
+            raise SimulatorInputError(str(e)) from None
         except HostError as e:
             raise SimulatorError(str(e)) from None
         for name, arr in results.items():
@@ -561,7 +569,7 @@ class Machine:
             if spec is not None and self.rows is not None:
                 arr = self._batch_leading(name, arr, tuple(spec.shape))
             if spec is not None and (
-                arr.dtype.name != spec.dtype
+                dtype_name(arr) != spec.dtype
                 or arr.shape not in (tuple(spec.shape), _batched(spec.shape, self.rows))
             ):
                 raise SimulatorError(

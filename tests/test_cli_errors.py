@@ -26,6 +26,8 @@ BAD_INPUT = {
     "npu_backend.target.TargetError",
     "npu_backend.program.ProgramError",
     "npu_backend.simulator.SimulatorInputError",
+    "npu_backend.host.HostInputError",
+    "npu_backend.ledger.LedgerInputError",
     "prover.domain.KernelError",
     "prover.terms.PreconditionViolation",
     "prover.errors.StoreCorrupt",

@@ -237,8 +237,14 @@ def test_invalid_model_is_frontend_error(tmp_path):
 
 
 def test_unknown_domain_rejected():
+    """A domain a node uses that ONNX Runtime does not know is refused; an import nothing
+    uses is ignored, as ONNX Runtime ignores it."""
     m = matmul_activation()
     m.opset_import.append(oh.make_opsetid("com.example", 1))
+    to_ir(m)  # unused: read
+    out = m.graph.output[0].name
+    m.graph.node.append(oh.make_node("Foo", [out], ["foo_out"], domain="com.example"))
+    m.graph.output.append(oh.make_tensor_value_info("foo_out", onnx.TensorProto.UINT8, [1]))
     with pytest.raises(FrontendError, match="com.example"):
         to_ir(m)
     assert OPSETS  # builders always declare the three domains they use

@@ -324,17 +324,21 @@ def test_constant_scalars_and_sparse_coordinates_are_interpreted():
     np.testing.assert_array_equal(got, np.array([[0, 7], [9, 0]], np.int8))
 
 
-def test_constant_string_is_rejected_by_name():
-    m = _reshape_after_matmul(CONSTANTS["value"])
-    m.graph.node.insert(0, oh.make_node("Constant", [], ["txt"], name="s", value_string="hi"))
-    with pytest.raises(FrontendError, match="node 's' \\(Constant\\): attribute 'value_string'"):
-        to_ir(m)
+def test_constant_string_is_a_host_constant():
+    """Issue 24: strings are host values; a string Constant is read (ORT runs its users)."""
+    from compiler.frontend.reader import _Builder
+
+    b = _Builder(_reshape_after_matmul(CONSTANTS["value"]))
+    got = b.constant(oh.make_node("Constant", [], ["c"], value_string="hi"))
+    assert got.dtype == object and got.shape == () and got.item() == "hi"
+    got = b.constant(oh.make_node("Constant", [], ["c"], value_strings=["a", "b"]))
+    assert got.tolist() == ["a", "b"]
 
 
 # -- host-run QuantizeLinear/DequantizeLinear: ORT interprets attributes; types named -------
 
 
-def test_host_quantize_types_the_ir_cannot_carry_are_rejected_by_name():
+def test_host_quantize_types_numpy_cannot_hold_are_rejected_by_name():
     x = [oh.make_tensor_value_info("x", TP.FLOAT, [4])]
     s = oh.make_tensor("s", TP.FLOAT, [], [0.1])
     q4 = oh.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q4", output_dtype=TP.INT4)
@@ -346,8 +350,8 @@ def test_host_quantize_types_the_ir_cannot_carry_are_rejected_by_name():
     dq = oh.make_node("DequantizeLinear", ["x8", "s", "z"], ["y"], name="dq16")
     x8 = [oh.make_tensor_value_info("x8", TP.INT8, [4])]
     m = finish([dq], x8, [oh.make_tensor_value_info("y", TP.FLOAT16, [4])], [s16, z], 21)
-    with pytest.raises(FrontendError, match="node 'dq16' .*output 'y' has type FLOAT16"):
-        to_ir(m)
+    g, _ = to_ir(m)  # float16 is a host value (issue 24): ORT runs the DequantizeLinear
+    assert g.values["y"].dtype == "float16"
 
 
 def test_qlinear_activation_zero_point_of_another_type_is_rejected():

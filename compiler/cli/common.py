@@ -118,6 +118,9 @@ def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argpars
     """Run `body(args)`, turning expected errors into exit 2 and bugs into exit 4."""
     debug = bool(getattr(args, "debug", False))
     from compiler.report.model import ExitCode  # lazy: it imports numpy
+    from npu_backend.ort_logging import show_ort_logs
+
+    show_ort_logs(debug)
 
     try:
         return int(body(args))

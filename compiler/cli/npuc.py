@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         "extra), markdown for .md, else JSON",
     )
     add_indent_option(c, "JSON report")
+    c.add_argument(
+        "--input",
+        metavar="IN.npz",
+        help="inputs the ledger measures the program on (default: made up in each input's "
+        "legal range: a Gather's indices within its table, booleans, the full integer range)",
+    )
     add_run_options(c)
     c.set_defaults(func=_compile)
     r = sub.add_parser("run", help="run an NPU program on the simulator")
@@ -177,7 +183,12 @@ def _compile(args: argparse.Namespace) -> int:
     check_program(run.result.sites, run.result.lowered, program)
     out.parent.mkdir(parents=True, exist_ok=True)
     program.save(out)
-    measured = model_ledger(run.result.lowered, run.target)
+    given = None
+    if args.input:
+        from npu_backend.runner import load_inputs
+
+        given = load_inputs(args.input)
+    measured = model_ledger(run.result.lowered, run.target, given)
     entries = [e.to_json() for e in measured.fusions]
     total = measured.total_json()
     run.report.ledger = {"fusions": entries, "total": total}

@@ -21,9 +21,16 @@ from prover.matmul import AccRange
 from prover.reference import ONNX, ReferenceProfile
 
 from .checked import COUNTS, one_line
-from .elem_types import DTYPES
+from .elem_types import type_name
 from .overridable import overridable_initializers, overridable_message
 from .registry import REGISTRY
+from .subgraphs import outer_scope_inputs
+
+# ops whose result ORT's constant folding computes from their inputs' static shapes alone
+SHAPE_OPS = ("Shape", "Size")
+# a value known before the run is kept for shape inference only when it is this small
+# (shape tensors are; a folded activation is not needed by any shape)
+KNOWN_MAX_ELEMENTS = 4096
 
 
 class BuildContext:
@@ -48,8 +55,17 @@ class BuildContext:
         self.inferred = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
         self.onnx_users: dict[str, list[onnx.NodeProto]] = {}
         for n in g.node:
-            for i in n.input:
+            for i in [*n.input, *outer_scope_inputs(n)]:
                 self.onnx_users.setdefault(i, []).append(n)
+        # values ONNX Runtime's constant folding knows before the run (shapes of static
+        # tensors and what is computed from them): they stay host values, but shape
+        # inference of their users reads them as ORT's folded constants (`host`)
+        self.known: dict[str, np.ndarray] = {}
+        # host nodes whose output shape follows the values (NonZero, a Range to a computed
+        # limit): held back until their users join them into one host node whose outputs
+        # have static shapes again (`host`, `join_deferred`)
+        self.deferred: list[onnx.NodeProto] = []
+        self.pending: set[str] = set()
         self.graph_outputs = [o.name for o in g.output]
         self.names: set[str] = set()
         self.f16_dq_types: dict[str, str] = {}
@@ -198,22 +214,43 @@ class BuildContext:
         v = self.values.get(name)
         return None if v is None else v.dtype
 
+    def join_deferred(self, n: onnx.NodeProto) -> bool:
+        """If `n` reads a value whose shape is known only at run time, host it together
+        with the held-back nodes (one host node, `host`); True when it did."""
+        reads = [i for i in [*n.input, *outer_scope_inputs(n)] if i in self.pending]
+        if not reads:
+            return False
+        members, self.deferred, self.pending = [*self.deferred, n], [], set()
+        labels = ", ".join(self.label(m) for m in members)
+        self.host(
+            members,
+            placement=f"{labels} run on the host together: the shape of '{reads[0]}' "
+            "follows the values (ONNX Runtime computes it at run time)",
+        )
+        return True
+
     def unsupported(self, n: onnx.NodeProto, why: str) -> None:
         """Keep `n` on the host (ONNX Runtime runs it) with an `unsupported_op` diagnostic."""
         self.host([n], placement=f"{self.label(n)} runs on the host: {why}")
 
-    def ort_runs(self, n: onnx.NodeProto) -> bool:
-        """Whether ONNX Runtime accepts node `n` on its inputs' types and shapes."""
+    def ort_runs(self, n: onnx.NodeProto | list[onnx.NodeProto]) -> bool:
+        """Whether ONNX Runtime accepts node `n` (or nodes, in order) on its inputs' types
+        and shapes."""
         from compiler.ort.host import submodel
 
-        ins = {i: self.values[i] for i in n.input if i and i in self.values}
-        if any(i and i not in self.values and i not in self.consts for i in n.input):
+        nodes = n if isinstance(n, list) else [n]
+        made = {o for m in nodes for o in m.output}
+        reads = [
+            i for m in nodes for i in [*m.input, *outer_scope_inputs(m)] if i and i not in made
+        ]
+        if any(i not in self.values and i not in self.consts for i in reads):
             return False
-        consts = {i: self.consts[i] for i in n.input if i in self.consts}
+        ins = {i: self.values[i] for i in reads if i in self.values and i not in self.consts}
+        consts = {i: self.consts[i] for i in reads if i in self.consts}
         try:
-            m = submodel([n], ins, consts, None, self.opsets)
+            m = submodel(nodes, ins, consts, None, self.opsets)
             del m.graph.output[:]
-            m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in n.output if o)
+            m.graph.output.extend(onnx.ValueInfoProto(name=o) for o in nodes[-1].output if o)
             session(m)
         except Exception:  # noqa: BLE001 - any refusal means ORT cannot run it
             return False
@@ -233,7 +270,7 @@ class BuildContext:
         produced = {o for m in members for o in m.output}
         ext, consts = [], {}
         for m in members:
-            for i in m.input:
+            for i in [*m.input, *outer_scope_inputs(m)]:
                 if not i or i in produced:
                     continue
                 if i in self.consts:
@@ -242,7 +279,33 @@ class BuildContext:
                     self.value(m, i)
                     ext.append(i)
         last = members[-1]
-        outs = [Value(o, *self.host_out_type(last, o, ext, consts, members)) for o in last.output]
+        # inputs known before the run are read as constants by shape inference only
+        seen = {**consts, **{i: self.known[i] for i in ext if i in self.known}}
+        unseen = [i for i in ext if i not in self.known]
+        names = [o for o in last.output if o]
+        if len(members) > 1:  # earlier members' outputs used outside the group, too
+            ids = {id(m) for m in members}
+            names = [
+                o
+                for m in members
+                for o in m.output
+                if o
+                and (
+                    m is last
+                    or o in self.graph_outputs
+                    or any(id(u) not in ids for u in self.onnx_users.get(o, []))
+                )
+            ]
+        try:
+            outs = [Value(o, *self.host_out_type(last, o, unseen, seen, members)) for o in names]
+        except FrontendError as e:
+            if not getattr(e, "run_time_shape", False):
+                raise
+            # its shape follows the values: ORT runs it with its users, whose shapes are static
+            self.deferred = list(members)
+            self.pending = set(names)
+            return
+        self.fold_known(members, ext, unseen, seen, outs)
         onnx_op = compute and f"QDQ {compute}" or last.op_type
         node = Node(
             self.new_name(last.name or last.output[0]),
@@ -265,7 +328,10 @@ class BuildContext:
         self.nodes.append(node)
 
     def host_out_type(self, n, name, ext, consts, members) -> tuple[str, tuple[int, ...]]:
-        from compiler.ort.host import infer_host_outputs
+        """Element type and static shape of host output `name`: ONNX shape inference of the
+        host nodes (inputs known before the run given as constants), else the whole model's
+        data-propagated inference, else measured in ONNX Runtime."""
+        from compiler.ort.host import NAME_OF, infer_host_outputs
 
         try:
             info = infer_host_outputs(
@@ -273,12 +339,63 @@ class BuildContext:
             )
         except Exception as e:  # noqa: BLE001
             raise self.fail(n, f"shape inference failed: {one_line(e)}") from None
+        # the whole model's inference reads overridable initializers as constants: not here
+        overridden = any(i in self.overridable for m in members for i in m.input)
+        # only ONNX's own schemas are inferred there (a graph output's declared type is not)
+        schemas = all(onnx.defs.has(m.op_type, m.domain or "") for m in members)
+        if name not in info and name in self.inferred and schemas and not overridden:
+            tt = self.inferred[name].type.tensor_type
+            static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+            if tt.elem_type and static:
+                t = NAME_OF.get(tt.elem_type) or type_name(tt.elem_type)
+                info[name] = (t, tuple(int(d.dim_value) for d in tt.shape.dim))
         if name not in info:
-            raise self.fail(n, f"cannot infer the type and shape of '{name}'")
-        if info[name][0] not in DTYPES.values():
+            why = next((i for m in members for i in m.input if i in self.overridable), None)
+            tail = f": it depends on overridable initializer '{why}'" if why else ""
+            err = self.fail(n, f"cannot infer the type and shape of '{name}'{tail}")
+            # held back for its users only when ORT runs it (an op nobody defines: refused)
+            err.run_time_shape = why is None and self.ort_runs(list(members))
+            raise err
+        if info[name][0] not in NAME_OF.values():
             raise self.fail(
                 n,
-                f"output '{name}' has type {info[name][0]}; "
-                f"supported: {', '.join(sorted(set(DTYPES.values())))}",
+                f"output '{name}' has type {info[name][0]}, which no numpy array holds "
+                f"(host values: {', '.join(sorted(NAME_OF.values()))})",
             )
         return info[name]
+
+    def fold_known(
+        self,
+        members: list[onnx.NodeProto],
+        ext: list[str],
+        unseen: list[str],
+        seen: dict[str, np.ndarray],
+        outs: list[Value],
+    ) -> None:
+        """Record the outputs ORT's constant folding knows before the run (`known`): a
+        Shape/Size of a static tensor, or a small integer result of known inputs."""
+        from compiler.ort.host import placeholder, submodel
+
+        if len(members) != 1 or any(o.dtype not in ("int64", "int32") for o in outs):
+            return
+        n = members[0]
+        if any(int(np.prod(o.shape)) > KNOWN_MAX_ELEMENTS for o in outs):
+            return
+        shape_only = (n.domain or "") in ("", "ai.onnx") and n.op_type in SHAPE_OPS
+        if (unseen and not shape_only) or outer_scope_inputs(n):
+            return
+        if not shape_only and not onnx.defs.has(n.op_type, n.domain or ""):
+            return
+        if not shape_only and "Random" in n.op_type:
+            return
+        feeds = {i: placeholder(self.values[i].dtype, self.values[i].shape) for i in unseen}
+        consts = {k: v for k, v in seen.items() if k not in feeds}
+        try:
+            m = submodel([n], {i: self.values[i] for i in unseen}, consts, None, self.opsets)
+            del m.graph.output[:]
+            m.graph.output.extend(onnx.ValueInfoProto(name=o.name) for o in outs)
+            got = session(m).run([o.name for o in outs], feeds)
+        except Exception:  # noqa: BLE001 - not folded: its users' shapes come from elsewhere
+            return
+        for o, arr in zip(outs, got, strict=True):
+            self.known[o.name] = np.asarray(arr)

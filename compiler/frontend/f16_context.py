@@ -100,15 +100,16 @@ def ort_graph(model_bytes: bytes, level: str, what: str = "float16 QDQ groups") 
     """The serialised graph ONNX Runtime runs for `model_bytes` at `level` ("off",
     "extended" or "default"). Raises `FrontendError` naming `what` when ORT cannot load it.
     """
-    import onnxruntime as ort
+    from npu_backend.ort_logging import onnxruntime_module, ort_log_severity
 
+    ort = onnxruntime_module()
     levels = {
         "default": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     }
     so = ort.SessionOptions()
     so.graph_optimization_level = levels.get(level, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    so.log_severity_level = 3
+    so.log_severity_level = ort_log_severity()
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "ort_optimised.onnx"
         so.optimized_model_filepath = str(out)

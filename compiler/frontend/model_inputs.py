@@ -182,14 +182,21 @@ def from_float(
         if s.name not in data:
             raise FrontendError(f"the float data has no array '{s.name}' (keys: {sorted(data)})")
         x = np.asarray(data[s.name])
-        if x.dtype.kind != "f":
-            raise FrontendError(f"array '{s.name}' has dtype {x.dtype.name}; give float data")
+        want = np.dtype("object" if s.dtype == "string" else s.dtype)
+        taken = x.dtype == want or (s.dtype == "string" and x.dtype.kind in "OU")
+        if not taken and x.dtype.kind != "f":
+            raise FrontendError(
+                f"array '{s.name}' has dtype {x.dtype.name}; give float data or {s.dtype}"
+            )
         if tuple(x.shape) != s.shape:
             raise FrontendError(
                 f"array '{s.name}' has shape {list(x.shape)}; the model expects {list(s.shape)}"
                 + (f" (symbolic: {', '.join(s.symbolic)})" if s.symbolic else "")
             )
-        if np.dtype(s.dtype).kind == "f":
+        if taken and x.dtype.kind != "f":  # token ids, masks, text: taken as they are
+            out[s.name] = x.astype(want) if s.dtype == "string" else x
+            notes.append(f"{s.name}: {s.dtype} {list(x.shape)} as given")
+        elif want.kind == "f":
             out[s.name] = x.astype(s.dtype)
             notes.append(f"{s.name}: {s.dtype} {list(x.shape)} (the model quantizes it itself)")
         elif s.dtype in ("uint8", "int8"):

@@ -95,7 +95,7 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
         off = onnx.load_from_string(ort_graph(base.SerializeToString(), "off", "QDQ groups"))
     except FrontendError:
         return m  # ORT cannot run it at all: the frontend names what it cannot read
-    if not computes_differently(off, r):
+    if not computes_differently(off, r) and not drops_values(m, off):
         return m
     return splice_project_ops(r, m, project) if project else r
 
@@ -163,6 +163,35 @@ def ort_integer_model(m: onnx.ModelProto) -> onnx.ModelProto:
     del r.opset_import[:]
     r.opset_import.extend(keep)
     return r
+
+
+def float_reading(m: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as the float QDQ reading (ORT with optimisations off) runs it: `m` as
+    written, unless ORT's cast insertion drops a value across ops (`drops_values`; only a
+    model with float16 tensors is asked), then the graph ORT runs at level off."""
+    g = m.graph
+    typed = [*g.input, *g.value_info, *g.output]
+    if not any(vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for vi in typed):
+        return m
+    if any(n.domain == PROJECT_DOMAIN for n in g.node):
+        return m
+    try:
+        off = onnx.load_from_string(ort_graph(m.SerializeToString(), "off", "float16 casts"))
+    except FrontendError:
+        return m
+    return off if drops_values(m, off) else m
+
+
+def drops_values(m: onnx.ModelProto, off: onnx.ModelProto) -> bool:
+    """Whether ORT with optimisations off no longer computes a value `m` computes: its
+    cast insertion removed a node across ops (a Cast to float16 before an op it runs in
+    float32 is dropped with the cast back it inserts), so hosting `m`'s nodes one by one
+    would round where ORT does not."""
+    g = off.graph
+    made = {o for n in g.node for o in n.output} | {i.name for i in g.initializer}
+    made |= {i.values.name for i in g.sparse_initializer}
+    computed = [n for n in m.graph.node if n.op_type != "Constant"]  # ORT makes initializers
+    return any(o and o not in made for n in computed for o in n.output)
 
 
 def _signature(m: onnx.ModelProto) -> list[tuple[str, str]]:

@@ -28,6 +28,13 @@ is still analysed. Malformed input (invalid model, bad attribute of an interpret
 unknown domain) raises `FrontendError` with a one-line message naming the node (and the
 attribute or type).
 
+Host values may have any type numpy holds (bool, int64, float16, strings, ...:
+`compiler.ort.host.ONNX_OF`); subgraph nodes (If, Loop, Scan) take their bodies' outer-scope
+reads as inputs (`.subgraphs`); shapes ORT's constant folding knows (Shape of a static tensor
+and integer values computed from it) are read by their users' shape inference
+(`BuildContext.known`); an Identity of a constant is that constant; opset imports no node uses
+are ignored.
+
 An initializer listed in graph.input of an IR>=4 model is overridable at run time
 (`compiler.frontend.overridable`): a graph input, never a constant; an op that needs it
 constant stays on the host with an `unsupported_op` placement naming it.
@@ -48,6 +55,7 @@ from onnx import TensorProto
 
 from compiler.errors import FrontendError
 from compiler.ir.graph import Graph, Value
+from compiler.ort.host import NAME_OF as HOST_TYPES
 from prover.reference import ONNX, ReferenceProfile
 
 from . import converters  # noqa: F401 - registers every converter
@@ -60,7 +68,7 @@ from .ops.constant import constant_value
 from .ops.host import HOST_FLOAT_OPS
 from .ops.qdq import qdq_activation, qdq_groups
 from .overridable import overridable_message
-from .qdq_reading import integer_reading
+from .qdq_reading import float_reading, integer_reading
 from .registry import (
     KNOWN_DOMAINS,
     ML_DOMAIN,
@@ -135,10 +143,11 @@ class _Builder(BuildContext):
         tt = vi.type.tensor_type
         users = self.onnx_users.get(vi.name, [])
         where = f" (consumed by {self.label(users[0])})" if users else ""
-        if tt.elem_type not in DTYPES:
+        if tt.elem_type not in HOST_TYPES:
             raise FrontendError(
-                f"graph input '{vi.name}'{where}: unsupported element type "
-                f"{TensorProto.DataType.Name(tt.elem_type)}"
+                f"graph input '{vi.name}'{where}: element type "
+                f"{TensorProto.DataType.Name(tt.elem_type)} has no numpy array to feed it "
+                f"(ONNX Runtime's Python API cannot feed it either)"
             )
         dims = []
         for d in tt.shape.dim:
@@ -154,7 +163,7 @@ class _Builder(BuildContext):
             raise FrontendError(
                 f"graph input '{vi.name}'{where}: shape {dims} has more than 2^31 elements"
             )
-        self.values[vi.name] = Value(vi.name, DTYPES[tt.elem_type], tuple(dims))
+        self.values[vi.name] = Value(vi.name, HOST_TYPES[tt.elem_type], tuple(dims))
         self.names.add(vi.name)
 
     # -- conversion ----------------------------------------------------------------------
@@ -196,8 +205,20 @@ class _Builder(BuildContext):
                     self.host(members, compute=members[-2].op_type)
                 continue
             self.convert(n)
+        if self.deferred:
+            last = self.deferred[-1]
+            name = sorted(self.pending)[0]
+            raise self.fail(
+                last,
+                f"the shape of '{name}' follows the values (ONNX Runtime computes it at run "
+                "time) and no later op makes it static; the tool needs static shapes",
+            )
         outs = []
         for o in self.graph_outputs:
+            if o not in self.values and o in self.consts:
+                # a constant output (ORT's constant folding computed it): a host Constant
+                value = onnx.numpy_helper.from_array(np.asarray(self.consts[o]))
+                self.host([onnx.helper.make_node("Constant", [], [o], name=o, value=value)])
             if o not in self.values:
                 raise FrontendError(f"graph output '{o}' is not computed by a supported node")
             outs.append(o)
@@ -212,6 +233,8 @@ class _Builder(BuildContext):
         Without one, `n` runs on the host (`unsupported_op`, naming the op and version); in
         the project domain, which ONNX Runtime cannot run, that is an error.
         """
+        if self.join_deferred(n):
+            return
         dom = canonical_domain(n.domain or "")
         version = opset_version(self.opsets, dom)
         conv = REGISTRY.lookup(dom, n.op_type, version)
@@ -252,6 +275,41 @@ def _ort_domains() -> frozenset[str]:
         return frozenset()
 
 
+def qdq_activation_types(m: onnx.ModelProto) -> dict[str, str]:
+    """The activation element type `m` writes for each QDQ MatMul/Gemm/Conv (its name ->
+    the type its input-0 DequantizeLinear reads, from that DequantizeLinear's zero point
+    or the value's inferred type)."""
+    g = m.graph
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in [*g.input, *g.value_info]}
+    types |= {t.name: t.data_type for t in g.initializer}
+    made = {o: n for n in g.node for o in n.output}
+    out = {}
+    for n in g.node:
+        if n.op_type not in ("MatMul", "Gemm", "Conv") or not n.input:
+            continue
+        dq = made.get(n.input[0])
+        if dq is None or dq.op_type != "DequantizeLinear":
+            continue
+        t = types.get(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+        t = t or types.get(dq.input[0])
+        if t in (TensorProto.INT8, TensorProto.UINT8):
+            out[n.name or n.output[0]] = HOST_TYPES[t]
+    return out
+
+
+def used_domains(g: onnx.GraphProto) -> set[str]:
+    """The opset domains the nodes of `g` and of its subgraphs use (an import nothing uses,
+    such as the `ai.onnx.training` ORT's `quant_pre_process` writes, is ignored, as ONNX
+    Runtime ignores it)."""
+    out: set[str] = set()
+    for n in g.node:
+        out.add(n.domain or "")
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                out |= used_domains(sub)
+    return out
+
+
 def _ort_knows_domain(domain: str) -> bool:
     """Whether ONNX Runtime registers op schemas for an opset domain (then it can host them)."""
     return domain in _ort_domains()
@@ -275,13 +333,21 @@ def to_ir(
     first either way, so its errors name its own nodes.
     """
     m = load_model(model)
+    user = m
+    used = used_domains(m.graph)
     for o in m.opset_import:
-        if o.domain not in KNOWN_DOMAINS and not _ort_knows_domain(o.domain):
+        if o.domain in used and o.domain not in KNOWN_DOMAINS and not _ort_knows_domain(o.domain):
             raise FrontendError(
                 f"opset domain '{o.domain}' is not supported (ONNX Runtime cannot run it)"
             )
     if str(getattr(reference, "qdq_reading", "float")) == "integer":
         r = integer_reading(m)
+        if r is not m:
+            dyn = dynamic_inputs(m)
+            _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
+            m = validate_ort_graph(r).proto
+    else:
+        r = float_reading(m)
         if r is not m:
             dyn = dynamic_inputs(m)
             _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
@@ -301,4 +367,5 @@ def to_ir(
     else:
         g = _Builder(m, reference).run()
     g.dynamic_batch = dynamic
+    g.qdq_activation_types = qdq_activation_types(user)
     return g, m

@@ -74,6 +74,10 @@ class Graph:
     # inputs whose leading (batch) dimension is symbolic in the ONNX model; the IR is built
     # for one concrete batch and rows are independent (compiler.frontend.batch)
     dynamic_batch: tuple[str, ...] = ()
+    # the activation type the model as written gives each QDQ matmul (its compute node's
+    # name -> "int8" / "uint8"): ORT on x86 moves QDQ int8 activations to uint8, so the IR
+    # of an s8s8 model holds u8s8 matmuls; advice names what the user wrote (the frontend)
+    qdq_activation_types: dict[str, str] = field(default_factory=dict)
 
     def producer(self, value: str) -> Node | None:
         for n in self.nodes:

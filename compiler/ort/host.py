@@ -17,14 +17,23 @@ from compiler.ort.tables import session
 if TYPE_CHECKING:
     from compiler.ir.site import Diagnostic
 
+# Every element type an IR value can have, by its IR name (numpy's, and `string` for ONNX
+# STRING, held as numpy object arrays as ONNX Runtime returns them). The NPU uses the integer
+# types; the others only live between host ops, which ONNX Runtime runs.
 ONNX_OF = {
     "int8": TensorProto.INT8,
     "uint8": TensorProto.UINT8,
     "int16": TensorProto.INT16,
     "uint16": TensorProto.UINT16,
     "int32": TensorProto.INT32,
+    "uint32": TensorProto.UINT32,
     "int64": TensorProto.INT64,
+    "uint64": TensorProto.UINT64,
     "float32": TensorProto.FLOAT,
+    "float16": TensorProto.FLOAT16,
+    "float64": TensorProto.DOUBLE,
+    "bool": TensorProto.BOOL,
+    "string": TensorProto.STRING,
 }
 NAME_OF = {v: k for k, v in ONNX_OF.items()}
 
@@ -85,7 +94,8 @@ def infer_host_outputs(nodes, inputs, consts, opsets) -> dict[str, tuple[str, tu
     out = {}
     for vi in list(m.graph.value_info) + list(m.graph.output):
         tt = vi.type.tensor_type
-        if tt.elem_type and all(d.HasField("dim_value") for d in tt.shape.dim):
+        static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+        if tt.elem_type and static:  # an unknown rank is no shape
             name = NAME_OF.get(tt.elem_type) or TensorProto.DataType.Name(tt.elem_type)
             out[vi.name] = (name, tuple(int(d.dim_value) for d in tt.shape.dim))
     wanted = [o for o in nodes[-1].output if o]
@@ -106,18 +116,16 @@ def _measured(nodes, inputs, consts, opsets) -> dict[str, tuple[str, tuple[int, 
         sess = session(m)
         runs = []
         for fill in (0, 1):
-            feeds = {
-                k: np.full(v.shape, fill, dtype=np.dtype(_np_name(v.dtype)))
-                for k, v in inputs.items()
-            }
+            feeds = {k: placeholder(v.dtype, v.shape, fill) for k, v in inputs.items()}
             runs.append(sess.run(None, feeds))
     except Exception:  # noqa: BLE001 - ORT cannot run it: the caller reports the node
         return {}
     out = {}
     for o, a, b in zip(nodes[-1].output, runs[0], runs[1], strict=False):
         a, b = np.asarray(a), np.asarray(b)
-        if a.shape == b.shape and a.dtype == b.dtype and a.dtype.name in ONNX_OF:
-            out[o] = (a.dtype.name, tuple(int(d) for d in a.shape))
+        name = "string" if a.dtype.kind in "OU" else a.dtype.name
+        if a.shape == b.shape and a.dtype == b.dtype and name in ONNX_OF:
+            out[o] = (name, tuple(int(d) for d in a.shape))
     return out
 
 
@@ -146,7 +154,15 @@ def run_host(
 
 
 def _np_name(dtype: str) -> str:
-    return "float32" if dtype == "float32" else dtype
+    """The numpy dtype of an IR element type name (`string`: object, as ORT returns it)."""
+    return "object" if dtype == "string" else dtype
+
+
+def placeholder(dtype: str, shape: tuple[int, ...], fill: int = 0) -> np.ndarray:
+    """An array of `shape` and IR type `dtype` holding `fill` (strings: its decimal text)."""
+    if dtype == "string":
+        return np.full(shape, str(fill), dtype=object)
+    return np.full(shape, fill, dtype=np.dtype(dtype))
 
 
 register_evaluator("host_onnx", lambda n, g, env: run_host(n, g.values, g.opsets, env))

@@ -53,7 +53,9 @@ def session(model: onnx.ModelProto | bytes, level: str = "off") -> ort.Inference
 
 @lru_cache(maxsize=256)
 def _session(blob: bytes, level: str = "off") -> ort.InferenceSession:
-    import onnxruntime as ort
+    from npu_backend.ort_logging import onnxruntime_module, ort_log_severity
+
+    ort = onnxruntime_module()
 
     so = ort.SessionOptions()
     so.graph_optimization_level = (
@@ -61,7 +63,7 @@ def _session(blob: bytes, level: str = "off") -> ort.InferenceSession:
         if level == "default"
         else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
-    so.log_severity_level = 3
+    so.log_severity_level = ort_log_severity()
     return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
 
 

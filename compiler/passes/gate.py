@@ -135,7 +135,8 @@ def _decide_saturating(g: Graph, site: Site, ctx: Context) -> None:
         site.decide(
             Status.UNKNOWN,
             ReasonCode.REFERENCE_DIVERGENCE,
-            f"{what}; no input found where the outputs differ beyond {policy}; {divergence.REMEDY}",
+            f"{what}; no input found where the outputs differ beyond {policy}; "
+            f"{divergence.remedy(g, site.compute)}",
         )
         return
     j, row, exact, sat, before, after = found
@@ -154,7 +155,7 @@ def _decide_saturating(g: Graph, site: Site, ctx: Context) -> None:
         Status.REFUTED,
         ReasonCode.REFUTED,
         f"{what}: column {j} accumulates {sat} in the reference and {exact} on the NPU "
-        f"(outputs {before} vs {after}); {divergence.REMEDY}",
+        f"(outputs {before} vs {after}); {divergence.remedy(g, site.compute)}",
     )
 
 

@@ -31,6 +31,27 @@ REMEDY = (
     "quantize the weights with reduce_range=True (7-bit), or use int8 x int8 (s8s8) or "
     "uint8 x uint8 (u8u8) quantization"
 )
+# a QDQ matmul: ORT on x86 moves QDQ int8 activations to uint8, so s8s8 QDQ is no way out
+QDQ_REMEDY = (
+    "quantize the weights with reduce_range=True (7-bit), or use uint8 x uint8 (u8u8) "
+    "quantization (ONNX Runtime on x86 moves QDQ int8 activations to uint8, so an s8s8 QDQ "
+    "model runs this uint8 x int8 kernel too), or check against the ort-x86-avx2 reference"
+)
+S8_QDQ_REMEDY = (
+    "the model is int8 x int8 (s8s8) as written, but ONNX Runtime on x86 moves QDQ int8 "
+    "activations to uint8 and runs its uint8 x int8 kernel; quantize the weights with "
+    "reduce_range=True (7-bit), or check against the ort-x86-avx2 reference, which models "
+    "that kernel (--reference ort-x86-avx2)"
+)
+
+
+def remedy(g: Graph, node: Node) -> str:
+    """The advice for a saturable u8s8 matmul, by what the model writes: an s8s8 or u8s8
+    QDQ group (`Graph.qdq_activation_types`), else a QOperator matmul."""
+    written = {g.qdq_activation_types.get(o) for o in node.origin} - {None}
+    if "int8" in written:
+        return S8_QDQ_REMEDY
+    return QDQ_REMEDY if written else REMEDY
 
 
 def saturating_reference(reference: Any) -> bool:
@@ -132,7 +153,7 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
                     f"int8 pairs with int16 saturation in {len(cols)} of "
                     f"{n.attrs['w'].shape[1]} column(s); on input row {shown}, column {j} "
                     f"accumulates {sat} there instead of {exact} ({host_text}; reference "
-                    f"{reference.name} is {'saturating' if ref_sat else 'exact'}); {REMEDY}"
+                    f"{reference.name} is {'saturating' if ref_sat else 'exact'}); {remedy(g, n)}"
                 ),
                 "column": j,
                 "columns": cols,

@@ -1,7 +1,7 @@
 """Constant: its value becomes a constant the other converters read (no IR node).
 
 Versions read: 1+ (`value`; 11 adds `sparse_value`; 12 the scalar and list forms and
-`value_string(s)`, which are rejected by name: the IR has no string type).
+`value_string(s)`, a string constant: an object array of text, which only host ops read).
 """
 
 from __future__ import annotations
@@ -14,7 +14,15 @@ from ..context import BuildContext
 from ..elem_types import MAX_ELEMENTS
 from ..registry import converter
 
-VALUE_ATTRIBUTES = ("value", "value_float", "value_floats", "value_int", "value_ints")
+VALUE_ATTRIBUTES = (
+    "value",
+    "value_float",
+    "value_floats",
+    "value_int",
+    "value_ints",
+    "value_string",
+    "value_strings",
+)
 
 
 @converter("", "Constant", since=1, attributes=(*VALUE_ATTRIBUTES, "sparse_value"))
@@ -24,7 +32,7 @@ def constant(ctx: BuildContext, n: onnx.NodeProto) -> None:
 
 
 def constant_value(ctx: BuildContext, n: onnx.NodeProto) -> np.ndarray:
-    """The value of a Constant node (value_string(s) are rejected by name)."""
+    """The value of a Constant node (strings: object arrays of text, as ORT holds them)."""
     attrs = ctx.attrs(n)
     if len(attrs) != 1:
         raise ctx.fail(n, "a Constant needs exactly one value attribute")
@@ -35,6 +43,10 @@ def constant_value(ctx: BuildContext, n: onnx.NodeProto) -> np.ndarray:
         return np.asarray(v, dtype=np.float32)
     if name in ("value_int", "value_ints"):
         return np.asarray(v, dtype=np.int64)
+    if name in ("value_string", "value_strings"):
+        text = [v] if name == "value_string" else list(v)
+        arr = np.asarray([t.decode("utf-8", "replace") for t in text], dtype=object)
+        return arr.reshape(()) if name == "value_string" else arr
     return dense(ctx, n, v)
 
 

@@ -1,6 +1,8 @@
 """Ops that move or keep values without arithmetic: Reshape, Transpose, Identity, and the
 no-ops Cast (to the input's own type) and inference Dropout (all `identity` but the first two).
 
+An Identity of a constant is that constant (no IR node).
+
 Versions read: Reshape 5+ (Reshape-1..4 take the shape as an attribute: not claimed; 14 adds
 `allowzero`); Transpose 1+ (`perm`); Identity 1+; Cast 6+ (Cast-1's `to` is a type name;
 19 adds `saturate` and 24 `round_mode`, which only float8 targets read, never taken here);
@@ -52,8 +54,14 @@ def transpose(ctx: BuildContext, n: onnx.NodeProto) -> None:
 
 @converter("", "Identity", since=1, attributes=())
 def identity(ctx: BuildContext, n: onnx.NodeProto) -> None:
-    """Identity: `identity`."""
+    """Identity: `identity`; of a constant, that constant (ORT folds it), so an initializer
+    behind an Identity is still a constant weight, bias or scale."""
     ctx.attrs(n)
+    if n.input[0] in ctx.consts:
+        if n.output[0] in ctx.graph_outputs:
+            return ctx.host([n])
+        ctx.consts[n.output[0]] = ctx.consts[n.input[0]]
+        return
     x = ctx.value(n, n.input[0])
     ctx.emit("identity", [n], [x.name], Value(n.output[0], x.dtype, x.shape))
 
