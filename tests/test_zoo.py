@@ -182,7 +182,7 @@ def test_cli_zoo_without_distributed_is_a_one_line_install_hint(monkeypatch):
     from compiler.zoo.run import require_distributed
 
     monkeypatch.setitem(sys.modules, "distributed", None)
-    with pytest.raises(UsageError, match=r"pip install 'npu-fusion-prover\[zoo\]'"):
+    with pytest.raises(UsageError, match=r"pip install 'npu-fusion-prover\[gate\]'"):
         require_distributed()
 
 

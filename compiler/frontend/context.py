@@ -22,6 +22,7 @@ from prover.reference import ONNX, ReferenceProfile
 
 from .checked import COUNTS, one_line
 from .elem_types import type_name
+from .f16_context import fold_cast
 from .overridable import overridable_initializers, overridable_message
 from .registry import REGISTRY
 from .subgraphs import outer_scope_inputs
@@ -228,6 +229,19 @@ class BuildContext:
             "follows the values (ONNX Runtime computes it at run time)",
         )
         return True
+
+    def fold_constant_casts(self) -> None:
+        """Fold every Cast of a constant (ORT's InsertedPrecisionFreeCast_* on a float16
+        scale, in the graph ORT runs) before any converter runs, exactly as ORT casts, so
+        every converter (a unary region's closure included) sees the constant it is."""
+        for n in self.m.graph.node:
+            if n.op_type != "Cast" or n.domain not in ("", "ai.onnx") or not n.input:
+                continue
+            to = next((int(a.i) for a in n.attribute if a.name == "to"), None)
+            if n.input[0] in self.consts and to is not None:
+                folded = fold_cast(self.consts[n.input[0]], to)
+                if folded is not None:
+                    self.consts[n.output[0]] = folded
 
     def unsupported(self, n: onnx.NodeProto, why: str) -> None:
         """Keep `n` on the host (ONNX Runtime runs it) with an `unsupported_op` diagnostic."""

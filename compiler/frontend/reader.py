@@ -184,6 +184,7 @@ class _Builder(BuildContext):
     def run(self) -> Graph:
         self.check_names()
         self.add_inputs()
+        self.fold_constant_casts()
         groups = qdq_groups(self)
         skip = {id(n) for _, ns in groups.values() for n in ns[:-1]}
         for n in self.m.graph.node:
