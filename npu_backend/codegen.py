@@ -210,9 +210,25 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         if isinstance(st, NpuMatMul):
             a = need(st.a, st)
             w = need(st.w, st)
-            if len(w.shape) != 2 or a.shape[-1] != w.shape[0]:
+            n = w.shape[1] if len(w.shape) == 2 else 0
+            out_lead = a.shape[:-1]
+            if st.window is not None:
+                win = st.window
+                taps = int(np.prod(win.kernel))
+                if (
+                    len(w.shape) != 2
+                    or len(a.shape) != win.rank + 2
+                    or w.shape[0] % taps
+                    or a.shape[-1] != w.shape[0] // taps * win.group
+                    or n % win.group
+                ):
+                    raise CodegenError(f"{st.name}: a {a.shape} and w {w.shape} do not fit {win}")
+                try:
+                    out_lead = a.shape[:1] + win.out_spatial(tuple(a.shape[1:-1]))
+                except KernelError as e:
+                    raise CodegenError(f"{st.name}: {e}") from None
+            elif len(w.shape) != 2 or a.shape[-1] != w.shape[0]:
                 raise CodegenError(f"{st.name}: a {a.shape} and w {w.shape} do not multiply")
-            n = w.shape[1]
             if isinstance(st.post, tuple) and len(st.post) != n:
                 raise CodegenError(f"{st.name}: {len(st.post)} column epilogues for {n} columns")
             if isinstance(st.w_zp, tuple) and len(st.w_zp) != n:
@@ -221,7 +237,7 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
                 raise CodegenError(f"{st.name}: bias must have shape ({n},)")
             _check_operands(st, a, model.constants)
             out_t = posts_of(st.post)[0].output_type if st.post is not None else "int32"
-            specs[st.out] = TensorSpec(st.out, storage_dtype(out_t), a.shape[:-1] + (n,))
+            specs[st.out] = TensorSpec(st.out, storage_dtype(out_t), out_lead + (n,))
         elif isinstance(st, NpuLut):
             x = need(st.x, st)
             specs[st.out] = TensorSpec(st.out, storage_dtype(st.out_type), x.shape)
@@ -620,6 +636,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     out_addr=out_addr,
                     **fields,
                     structure=st.structure,
+                    window=st.window,
                 )
             )
         elif isinstance(st, NpuLut):

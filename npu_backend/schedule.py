@@ -136,6 +136,8 @@ def tiling_allowed(step: NpuMatMul, target: Target) -> bool:
     caps = target.compute(step.compute)
     if caps is None or "tiled" not in caps.structures:
         return False
+    if getattr(step, "window", None) is not None:
+        return False  # a conv over a window is not tiled (yet): it must fit resident
     return not step.fused or "tiled" in caps.fused_structures
 
 
