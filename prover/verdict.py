@@ -51,6 +51,7 @@ class ReasonCode(StrEnum):
     FLOAT_ACCUMULATION = "float_accumulation"
     UNSUPPORTED_OP = "unsupported_op"
     BUFFERS_EXCEED_MEMORY = "buffers_exceed_memory"  # lowering: kept on the host
+    UNSUPPORTED_CONV_WINDOW = "unsupported_conv_window"  # a conv window the unit lacks
 
 
 @dataclass(frozen=True)
