@@ -31,6 +31,7 @@ CODES = (
     "intervening_requantize",
     "intervening_clip",
     "layout_mismatch",
+    "unsupported_conv_window",
 )
 
 
@@ -276,7 +277,7 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
             )
         )
     if step.window is not None:
-        out += _window_issues(step, caps, target)
+        out += window_issues(step, target, caps)
     posts = posts_of(step.post)
     seen: set[PostProcess] = set()
     for p in posts:
@@ -307,10 +308,14 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
     return list(dict.fromkeys(out))
 
 
-def _window_issues(step: NpuMatMul, caps: ComputeCaps, target: Target) -> list[ValidationIssue]:
+def window_issues(
+    step: NpuMatMul, target: Target, caps: ComputeCaps | None = None
+) -> list[ValidationIssue]:
     """A conv over a window the compute path does not compute (`window_*` in the target)."""
     win = step.window
-    assert win is not None
+    caps = caps or target.compute(step.compute)
+    if win is None or caps is None:
+        return []
     bad = []
     for what, vals, allowed in (
         ("kernel", win.kernel, caps.window_kernels),

@@ -37,6 +37,34 @@ def lift_spec(node: Node, j: int) -> LiftSpec:
     return LiftSpec("acc", a["w"][:, j], int(w_zp), int(a["a_zp"]), a["a_type"], bias)
 
 
+def _place_patch(node: Node, A: np.ndarray, row, j: int) -> tuple[int, ...] | None:
+    """Write `row` (a patch of column `j`'s group, `prover.conv.patches` order) into the
+    channels-last input `A` at the first output element whose patch reads no padding;
+    that element's (batch, *out_spatial) index, or None when every patch reads padding."""
+    win = node.attrs["window"]
+    r, spatial = win.rank, A.shape[1:-1]
+    out_sp = win.out_spatial(tuple(spatial))
+    first = []
+    for i in range(r):
+        o = -(-win.pads[i] // win.strides[i])  # the first output whose patch starts inside
+        if (
+            o >= out_sp[i]
+            or o * win.strides[i] - win.pads[i] + (win.kernel[i] - 1) * win.dilations[i]
+            >= spatial[i]
+        ):
+            return None
+        first.append(o)
+    per_group = A.shape[-1] // win.group
+    g = j // (int(node.attrs["w"].shape[1]) // win.group)
+    vals = np.asarray(row, dtype=np.int64).reshape(per_group, -1)
+    for t, offs in enumerate(np.ndindex(*win.kernel)):
+        where = tuple(
+            first[i] * win.strides[i] - win.pads[i] + offs[i] * win.dilations[i] for i in range(r)
+        )
+        A[(0, *where, slice(g * per_group, (g + 1) * per_group))] = vals[:, t]
+    return (0, *first)
+
+
 def find_row(
     node, columns, acc: int, hint: tuple[int, ...] | None, hint_col: int
 ) -> tuple[int, tuple[int, ...]]:
@@ -193,14 +221,21 @@ def replay_row(
     a_val = g.values[node.inputs[0]]
     nat = to_natural(node, np.zeros(a_val.shape, dtype=np.int8)).shape
     A = np.full(nat, node.attrs["a_zp"], dtype=np.int64)
-    A[(0,) * (len(nat) - 1)] = np.asarray(row, dtype=np.int64)
-    A = from_natural(node, A)
-    # flat position, in the compute op's own output layout, of natural element (0, ..., 0, j)
     out_shape = g.values[node.output].shape
     nat_out = to_natural(node, np.zeros(out_shape, dtype=np.int8)).shape
+    win = node.attrs.get("window")
+    placed = (0,) * (len(nat_out) - 1) if win is None else _place_patch(node, A, row, j)
+    if win is None:
+        A[(0,) * (len(nat) - 1)] = np.asarray(row, dtype=np.int64)
+    A = from_natural(node, A)
+    # flat position, in the compute op's own output layout, of natural element (*placed, j)
     pos = from_natural(node, np.arange(int(np.prod(nat_out))).reshape(nat_out)).reshape(-1)
-    flat = int(np.nonzero(pos == j)[0][0])
-    feeds, why = _to_inputs(g, node.inputs[0], A.astype(np.dtype(a_val.dtype)))
+    at = 0 if placed is None else int(np.ravel_multi_index((*placed, j), nat_out))
+    flat = int(np.nonzero(pos == at)[0][0])
+    if placed is None:
+        feeds, why = None, "every output element's patch of this convolution reads padding"
+    else:
+        feeds, why = _to_inputs(g, node.inputs[0], A.astype(np.dtype(a_val.dtype)))
     out_name = site.activation.output
     local = Counterexample(
         {k: int(v) for k, v in assignment.items()},

@@ -52,8 +52,9 @@ def conv_window(
     SAME_* pads to ceil(in / stride) outputs, the odd pad at the end for SAME_UPPER)."""
     r = len(spatial)
     if "kernel_shape" in attrs and tuple(int(v) for v in attrs["kernel_shape"]) != kernel:
-        raise ctx.bad(
-            n, f"kernel_shape {list(attrs['kernel_shape'])} is not the weights' {list(kernel)}"
+        raise ctx.fail(
+            n,
+            f"kernel_shape {list(attrs['kernel_shape'])} is not {list(kernel)}, the weights' kernel",
         )
     strides = tuple(int(v) for v in attrs.get("strides", [1] * r))
     dil = tuple(int(v) for v in attrs.get("dilations", [1] * r))
