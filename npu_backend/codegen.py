@@ -65,6 +65,7 @@ from .schedule import (
     ScheduleError,
     aligned,
     choose_schedule,
+    conv_staging,
     resident_fits,
     smallest_tile_fits,
     staging,
@@ -88,7 +89,12 @@ def nbytes(spec: TensorSpec) -> int:
     return int(math.prod(spec.shape)) * np.dtype(spec.dtype).itemsize
 
 
-def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[ValidationIssue]:
+def memory_issues(
+    step: Step,
+    sizes: Mapping[str, int],
+    target: Target,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> list[ValidationIssue]:
     """Why the buffers `step` needs at once cannot fit the target's memories (empty if they fit).
 
     An NPU step reads its input and writes its output in sram at the same time; a
@@ -96,7 +102,8 @@ def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[
     missing from it count 0). Host steps need no NPU memory. Codegen spills other
     resident tensors to dram, so a step that passes this check always gets its buffers.
     A MatMul whose resident buffers do not fit passes when the target can tile it and a
-    one-MAC-block tile fits (codegen then tiles it: `npu_backend.schedule`).
+    one-MAC-block tile fits (codegen then tiles it: `npu_backend.schedule`); a conv over a
+    window when one output row of it fits, for the tensor shapes in `shapes`.
     """
     sram_names: list[str | None]
     wmem_names: list[str | None]
@@ -108,7 +115,7 @@ def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[
         return []
     issues = _resident_issues(step.name, sram_names, wmem_names, sizes, target)
     if issues and isinstance(step, NpuMatMul):
-        if tiling_allowed(step, target) and smallest_tile_fits(step, target):
+        if tiling_allowed(step, target) and smallest_tile_fits(step, target, shapes):
             return []  # codegen tiles it (npu_backend.schedule)
         why = (
             "and its staging buffers do not fit either"
@@ -573,7 +580,10 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         """One streamed MatMul per column group; operands and result stay in dram."""
         to_dram(st.a)
         sz = staging_sizes(st)
-        need = staging(sz, sch.tm, sch.tn, sch.tk, sch.k, sch.w_stationary)
+        if st.window is not None:
+            need = conv_staging(st, spec(st.a).shape, sch.tm, sch.tn)
+        else:
+            need = staging(sz, sch.tm, sch.tn, sch.tk, sch.k, sch.w_stationary)
         a_addr = stage(sram, f"stage:{st.name}", need["sram"], set())
         w_addr = stage(wmem, f"stage:{st.name}", need["wmem"], set()) if need["wmem"] else 0
         out_spec = spec(st.out)
@@ -598,6 +608,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 tile=sch.tile,
                 w_addr=w_addr,
                 w_stationary=sch.w_stationary,
+                window=st.window,
             )
             prog.append(ins)
             emitted.append(ins)

@@ -109,25 +109,59 @@ def patches(x: np.ndarray, win: Window, x_zp: int) -> np.ndarray:
 
 
 def conv_acc(
-    x: np.ndarray, w: np.ndarray, win: Window, x_zp: Any, w_zp: Any, bias: Any = None
+    x: np.ndarray,
+    w: np.ndarray,
+    win: Window,
+    x_zp: Any,
+    w_zp: Any,
+    bias: Any = None,
+    cols: tuple[int, int] | None = None,
 ) -> np.ndarray:
-    """Exact accumulator [N, *out_spatial, C_out] of channels-last `x` and weights `w` [K_g,
-    C_out] (column c in group c // (C_out / group)); `w_zp` scalar or per column."""
+    """Exact accumulator [N, *out_spatial, C] of channels-last `x` and weights `w` [K_g,
+    C_out] (column c in group c // (C_out / group)), for output columns `cols` = [n0, n1)
+    (default all: C = C_out); `w_zp` (scalar or one per computed column) and `bias` (one per
+    computed column, or None) are those of the computed columns."""
     w64 = np.asarray(w, dtype=np.int64)
     p = patches(x, win, int(x_zp))
     k_g, n = w64.shape
     if p.shape[-1] != k_g or n % win.group:
         raise KernelError(f"patches {p.shape} do not match weights {w64.shape} in {win}")
+    n0, n1 = cols or (0, n)
+    if not 0 <= n0 < n1 <= n:
+        raise KernelError(f"columns {cols} outside the {n} columns")
     per = n // win.group
-    wz = np.broadcast_to(np.asarray(w_zp, dtype=np.int64), (n,))
-    b = None if bias is None else np.asarray(bias, dtype=np.int64).reshape(n)
+    wz = np.broadcast_to(np.asarray(w_zp, dtype=np.int64), (n1 - n0,))
+    b = None if bias is None else np.asarray(bias, dtype=np.int64).reshape(n1 - n0)
     outs = []
-    for g in range(win.group):
-        cols = slice(g * per, (g + 1) * per)
+    for g in range(n0 // per, (n1 - 1) // per + 1):
+        c0, c1 = max(n0, g * per), min(n1, (g + 1) * per)
+        loc = slice(c0 - n0, c1 - n0)
         outs.append(
-            matmul_acc(p[..., g, :], w64[:, cols], x_zp, wz[cols], None if b is None else b[cols])
+            matmul_acc(p[..., g, :], w64[:, c0:c1], x_zp, wz[loc], None if b is None else b[loc])
         )
     return np.concatenate(outs, axis=-1)
+
+
+def row_tile(win: Window, x: np.ndarray, r0: int, r1: int, x_zp: int) -> tuple[np.ndarray, Window]:
+    """The input rows (first spatial axis) output rows [r0, r1) read, halo included, with the
+    rows outside the input filled with `x_zp`, and the window computing exactly those output
+    rows from them (no padding along that axis): `conv_acc` of the pair is rows [r0, r1) of
+    the whole conv's."""
+    r = win.rank
+    s, d, k, pad = win.strides[0], win.dilations[0], win.kernel[0], win.pads[0]
+    lo, hi = r0 * s - pad, (r1 - 1) * s - pad + (k - 1) * d + 1
+    size = x.shape[1]
+    slab = np.full((x.shape[0], hi - lo, *x.shape[2:]), int(x_zp), dtype=np.int64)
+    a, b = max(0, lo), min(size, hi)
+    if a < b:
+        slab[:, a - lo : b - lo] = x[:, a:b]
+    pads = (0, *win.pads[1:r], 0, *win.pads[r + 1 :])
+    return slab, Window(win.kernel, win.strides, win.dilations, pads, win.group, win.channels)
+
+
+def halo_rows(win: Window, tm: int) -> int:
+    """Input rows (first spatial axis) a tile of `tm` output rows reads."""
+    return (tm - 1) * win.strides[0] + (win.kernel[0] - 1) * win.dilations[0] + 1
 
 
 def any_pair_saturable(w: np.ndarray) -> np.ndarray:

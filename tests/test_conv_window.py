@@ -164,3 +164,58 @@ def test_3d_conv_stays_on_the_host_named():
     g, _ = to_ir(m)
     (conv,) = [n for n in g.nodes if n.origin == ("conv",)]
     assert conv.op == "host_onnx" and "only 1-D and 2-D convs" in conv.attrs["placement"]
+
+
+def _small_sram_target(sram: int = 2048):
+    """npu_float with a tiny sram (and fused tiled convs), so convs must be tiled."""
+    import tomllib
+
+    from npu_backend.target import parse_target
+
+    with open("npu_backend/targets/npu_float.toml", "rb") as f:
+        data = tomllib.load(f)
+    data["memories"]["sram"]["size"] = sram
+    data["compute"]["Conv"]["fused_structures"] = ["plain", "tiled"]
+    return parse_target(data)
+
+
+TILED = {
+    "grouped_cols_cross_groups": dict(
+        C_in=8, C_out=40, group=2, spatial=(16, 12), pads=(1, 1, 1, 1), bias=True,
+        per_channel=True, x_zp=-128,
+    ),
+    "stride2_same_lower": dict(
+        C_in=8, C_out=40, group=4, strides=(2, 2), spatial=(17, 12), auto_pad="SAME_LOWER"
+    ),
+    "depthwise_dilated_fused": dict(
+        C_in=16, C_out=16, group=16, spatial=(15, 9), dilations=(2, 2), pads=(2, 1, 0, 2),
+        activation="Sigmoid", x_zp=100,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(TILED))
+def test_conv_too_big_for_sram_is_tiled_over_rows_and_channels(name):
+    target = _small_sram_target()
+    m = qconv(**TILED[name])
+    r = _check_equal(m, target)
+    (step,) = _window_steps(r)
+    prog = codegen.generate(r.lowered, target)
+    tiles = [i for i in prog.instructions if getattr(i, "window", None) is not None]
+    assert tiles and all(i.tile is not None for i in tiles)
+    out_rows = r.graph.values["y"].shape[2]
+    assert all(i.tile[0] < out_rows for i in tiles)  # row tiles, each with its halo rows
+    if name == "grouped_cols_cross_groups":
+        assert len(tiles) > 2  # column tiles of 16 over 2 groups of 20 channels
+    if name != "grouped_cols_cross_groups":
+        return
+    # negative control: tiles reading other halo rows (top/bottom pads 1/1 moved to 0/2: the
+    # same output shape) are caught
+    moved = {
+        id(i): dataclasses.replace(i, window=dataclasses.replace(i.window, pads=(0, 1, 2, 1)))
+        for i in tiles
+    }
+    bad = dataclasses.replace(prog, instructions=[moved.get(id(i), i) for i in prog.instructions])
+    inp = conv_inputs(m, 0)
+    ref = session(m, level="default").run(None, inp)[0]
+    assert not np.array_equal(ref, simulator.run(bad, inp)[0]["y"])

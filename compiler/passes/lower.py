@@ -109,10 +109,12 @@ class Lowerer:
         Tensor sizes come from the IR values (`values` adds ones not in the graph).
         """
         sizes = {v.name: _nbytes(v) for v in values}
+        shapes = {v.name: tuple(v.shape) for v in values}
         for name in _step_tensors(step):
             if name not in sizes and name in self.g.values:
                 sizes[name] = _nbytes(self.g.values[name])
-        return validate_step(step, self.t) + memory_issues(step, sizes, self.t)
+                shapes[name] = tuple(self.g.values[name].shape)
+        return validate_step(step, self.t) + memory_issues(step, sizes, self.t, shapes)
 
     def npu_or_host(self, n: Node, step, ok: bool, code: ReasonCode | None, msg: str, host) -> None:
         if ok:
