@@ -123,3 +123,30 @@ def conv_inputs(m: onnx.ModelProto, seed: int, extremes: bool = False) -> dict[s
     else:
         x = rng.integers(info.min, info.max + 1, size=shape)
     return {"x": x.astype(dt)}
+
+
+def conv_integer(
+    x_type: str = "uint8", w_type: str = "uint8", x_zp: int = 7, w_zp=None, seed: int = 0
+) -> onnx.ModelProto:
+    """x [1, 4, 6, 7] -> ConvInteger(W [6, 2, 3, 3], group 2, pads, strides) 'conv' -> y int32."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(NP[w_type])
+    W = rng.integers(info.min, info.max + 1, size=(6, 2, 3, 3))
+    inits = [_c("W", W, w_type), _c("xz", x_zp, x_type)]
+    ins = ["x", "W", "xz"]
+    if w_zp is not None:
+        inits.append(_c("wz", w_zp, w_type))
+        ins.append("wz")
+    node = oh.make_node(
+        "ConvInteger", ins, ["y"], name="conv", group=2, pads=[1, 0, 1, 2], strides=[1, 2]
+    )
+    g = oh.make_graph(
+        [node],
+        "conv_integer",
+        [oh.make_tensor_value_info("x", TPS[x_type], [1, 4, 6, 7])],
+        [oh.make_tensor_value_info("y", TP.INT32, [1, 6, 6, 4])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m

@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conv_models import conv_inputs, qconv
+from conv_models import conv_inputs, conv_integer, qconv
 
 from compiler.api import compile_model
 from compiler.frontend.reader import to_ir
@@ -219,3 +219,17 @@ def test_conv_too_big_for_sram_is_tiled_over_rows_and_channels(name):
     inp = conv_inputs(m, 0)
     ref = session(m, level="default").run(None, inp)[0]
     assert not np.array_equal(ref, simulator.run(bad, inp)[0]["y"])
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(x_zp=255, w_zp=255),
+        dict(x_type="int8", w_type="int8", x_zp=-128, w_zp=127),
+    ],
+)
+def test_conv_integer_on_the_npu_equals_onnxruntime(kw):
+    r = _check_equal(conv_integer(**kw))
+    (step,) = _window_steps(r)
+    assert step.post is None  # the int32 accumulator is the output

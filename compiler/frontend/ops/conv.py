@@ -6,7 +6,9 @@ group count is the same node with a `window` (`prover.conv.Window`): its input r
 patch of the output element (padding reads the input zero point), its weights [K_g, C_out]
 with K_g = C_in / group * prod(kernel); see `prover.conv`. 1-D and 2-D convs are read.
 
-Versions read: QLinearConv 10 (its only version).
+ConvInteger is the same node with the int32 accumulator as output (no requantization).
+
+Versions read: QLinearConv 10 and ConvInteger 10 (their only versions).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..elem_types import EIGHT_BIT
 from ..registry import converter
 from .integer_matmul import (
     check_acc,
+    column_param,
     emit_matmul,
     ort_kernel_types,
     out_type,
@@ -150,4 +153,50 @@ def qlinear_conv(ctx: BuildContext, n: onnx.NodeProto) -> None:
         bias=bias,
         requant=requant,
         **extra,
+    )
+
+
+@converter("", "ConvInteger", since=10, attributes=CONV_ATTRIBUTES, host_fallback=True)
+def conv_integer(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """ConvInteger with constant 8-bit weights: a `matmul` over the window (NCHW) with the
+    int32 accumulator as output (zero points scalar, or w per output channel)."""
+    at = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
+    x = ctx.value(n, n.input[0])
+    W = ctx.const(n, 1, "weights")
+    if W.dtype.name not in EIGHT_BIT:
+        raise ctx.fail(n, f"weights have type {W.dtype.name}; supported: int8, uint8")
+    if W.ndim not in (3, 4) or len(x.shape) != W.ndim:
+        raise ctx.fail(
+            n,
+            f"only 1-D and 2-D convs are read, got input {list(x.shape)}, weights {list(W.shape)}",
+        )
+    attrs = ctx.attrs(n)
+    win = conv_window(ctx, n, attrs, tuple(x.shape[2:]), tuple(W.shape[2:]), int(x.shape[1]))
+    if x.shape[1] != W.shape[1] * win.group or W.shape[0] % win.group:
+        raise ctx.bad(
+            n,
+            f"input shape {list(x.shape)} does not match weights {list(W.shape)} in "
+            f"{win.group} group(s)",
+        )
+    ctx.w_dtype = W.dtype.name
+    w = W.reshape(W.shape[0], -1).T.astype(np.int64)
+    N = w.shape[1]
+    a_zp = int(ctx.scalar(n, 2, "x_zero_point", default=0))
+    w_zp = column_param(ctx, n, 3, "w_zero_point", N, default=0)
+    check_acc(ctx, n, w, w_zp, at, a_zp)
+    out = Value(n.output[0], "int32", (x.shape[0], N, *win.out_spatial(tuple(x.shape[2:]))))
+    emit_matmul(
+        ctx,
+        n,
+        x.name,
+        out,
+        kind="Conv",
+        layout="channels_first",
+        w=w,
+        a_zp=a_zp,
+        w_zp=w_zp,
+        a_type=at,
+        bias=None,
+        requant=None,
+        window=win,
     )
