@@ -150,3 +150,38 @@ def conv_integer(
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
     return m
+
+
+def qdq_conv(seed: int = 0, w_range: tuple[int, int] = (-64, 63)) -> onnx.ModelProto:
+    """x uint8 [1, 4, 9, 9] -> DQ -> Conv(DQ W int8, DQ int32 bias, stride 2, pads 1) -> Q
+    uint8: the QDQ group ORT's default session runs as QLinearConv."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        _c("W", rng.integers(w_range[0], w_range[1] + 1, size=(8, 4, 3, 3)), "int8"),
+        _c("xs", 0.02, "float32"),
+        _c("xz", 128, "uint8"),
+        _c("ws", 0.01, "float32"),
+        _c("wz", 0, "int8"),
+        _c("Bq", rng.integers(-500, 500, size=8), "int32"),
+        _c("bs", 0.0002, "float32"),
+        _c("bz", 0, "int32"),
+        _c("ys", 0.05, "float32"),
+        _c("yz", 3, "uint8"),
+    ]
+    nodes = [
+        oh.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+        oh.make_node("DequantizeLinear", ["W", "ws", "wz"], ["wf"]),
+        oh.make_node("DequantizeLinear", ["Bq", "bs", "bz"], ["B"]),
+        oh.make_node("Conv", ["xf", "wf", "B"], ["yf"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        oh.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"]),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "qdq_conv",
+        [oh.make_tensor_value_info("x", TP.UINT8, [1, 4, 9, 9])],
+        [oh.make_tensor_value_info("y", TP.UINT8, [1, 8, 5, 5])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m

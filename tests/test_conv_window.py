@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conv_models import conv_inputs, conv_integer, qconv
+from conv_models import conv_inputs, conv_integer, qconv, qdq_conv
 
 from compiler.api import compile_model
 from compiler.frontend.reader import to_ir
@@ -233,3 +233,11 @@ def test_conv_integer_on_the_npu_equals_onnxruntime(kw):
     r = _check_equal(conv_integer(**kw))
     (step,) = _window_steps(r)
     assert step.post is None  # the int32 accumulator is the output
+
+
+def test_qdq_conv_group_is_the_npu_conv_orts_default_session_runs():
+    # DQ -> Conv -> Q with uint8 activations: ORT's default session runs QLinearConv
+    prof = host_profile()
+    r = _check_equal(qdq_conv(), reference=prof)
+    (step,) = _window_steps(r)
+    assert step.window.strides == (2, 2) and step.bias is not None
