@@ -80,6 +80,21 @@ class Window:
         }
 
 
+def window_from_json(j: dict[str, Any]) -> Window:
+    """The `Window` of its `to_json` form (KernelError on a malformed one)."""
+    try:
+        return Window(
+            tuple(int(v) for v in j["kernel"]),
+            tuple(int(v) for v in j["strides"]),
+            tuple(int(v) for v in j["dilations"]),
+            tuple(int(v) for v in j["pads"]),
+            int(j["group"]),
+            int(j.get("channels", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise KernelError(f"malformed conv window {j!r}: {e}") from None
+
+
 def patches(x: np.ndarray, win: Window, x_zp: int) -> np.ndarray:
     """The im2col view of channels-last `x` [N, *spatial, C]: [N, *out_spatial, group, K_g],
     K_g = (C / group) * prod(kernel) ordered (channel, kernel offsets); padding reads `x_zp`."""

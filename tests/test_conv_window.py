@@ -241,3 +241,20 @@ def test_qdq_conv_group_is_the_npu_conv_orts_default_session_runs():
     r = _check_equal(qdq_conv(), reference=prof)
     (step,) = _window_steps(r)
     assert step.window.strides == (2, 2) and step.bias is not None
+
+
+def test_window_conv_program_file_round_trips(tmp_path):
+    from npu_backend.program import Program
+
+    target = _small_sram_target()
+    m = qconv(**TILED["stride2_same_lower"])
+    r = compile_model(m, "bitwise", target)
+    prog = codegen.generate(r.lowered, target)
+    prog.save(tmp_path / "p.npz")
+    back = Program.load(tmp_path / "p.npz")
+    wins = [i.window for i in back.instructions if getattr(i, "window", None) is not None]
+    assert wins and wins == [i.window for i in prog.instructions if getattr(i, "window", None)]
+    inp = conv_inputs(m, 1)
+    np.testing.assert_array_equal(
+        simulator.run(back, inp)[0]["y"], simulator.run(prog, inp)[0]["y"]
+    )
