@@ -193,6 +193,9 @@ TILED = {
         C_in=16, C_out=16, group=16, spatial=(15, 9), dilations=(2, 2), pads=(2, 1, 0, 2),
         activation="Sigmoid", x_zp=100,
     ),
+    "conv1d": dict(
+        C_in=8, C_out=24, spatial=(300,), kernel=(5,), strides=(2,), pads=(2, 1), bias=True
+    ),
 }  # fmt: skip
 
 
