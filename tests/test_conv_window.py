@@ -263,3 +263,12 @@ def test_window_conv_program_file_round_trips(tmp_path):
     np.testing.assert_array_equal(
         simulator.run(back, inp)[0]["y"], simulator.run(prog, inp)[0]["y"]
     )
+
+
+def test_u8s8_window_conv_saturable_pairs_are_a_finding_under_any_reference():
+    r = compile_model(qconv(x_type="uint8", pads=(1, 1, 1, 1)), "bitwise", FLOAT)
+    (f,) = [f for f in r.context.findings if f["nodes"] == ["conv"]]
+    assert f["code"] == "reference_divergence" and "pair order" in f["message"]
+    assert f["reference_saturates"] is False and f["columns"]
+    reduced = compile_model(qconv(x_type="uint8", w_range=(-64, 63)), "bitwise", FLOAT)
+    assert not reduced.context.findings  # 7-bit weights: no two products reach int16's bounds

@@ -131,8 +131,11 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
         if n.op != "matmul":
             continue
         cols = saturable_columns(n)
-        if not cols or n.attrs.get("window") is not None:
-            continue  # a conv's pair order is not modelled: no row to show (lowering_block)
+        if not cols:
+            continue
+        if n.attrs.get("window") is not None:
+            out.append(_conv_finding(n, cols, reference, ref_sat, host_sat, host_text))
+            continue
         j = cols[0]
         w, w_zp, a_zp, bias = _col_params(n, j)
         row = saturating_row(w)
@@ -161,3 +164,25 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _conv_finding(
+    n: Node, cols: list[int], reference: Any, ref_sat: bool, host_sat: bool | None, host_text: str
+) -> dict[str, Any]:
+    """The `reference_divergence` finding of a u8s8 conv over a window where two products can
+    saturate int16: no input row is shown, ORT's pair order for convolutions being unknown."""
+    return {
+        "code": ReasonCode.REFERENCE_DIVERGENCE.value,
+        "nodes": list(n.origin),
+        "message": (
+            f"{', '.join(n.origin)}: ONNX Runtime on x86 CPUs without VNNI may sum uint8 x int8 "
+            f"pairs with int16 saturation; two products can saturate in {len(cols)} of "
+            f"{n.attrs['w'].shape[1]} column(s) (first {cols[0]}) of this convolution, and "
+            f"{CONV_PAIR_ORDER} ({host_text}; reference {reference.name} is "
+            f"{'saturating' if ref_sat else 'exact'}); {REMEDY}"
+        ),
+        "column": cols[0],
+        "columns": cols,
+        "host_saturates": host_sat,
+        "reference_saturates": ref_sat,
+    }
