@@ -49,3 +49,5 @@ def test_avx2_only_cpu_convs_exact_except_full_range_u8s8():
     for name, c in out["compiled"].items():
         assert c["equal"], name
         assert c["on_npu"] == (name != "u8s8_3x3"), (name, c)
+    replay = out["refuted_replay"]
+    assert replay["verdict"] == "refuted" and replay["expected_by"] is not None, replay

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.errors import InternalError
+from compiler.errors import CompilerError, InternalError
 from compiler.frontend.reader import PROJECT_DOMAIN
 from compiler.ir.graph import Graph, Node
 from compiler.ir.semantics import from_natural, run_graph, to_natural
@@ -148,13 +148,18 @@ def _against_ort(g: Graph, site: Site, feeds, env0, ctx, base: WholeModelCounter
             from compiler.frontend.reader import to_ir
 
             g_host = to_ir(ctx.model, reference=host)[0]
-        env_h = run_graph(g_host, feeds, keep_all=True, reference=host)
+        try:
+            env_h = run_graph(g_host, feeds, keep_all=True, reference=host)
+        except CompilerError:
+            # no meaning under the host's profile (a u8s8 conv whose pairs can saturate, in
+            # an order not modelled): ORT's own outputs are compared with the reference's
+            env_h = {o: ort_out[o] for o in g.outputs if o in ort_out}
     for o in g.outputs:
         if o in ort_out and not np.array_equal(np.asarray(ort_out[o]), np.asarray(env_h[o])):
             raise InternalError(
                 f"IR reference (profile {host.name}) differs from ONNX Runtime on output '{o}'"
             )
-    diverged = [o for o in g.outputs if not np.array_equal(env_h[o], env0[o])]
+    diverged = [o for o in g.outputs if o in env_h and not np.array_equal(env_h[o], env0[o])]
     if not diverged:
         return ort_out, "onnxruntime"
     name = reference.name
