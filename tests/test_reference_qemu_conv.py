@@ -5,7 +5,10 @@ uint8 x int8 pairs with int16 saturation it checks what the default suite cannot
 u8u8 and 7-bit-weight u8s8 convs (3x3, depthwise, grouped, zero points at the extremes)
 equal the exact meaning, so they run on the NPU under `ort-host`; a full-range u8s8 3x3
 conv does not (its pairs saturate), so under `ort-host` (= `ort-x86-avx2`) it stays on
-the host; and every compiled program equals ORT's default session there.
+the host; every compiled program equals ORT's default session there; and a refuted site
+replayed under the exact reference in a model that also holds such a saturable conv
+reproduces against ORT (the IR has no meaning for that conv under this CPU's profile: it
+was an uncaught CompilerError).
 """
 
 from __future__ import annotations
