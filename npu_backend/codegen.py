@@ -68,6 +68,7 @@ from .schedule import (
     ScheduleError,
     aligned,
     choose_schedule,
+    conv_staging,
     resident_fits,
     smallest_tile_fits,
     staging,
@@ -91,7 +92,12 @@ def nbytes(spec: TensorSpec) -> int:
     return int(math.prod(spec.shape)) * spec.numpy_dtype.itemsize
 
 
-def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[ValidationIssue]:
+def memory_issues(
+    step: Step,
+    sizes: Mapping[str, int],
+    target: Target,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> list[ValidationIssue]:
     """Why the buffers `step` needs at once cannot fit the target's memories (empty if they fit).
 
     An NPU step reads its input and writes its output in sram at the same time; a
@@ -100,7 +106,8 @@ def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[
     resident tensors to dram (and moves the step's own input when the free bytes are in
     pieces), so a step that passes this check always gets its buffers.
     A MatMul whose resident buffers do not fit passes when the target can tile it and a
-    one-MAC-block tile fits (codegen then tiles it: `npu_backend.schedule`).
+    one-MAC-block tile fits (codegen then tiles it: `npu_backend.schedule`); a conv over a
+    window when one output row of it fits, for the tensor shapes in `shapes`.
     """
     sram_names: list[str | None]
     wmem_names: list[str | None]
@@ -112,7 +119,7 @@ def memory_issues(step: Step, sizes: Mapping[str, int], target: Target) -> list[
         return []
     issues = _resident_issues(step.name, sram_names, wmem_names, sizes, target)
     if issues and isinstance(step, NpuMatMul):
-        if tiling_allowed(step, target) and smallest_tile_fits(step, target):
+        if tiling_allowed(step, target) and smallest_tile_fits(step, target, shapes):
             return []  # codegen tiles it (npu_backend.schedule)
         why = (
             "and its staging buffers do not fit either"
@@ -222,9 +229,25 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         if isinstance(st, NpuMatMul):
             a = need(st.a, st)
             w = need(st.w, st)
-            if len(w.shape) != 2 or a.shape[-1] != w.shape[0]:
+            n = w.shape[1] if len(w.shape) == 2 else 0
+            out_lead = a.shape[:-1]
+            if st.window is not None:
+                win = st.window
+                taps = int(np.prod(win.kernel))
+                if (
+                    len(w.shape) != 2
+                    or len(a.shape) != win.rank + 2
+                    or w.shape[0] % taps
+                    or a.shape[-1] != w.shape[0] // taps * win.group
+                    or n % win.group
+                ):
+                    raise CodegenError(f"{st.name}: a {a.shape} and w {w.shape} do not fit {win}")
+                try:
+                    out_lead = a.shape[:1] + win.out_spatial(tuple(a.shape[1:-1]))
+                except KernelError as e:
+                    raise CodegenError(f"{st.name}: {e}") from None
+            elif len(w.shape) != 2 or a.shape[-1] != w.shape[0]:
                 raise CodegenError(f"{st.name}: a {a.shape} and w {w.shape} do not multiply")
-            n = w.shape[1]
             if isinstance(st.post, tuple) and len(st.post) != n:
                 raise CodegenError(f"{st.name}: {len(st.post)} column epilogues for {n} columns")
             if isinstance(st.w_zp, tuple) and len(st.w_zp) != n:
@@ -233,7 +256,7 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
                 raise CodegenError(f"{st.name}: bias must have shape ({n},)")
             _check_operands(st, a, model.constants)
             out_t = posts_of(st.post)[0].output_type if st.post is not None else "int32"
-            specs[st.out] = TensorSpec(st.out, storage_dtype(out_t), a.shape[:-1] + (n,))
+            specs[st.out] = TensorSpec(st.out, storage_dtype(out_t), out_lead + (n,))
         elif isinstance(st, NpuLut):
             x = need(st.x, st)
             specs[st.out] = TensorSpec(st.out, storage_dtype(st.out_type), x.shape)
@@ -603,7 +626,10 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         """One streamed MatMul per column group; operands and result stay in dram."""
         to_dram(st.a)
         sz = staging_sizes(st)
-        need = staging(sz, sch.tm, sch.tn, sch.tk, sch.k, sch.w_stationary)
+        if st.window is not None:
+            need = conv_staging(st, spec(st.a).shape, sch.tm, sch.tn)
+        else:
+            need = staging(sz, sch.tm, sch.tn, sch.tk, sch.k, sch.w_stationary)
         a_addr = stage(sram, f"stage:{st.name}", need["sram"], set())
         w_addr = stage(wmem, f"stage:{st.name}", need["wmem"], set()) if need["wmem"] else 0
         out_spec = spec(st.out)
@@ -628,6 +654,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 tile=sch.tile,
                 w_addr=w_addr,
                 w_stationary=sch.w_stationary,
+                window=st.window,
             )
             prog.append(ins)
             emitted.append(ins)
@@ -664,6 +691,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     out_addr=out_addr,
                     **fields,
                     structure=st.structure,
+                    window=st.window,
                 )
             )
         elif isinstance(st, NpuLut):

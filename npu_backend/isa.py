@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from prover.conv import Window, conv_acc
 from prover.domain import NUMPY
 from prover.terms import Term, Var, evaluate, op
 
@@ -128,9 +129,13 @@ class MatMul:
     tile: tuple[int, int, int] | None = None
     w_addr: int | None = None
     w_stationary: bool = False
+    window: Window | None = None  # a conv over a window (`prover.conv`): `a` channels-last
 
     def accumulate(self, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-        """The exact accumulator (the kernel's `matmul_acc`, fast where provably exact)."""
+        """The exact accumulator (the kernel's `matmul_acc`, fast where provably exact; a
+        conv's over each output element's patch, `prover.conv.conv_acc`)."""
+        if self.window is not None:
+            return conv_acc(a, w, self.window, self.a_zp, self.w_zp, bias)
         return exact_matmul(a, w, self.a_zp, self.w_zp, bias)
 
     def epilogue(self, acc: np.ndarray, table: tuple[int, ...] | None) -> np.ndarray:

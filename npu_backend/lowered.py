@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from prover.conv import Window
 from prover.terms import Term
 
 from .postprocess import LutParams, Post, PostProcess, RequantParams, posts_of
@@ -71,7 +72,10 @@ class NpuMatMul:
       resident operands when they fit the target's memories, else the largest tiles
       that fit; see `npu_backend.schedule`);
     - `onnx_nodes`: the ONNX node names this step implements (for reports and ledger);
-    - `compute`: the target compute unit whose capabilities apply ("MatMul" or "Conv").
+    - `compute`: the target compute unit whose capabilities apply ("MatMul" or "Conv");
+    - `window`: a convolution's window (`prover.conv.Window`): then `a` is channels-last
+      [N, *spatial, C], each output element's row is its patch (padding reads `a_zp`), `w` is
+      [K_g, N] and `out` [N, *out_spatial, N] (`prover.conv.conv_acc`).
     """
 
     name: str
@@ -88,6 +92,7 @@ class NpuMatMul:
     onnx_nodes: tuple[str, ...] = ()
     compute: str = "MatMul"  # which compute unit's capabilities apply ("MatMul" | "Conv")
     tile: tuple[int, int, int] | None = None
+    window: Window | None = None  # a conv over a window: `a` is channels-last [N, *sp, C]
 
     @property
     def fused(self) -> bool:

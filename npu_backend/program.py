@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from prover.conv import Window, window_from_json
 from prover.errors import BadInput
 from prover.terms import from_json as term_from_json
 from prover.terms import to_json as term_to_json
@@ -196,6 +197,8 @@ def _encode(v: Any, blobs: dict[str, bytes]) -> Any:
         return {"__rq__": v.to_json()}
     if isinstance(v, TensorSpec):
         return {"__spec__": _spec_json(v)}
+    if isinstance(v, Window):
+        return {"__window__": v.to_json()}
     if isinstance(v, HostKernel):
         return {
             "__host_kernel__": {
@@ -239,6 +242,8 @@ def _decode(v: Any, blobs: dict[str, bytes]) -> Any:
         return RequantParams.from_json(body)
     if tag == "__spec__":
         return _spec_from(body)
+    if tag == "__window__":
+        return window_from_json(body)
     if tag == "__host_kernel__":
         return HostKernel(
             body["name"],
@@ -269,7 +274,7 @@ def _ort_level(level: object) -> str:
 
 # Fields added after version 1, written only when they differ from their default, so an
 # untiled program keeps the bytes it had before tiling existed.
-_LATER_FIELDS = frozenset({"cols", "tile", "w_addr", "w_stationary"})
+_LATER_FIELDS = frozenset({"cols", "tile", "w_addr", "w_stationary", "window"})
 
 
 def _encode_instruction(ins: Instruction, blobs: dict[str, bytes]) -> dict[str, Any]:

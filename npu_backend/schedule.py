@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prover.conv import halo_rows
 from prover.inttypes import int_type
 
 from .isa import record_nbytes
@@ -149,11 +150,84 @@ def resident_fits(step: NpuMatMul, sizes: Mapping[str, int], target: Target) -> 
     return True
 
 
-def smallest_tile_fits(step: NpuMatMul, target: Target) -> bool:
-    """Whether a tile of at most one MAC block per dimension fits (true for any shape then)."""
+def smallest_tile_fits(
+    step: NpuMatMul, target: Target, shapes: Mapping[str, tuple[int, ...]] | None = None
+) -> bool:
+    """Whether a tile of at most one MAC block per dimension fits (true for any shape then).
+
+    A conv over a window: one output row by at most one MAC block of columns, with its halo
+    rows and whole [K, tn] weight block, for the input and weight shapes in `shapes` (without
+    them: False)."""
     s = target.schedule
     sz = staging_sizes(step)
+    if step.window is not None:
+        if shapes is None or step.a not in shapes or step.w not in shapes:
+            return False
+        n = shapes[step.w][1]
+        return _fits(conv_staging(step, shapes[step.a], 1, min(n, s.mac_n)), target)
     return _fits(staging(sz, s.mac_m, s.mac_n, s.mac_k, s.mac_k, False), target)
+
+
+def conv_staging(step: NpuMatMul, a_shape: tuple[int, ...], tm: int, tn: int) -> dict[str, int]:
+    """Staging bytes of a tiled conv over a window, input `a_shape` [N, *spatial, C]: tiles of
+    `tm` output rows (first spatial axis) of one batch element by `tn` output channels.
+
+      sram: the tile's input rows with their halo (`prover.conv.halo_rows`, padded width, all
+        channels), int32 accumulator and output tile;
+      wmem: the whole [K, tn] weight block (stationary over the row tiles) and tn biases;
+      pmem: the parameter record of tn columns.
+    """
+    win = step.window
+    assert win is not None
+    sz = staging_sizes(step)
+    r, spatial, c = win.rank, tuple(a_shape[1:-1]), int(a_shape[-1])
+    out_sp = win.out_spatial(spatial)
+    row_in = c * math.prod(spatial[i] + win.pads[i] + win.pads[r + i] for i in range(1, r))
+    row_out = math.prod(out_sp[1:])
+    k = c // win.group * math.prod(win.kernel)
+    return {
+        "sram": aligned(halo_rows(win, tm) * row_in * sz.a)
+        + aligned(tm * row_out * tn * ACC_BYTES)
+        + aligned(tm * row_out * tn * sz.out),
+        "wmem": aligned(k * tn * sz.w) + (aligned(tn * ACC_BYTES) if sz.bias else 0),
+        "pmem": aligned(sz.record_fixed + sz.record_per_col * tn)
+        if sz.record_fixed or sz.record_per_col
+        else 0,
+    }
+
+
+def _conv_schedule(
+    step: NpuMatMul, a_shape: tuple[int, ...], n: int, target: Target
+) -> MatMulSchedule:
+    """A tiled conv's schedule: `rows` are output rows (first spatial axis, per batch
+    element), `tm` of them per tile with their halo; `tn` columns; K is never split."""
+    win = step.window
+    assert win is not None
+    rows = win.out_spatial(tuple(a_shape[1:-1]))[0]
+    k = int(a_shape[-1]) // win.group * math.prod(win.kernel)
+    if step.tile is not None:
+        if len(step.tile) != 3 or any(int(t) <= 0 for t in step.tile):
+            raise ScheduleError(f"{step.name}: tile {step.tile} must be three positive sizes")
+        tm, tn = min(int(step.tile[0]), rows), min(int(step.tile[1]), n)
+        need = conv_staging(step, a_shape, tm, tn)
+        if not _fits(need, target):
+            raise ScheduleError(f"{step.name}: tile {step.tile} needs {need} bytes of staging")
+        return MatMulSchedule(rows, n, k, tm, tn, k, tiled=True, w_stationary=True)
+    s = target.schedule
+    best: tuple[tuple[int, int], MatMulSchedule] | None = None
+    for tm in _candidates(rows, 1):
+        for tn in _candidates(n, s.mac_n):
+            if not _fits(conv_staging(step, a_shape, tm, tn), target):
+                continue
+            groups, m_tiles = math.ceil(n / tn), math.ceil(rows / tm)
+            traffic = groups * m_tiles * halo_rows(win, tm)  # input rows read, halo re-reads
+            cand = MatMulSchedule(rows, n, k, tm, tn, k, True, True)
+            key = (traffic, cand.tiles())
+            if best is None or key < best[0]:
+                best = (key, cand)
+    if best is None:
+        raise ScheduleError(f"{step.name}: not even one output row of the conv fits the memories")
+    return best[1]
 
 
 def choose_schedule(
@@ -165,6 +239,8 @@ def choose_schedule(
     sz = staging_sizes(step)
     if step.tile is None and resident and step.structure != "tiled":
         return MatMulSchedule(rows, n, k, rows, n, k, tiled=False)
+    if step.window is not None and tiling_allowed(step, target):
+        return _conv_schedule(step, a_shape, n, target)
     if not tiling_allowed(step, target):
         why = f"tile {step.tile} was asked for" if step.tile else "its buffers do not fit"
         raise ScheduleError(
@@ -210,6 +286,7 @@ __all__ = [
     "ScheduleError",
     "aligned",
     "choose_schedule",
+    "conv_staging",
     "resident_fits",
     "smallest_tile_fits",
     "staging",

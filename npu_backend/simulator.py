@@ -37,7 +37,8 @@ from typing import Any, overload
 
 import numpy as np
 
-from prover.domain import NUMPY
+from prover.conv import conv_acc, row_tile
+from prover.domain import NUMPY, KernelError
 from prover.errors import BadInput
 from prover.terms import PreconditionViolation, evaluate
 
@@ -443,7 +444,7 @@ class Machine:
             _, table = self._post_state(ins, acc.size)
         out = ins.epilogue(acc, table)
         self.put(ins.out, out, self.program.tensors[ins.out].dtype, ins.name)
-        rows = a.size // max(1, a.shape[-1])
+        rows = acc.size // max(1, w.shape[1])  # output rows (a conv's: output positions)
         sch = self.schedule
         self._cycles += _mac_cycles(sch, rows, w.shape[1], w.shape[0])
         if ins.post_enable:
@@ -455,6 +456,9 @@ class Machine:
         c, sch = self.c, self.schedule
         if ins.cols is None or ins.tile is None:
             raise SimulatorError(f"{ins.name}: a tiled MatMul needs its column range and tile")
+        if ins.window is not None:
+            self._tiled_conv(ins)
+            return
         a = self.get("dram", ins.a, ins.name)
         w = self.get("dram", ins.w, ins.name)
         bias = self.get("dram", ins.bias, ins.name)
@@ -535,6 +539,92 @@ class Machine:
             self.partial.pop(ins.out, None)
             final = out.reshape(a.shape[:-1] + (n,))
             self.mem["dram"][ins.out] = self._store(final, dtype, ins.name)
+        else:
+            self.partial[ins.out] = (out, done)
+
+    def _tiled_conv(self, ins: MatMul) -> None:
+        """A streamed conv over a window for columns `ins.cols`: per batch element, tiles of
+        `tm` output rows, each reading its input rows with their halo (rows outside the input
+        are the zero point, `prover.conv.row_tile`) into sram; the [K, n1 - n0] weight block
+        stays in wmem; each finished output tile is postprocessed and goes to dram."""
+        c, sch = self.c, self.schedule
+        assert ins.cols is not None and ins.tile is not None and ins.window is not None
+        win = ins.window
+        a = self.get("dram", ins.a, ins.name)
+        w = self.get("dram", ins.w, ins.name)
+        bias = self.get("dram", ins.bias, ins.name)
+        k, n = w.shape
+        n0, n1 = ins.cols
+        tm, tn, _ = ins.tile
+        if not (0 <= n0 < n1 <= n and n1 - n0 <= tn and tm > 0):
+            raise SimulatorError(f"{ins.name}: column range {ins.cols} / tile {ins.tile} invalid")
+        try:
+            out_sp = win.out_spatial(tuple(a.shape[1:-1]))
+        except KernelError as e:
+            raise SimulatorError(f"{ins.name}: {e}") from None
+        width = n1 - n0
+        b_cols = None if bias is None else np.asarray(bias)[n0:n1].astype(np.int64)
+        post = table = None
+        positions = a.shape[0] * int(np.prod(out_sp))
+        if ins.post_enable:
+            record, table = self._post_state(ins, positions * width)
+            post = with_table(record, table)
+        dtype = self.program.tensors[ins.out].dtype
+        out_shape = (a.shape[0], *out_sp, n)
+        out, done = self.partial.get(ins.out) or (
+            np.zeros(out_shape, dtype=np.int64),
+            np.zeros(n, dtype=bool),
+        )
+        if done[n0:n1].any():
+            raise SimulatorError(f"{ins.name}: columns {ins.cols} of {ins.out!r} computed twice")
+        w_bytes = k * width * w.itemsize
+        self.dram_read(ins.w, w_bytes)  # stationary: once per column group
+        c.write("wmem", w_bytes)
+        dma = w_bytes
+        if b_cols is not None and ins.bias is not None:
+            self.dram_read(ins.bias, width * 4)
+            c.write("wmem", width * 4)
+            dma += width * 4
+        wz = ins.w_zp if isinstance(ins.w_zp, int) else np.asarray(ins.w_zp)
+        slab_bytes = 0
+        for b in range(a.shape[0]):
+            for r0 in range(0, out_sp[0], tm):
+                r1 = min(out_sp[0], r0 + tm)
+                slab, sub = row_tile(win, a[b : b + 1], r0, r1, ins.a_zp)
+                nb = slab.size * a.itemsize
+                slab_bytes = max(slab_bytes, nb)
+                self.dram_read(ins.a, nb)
+                c.write("sram", nb)
+                c.read("sram", nb)
+                c.read("wmem", w_bytes)
+                acc = conv_acc(slab, w, sub, ins.a_zp, wz, b_cols, (n0, n1))
+                rows = acc.reshape(-1, width)
+                y = rows if post is None else apply_columns(post, rows)
+                stored = self._store(y, dtype, ins.name).reshape(acc.shape)
+                out[b : b + 1, r0:r1, ..., n0:n1] = stored
+                c.write("sram", stored.nbytes)
+                c.read("sram", stored.nbytes)
+                c.write("dram", stored.nbytes)
+                dma += nb + stored.nbytes
+                compute = _mac_cycles(sch, rows.shape[0], width, k)
+                if post is not None:
+                    compute += -(-rows.size // sch.mac_n)
+                dma_cycles = _transfer(sch, "dram", "sram", dma)
+                self._cycles += (
+                    max(compute, dma_cycles) if sch.dma_overlap else compute + dma_cycles
+                )
+                dma = 0
+                c.matmul_tiles += 1
+        out_b = np.dtype(dtype).itemsize
+        row_out = int(np.prod(out_sp[1:]))
+        self._staging = {
+            "sram": slab_bytes + min(tm, out_sp[0]) * row_out * width * (ACC_BYTES + out_b),
+            "wmem": w_bytes + (0 if b_cols is None else width * 4),
+        }
+        done[n0:n1] = True
+        if done.all():
+            self.partial.pop(ins.out, None)
+            self.mem["dram"][ins.out] = self._store(out, dtype, ins.name)
         else:
             self.partial[ins.out] = (out, done)
 

@@ -56,9 +56,17 @@ class ComputeCaps:
     # Fixed-point parameters the compiler may choose by synthesis (prover.synthesis) where
     # rounding the scale is refuted: a subset of SYNTHESIS_PARAMS; empty = rounding only.
     synthesis: frozenset[str] = frozenset()
+    # Convolutions over a window this path computes (a pointwise conv needs none): kernel
+    # sizes (per axis), strides, dilations, and group kinds ("one", "depthwise", "grouped").
+    # Empty: no conv over a window.
+    window_kernels: frozenset[int] = frozenset()
+    window_strides: frozenset[int] = frozenset()
+    window_dilations: frozenset[int] = frozenset()
+    window_groups: frozenset[str] = frozenset()
 
 
 SYNTHESIS_PARAMS = ("multiplier", "shift", "zero_point", "table")
+WINDOW_GROUPS = ("one", "depthwise", "grouped")
 
 
 @dataclass(frozen=True)
@@ -283,6 +291,10 @@ def _compute(op: str, data: Any) -> ComputeCaps:
         bias=s.choices("bias", BIAS_STAGES, default=frozenset({"accumulator"})),
         add_fma=s.get("add_fma", bool, True),
         synthesis=s.choices("synthesis", SYNTHESIS_PARAMS, default=frozenset()),
+        window_kernels=s.choices("window_kernels", range(1, 64), int, frozenset()),
+        window_strides=s.choices("window_strides", range(1, 64), int, frozenset()),
+        window_dilations=s.choices("window_dilations", range(1, 64), int, frozenset()),
+        window_groups=s.choices("window_groups", WINDOW_GROUPS, default=frozenset()),
     )
     s.done()
     if caps.synthesis and caps.requant_scheme not in ("fixed_double", "fixed_single"):

@@ -31,6 +31,7 @@ CODES = (
     "intervening_requantize",
     "intervening_clip",
     "layout_mismatch",
+    "unsupported_conv_window",
 )
 
 
@@ -275,6 +276,8 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
                 "use a 'plain' schedule",
             )
         )
+    if step.window is not None:
+        out += window_issues(step, target, caps)
     posts = posts_of(step.post)
     seen: set[PostProcess] = set()
     for p in posts:
@@ -303,6 +306,36 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
         )
     # De-duplicate identical issues from identical columns.
     return list(dict.fromkeys(out))
+
+
+def window_issues(
+    step: NpuMatMul, target: Target, caps: ComputeCaps | None = None
+) -> list[ValidationIssue]:
+    """A conv over a window the compute path does not compute (`window_*` in the target)."""
+    win = step.window
+    caps = caps or target.compute(step.compute)
+    if win is None or caps is None:
+        return []
+    bad = []
+    for what, vals, allowed in (
+        ("kernel", win.kernel, caps.window_kernels),
+        ("strides", win.strides, caps.window_strides),
+        ("dilations", win.dilations, caps.window_dilations),
+    ):
+        if any(v not in allowed for v in vals):
+            bad.append(f"{what} {list(vals)} (supported: {sorted(allowed)})")
+    if win.group_kind not in caps.window_groups:
+        bad.append(f"groups '{win.group_kind}' (supported: {sorted(caps.window_groups)})")
+    if not bad:
+        return []
+    return [
+        ValidationIssue(
+            "unsupported_conv_window",
+            step.name,
+            f"the {step.compute} unit of target {target.name!r} does not compute this window: "
+            + "; ".join(bad),
+        )
+    ]
 
 
 def validate_step(step: Step, target: Target) -> list[ValidationIssue]:

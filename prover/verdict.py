@@ -56,6 +56,7 @@ class ReasonCode(StrEnum):
     REGION_SECOND_INPUT = "region_second_input"
     REGION_REDUCTION = "region_reduction"
     REGION_POSITION_DEPENDENT = "region_position_dependent"
+    UNSUPPORTED_CONV_WINDOW = "unsupported_conv_window"  # a conv window the unit lacks
 
 
 @dataclass(frozen=True)

@@ -371,7 +371,7 @@ def conv_activation(
 ) -> onnx.ModelProto:
     """`x[1,C_in,H,W] -> QLinearConv(1x1, W[C_out,C_in,1,1]) 'conv' -> activation 'act'` (NCHW).
 
-    `kernel` > 1 builds a KxK convolution (pads keep the size), which the frontend refuses.
+    `kernel` > 1 builds a KxK convolution (pads keep the size).
     """
     Wt = weights(C_out, C_in * kernel * kernel, seed).reshape(C_out, C_in, kernel, kernel)
     ws = (

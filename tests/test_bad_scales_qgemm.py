@@ -101,13 +101,13 @@ def test_good_scales_are_read(op):
     assert any("n" in node.origin for node in g.nodes)
 
 
-def _conv3x3(y_scale: float) -> onnx.ModelProto:
-    """QLinearConv with a 3x3 kernel (no NPU form: the host runs it) named 'n'."""
+def _conv3d(y_scale: float) -> onnx.ModelProto:
+    """QLinearConv over 3 spatial axes (no NPU form: the host runs it) named 'n'."""
     f32, i8 = np.float32, np.int8
     inits = [
         nh.from_array(np.asarray(v, dtype=t), name)
         for name, v, t in [
-            ("s_a", 0.1, f32), ("z_a", 0, i8), ("W", np.ones((2, 3, 3, 3)), i8),
+            ("s_a", 0.1, f32), ("z_a", 0, i8), ("W", np.ones((2, 3, 3, 3, 1)), i8),
             ("s_b", 0.05, f32), ("z_b", 0, i8), ("s_y", y_scale, f32), ("z_y", 0, i8),
         ]
     ]  # fmt: skip
@@ -115,8 +115,8 @@ def _conv3x3(y_scale: float) -> onnx.ModelProto:
     g = oh.make_graph(
         [oh.make_node("QLinearConv", ins, ["o"], name="n")],
         "g",
-        [oh.make_tensor_value_info("x", TP.INT8, [1, 3, 4, 4])],
-        [oh.make_tensor_value_info("o", TP.INT8, [1, 2, 2, 2])],
+        [oh.make_tensor_value_info("x", TP.INT8, [1, 3, 4, 4, 2])],
+        [oh.make_tensor_value_info("o", TP.INT8, [1, 2, 2, 2, 2])],
         inits,
     )
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 20)])
@@ -137,7 +137,7 @@ def test_bad_scale_is_bad_input_on_a_form_the_host_runs(op, kw):
     """With valid scales this form is kept on the host; a zero scale is still bad input."""
 
     def build(scales):
-        return _conv3x3(scales["y"]) if op == "QLinearConv" else _model(op, scales, **kw)
+        return _conv3d(scales["y"]) if op == "QLinearConv" else _model(op, scales, **kw)
 
     g, _ = to_ir(build(OK))
     hosted = [x for x in g.nodes if x.op == "host_onnx"]

@@ -62,9 +62,10 @@ def test_conv_refutation_replays_with_nchw_inputs():
     assert int(ref[idx]) == cx.before and int(cx.actual["y"][idx]) == cx.after != cx.before
 
 
-def test_non_pointwise_conv_stays_on_the_host_named():
+def test_kxk_conv_reads_as_a_matmul_over_its_window():
     g, _ = to_ir(conv_activation(kernel=3))
     (conv,) = [n for n in g.nodes if n.origin == ("conv",)]
-    assert conv.op == "host_onnx"
-    assert "node 'conv' (QLinearConv)" in conv.attrs["placement"]
-    assert "only pointwise" in conv.attrs["placement"]
+    assert conv.op == "matmul" and conv.attrs["kind"] == "Conv"
+    win = conv.attrs["window"]
+    assert win.kernel == (3, 3) and win.pads == (1, 1, 1, 1) and win.group == 1
+    assert conv.attrs["w"].shape == (8 * 9, 4)  # [C_in * kh * kw, C_out]

@@ -4,7 +4,7 @@ Every op's meaning is a kernel primitive (see `compiler.ir.semantics`):
 
 | op | meaning |
 |---|---|
-| `matmul` | exact accumulation `prover.matmul.matmul_acc`, then optionally the op's own requantization (`requant` attr: QLinearMatMul's float32 form) |
+| `matmul` | exact accumulation `prover.matmul.matmul_acc`, then optionally the op's own requantization (`requant` attr: QLinearMatMul's float32 form); a conv over a window (`window` attr, `prover.conv.Window`) accumulates each output element's patch, `prover.conv.conv_acc` |
 | `requantize` | `requant_double` / `requant_single` / `requant_float` |
 | `clip` | `clip(lo, hi)` |
 | `lut` | `lut(table)`: table in `offset` index order, one entry per input value |

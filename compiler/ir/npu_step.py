@@ -64,7 +64,11 @@ def place_matmul(
     x, y = g.values[n.inputs[0]], g.values[y_name or n.output]
     cf = a.get("layout") == "channels_first"
     nat_in = Value(f"{x.name}.nhwc", x.dtype, x.shape[:1] + x.shape[2:] + x.shape[1:2]) if cf else x
-    nat_shape = nat_in.shape[:-1] + (a["w"].shape[1],)
+    win = a.get("window")
+    if win is None:
+        nat_shape = nat_in.shape[:-1] + (a["w"].shape[1],)
+    else:  # a conv over a window: [N, *out_spatial, C_out], channels last
+        nat_shape = y.shape[:1] + y.shape[2:] + y.shape[1:2]
     # channels-first: the NPU writes NHWC, which can have y's NCHW shape (C = H = W) and
     # still hold other elements at each index; it always gets its own buffer and a transpose
     same = nat_shape == y.shape and not (cf and _moves_elements(nat_shape))
@@ -83,15 +87,16 @@ def place_matmul(
         structure=structure,
         onnx_nodes=tuple(n.origin if origin is None else origin),
         compute=compute_kind(n),
+        window=win,
     )
     return MatMulPlacement(step, x, nat_in, y, out, cf, tuple(np.asarray(a["w"]).shape))
 
 
 def _moves_elements(nhwc: tuple[int, ...]) -> bool:
-    """Whether NHWC -> NCHW moves elements for this shape (it does not when C = 1, or
-    H = W = 1: the only non-unit axes keep their order)."""
-    _, h, w, c = nhwc
-    return c != 1 and h * w != 1
+    """Whether NHWC -> NCHW (or NWC -> NCW) moves elements for this shape (it does not when
+    C = 1, or every spatial size is 1: the only non-unit axes keep their order)."""
+    c, spatial = nhwc[-1], int(np.prod(nhwc[1:-1], dtype=np.int64))
+    return c != 1 and spatial != 1
 
 
 def validation_issues(step: Any, target: Any) -> list:

@@ -135,6 +135,12 @@ OTHER_REASONS: dict[ReasonCode, tuple[str, str]] = {
         "The op's buffers do not fit the target's memories at once; it stays on the host.",
         "keep it on the host, or choose a target with larger memories",
     ),
+    ReasonCode.UNSUPPORTED_CONV_WINDOW: (
+        "A convolution whose kernel size, strides, dilations or groups the target's Conv "
+        "unit does not compute (its `window_*` lists); it stays on the host.",
+        "keep it on the host, or choose a target whose [compute.Conv] lists this kernel, "
+        "stride, dilation and group kind",
+    ),
     ReasonCode.UNSUPPORTED_OP: (
         "An op the NPU cannot run; it stays on the host (the rest of the model is still checked).",
         "keep it on the host (ONNX Runtime runs it); to move it to the NPU, "

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import CompilerError, InternalError
+from prover.conv import any_pair_saturable, conv_acc
 from prover.domain import NUMPY
 from prover.matmul import matmul_acc
 from prover.pair_saturation import pair_saturating_acc
@@ -133,13 +134,31 @@ def pair_saturates(node: Node, reference: Any) -> bool:
     return node.op == "matmul" and is_u8s8(node) and acc == Accumulation.PAIR_SATURATING_INT16
 
 
+def window_of(node: Node) -> Any:
+    """The `prover.conv.Window` of a conv node over a window (None: a plain matmul, or a
+    pointwise conv over channels)."""
+    return node.attrs.get("window")
+
+
 def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarray:
     """The int64 accumulator of a `matmul`/`fused` node on input `a` under `reference`.
 
-    `reference` is a `prover.reference.ReferenceProfile` (None: exact accumulation).
+    `reference` is a `prover.reference.ReferenceProfile` (None: exact accumulation). A
+    conv over a window (`a` channels-last) accumulates exactly; under a pair-saturating
+    reference only where no two products can saturate in any order (ONNX Runtime's pair
+    order for its im2col kernels is not modelled): elsewhere it has no meaning here.
     """
     at = node.attrs
     w_zp = np.asarray(at["w_zp"], dtype=np.int64)
+    win = window_of(node)
+    if win is not None:
+        if pair_saturates(node, reference) and any_pair_saturable(at["w"]).any():
+            raise CompilerError(
+                f"node '{node.name}': uint8 x int8 conv under reference "
+                f"{getattr(reference, 'name', reference)}: int16 pair saturation is reachable "
+                "and ONNX Runtime's pair order for convolutions is not modelled"
+            )
+        return conv_acc(a, at["w"], win, np.int64(at["a_zp"]), w_zp, at["bias"])
     acc_fn = pair_saturating_acc if pair_saturates(node, reference) else matmul_acc
     return acc_fn(np.asarray(a, dtype=np.int64), at["w"], np.int64(at["a_zp"]), w_zp, at["bias"])
 

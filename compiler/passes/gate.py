@@ -125,12 +125,19 @@ def _decide_saturating(g: Graph, site: Site, ctx: Context) -> None:
     """Under a pair-saturating reference, a site whose u8s8 pairs can saturate is refuted
     with a replayed input where the outputs differ (the NPU sums exactly), else unknown."""
     cols = divergence.saturable_columns(site.compute)
-    policy = effective_policy(g, site.activation.output, ctx.config.policy)
-    found = divergence.site_witness(site, policy.bound)
     what = (
         f"under reference {ctx.config.reference.name} uint8 x int8 pairs saturate int16 in "
         f"{len(cols)} column(s) (first {cols[0]}) while the NPU accumulates exactly"
     )
+    if site.compute.attrs.get("window") is not None:
+        site.decide(
+            Status.UNKNOWN,
+            ReasonCode.REFERENCE_DIVERGENCE,
+            f"{what}; {divergence.CONV_PAIR_ORDER}; {divergence.REMEDY}",
+        )
+        return
+    policy = effective_policy(g, site.activation.output, ctx.config.policy)
+    found = divergence.site_witness(site, policy.bound)
     if found is None:
         site.decide(
             Status.UNKNOWN,

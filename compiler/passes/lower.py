@@ -45,7 +45,7 @@ from npu_backend.lowered import (
 )
 from npu_backend.postprocess import LutParams, PostProcess
 from npu_backend.target import requant_from_scale
-from npu_backend.validate import validate_step
+from npu_backend.validate import validate_step, window_issues
 from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, build_lut, reorder_table
@@ -109,10 +109,12 @@ class Lowerer:
         Tensor sizes come from the IR values (`values` adds ones not in the graph).
         """
         sizes = {v.name: _nbytes(v) for v in values}
+        shapes = {v.name: tuple(v.shape) for v in values}
         for name in _step_tensors(step):
             if name not in sizes and name in self.g.values:
                 sizes[name] = _nbytes(self.g.values[name])
-        return validate_step(step, self.t) + memory_issues(step, sizes, self.t)
+                shapes[name] = tuple(self.g.values[name].shape)
+        return validate_step(step, self.t) + memory_issues(step, sizes, self.t, shapes)
 
     def npu_or_host(self, n: Node, step, ok: bool, code: ReasonCode | None, msg: str, host) -> None:
         if ok:
@@ -143,6 +145,11 @@ class Lowerer:
                 n, None, "plain", False, ReasonCode.UNSUPPORTED_FUNCTION, f"no {_kind(n)} unit"
             )
             return
+        if a.get("window") is not None:  # a window the unit lacks: before any obligation
+            wi = window_issues(npu_step.place_matmul(self.g, n, None, "plain").step, self.t)
+            if wi:
+                self.place_matmul(n, None, "plain", False, ReasonCode(wi[0].code), wi[0].message)
+                return
         if rq is None:
             self.place_matmul(n, None, "plain")
             return
@@ -195,18 +202,19 @@ class Lowerer:
         self.consts[step.w] = npu_step.weights_array(n)
         if step.bias is not None:
             self.consts[step.bias] = np.asarray(n.attrs["bias"], dtype=np.int32)
+        r = len(nat_shape) - 2  # spatial axes (2: NCHW; 1: a 1-D conv's NCW)
         if cf:
-            self.steps.append(self.transpose_step(n, x, nat_in, (0, 2, 3, 1)))
+            self.steps.append(self.transpose_step(n, x, nat_in, (0, *range(2, r + 2), 1)))
         self.steps.append(step)
         if out is not y:
             if cf:
                 own = Value(
                     f"{y.name}.nchw",
                     y.dtype,
-                    (nat_shape[0], nat_shape[3], nat_shape[1], nat_shape[2]),
+                    (nat_shape[0], nat_shape[-1], *nat_shape[1:-1]),
                 )
                 own = y if own.shape == y.shape else own
-                self.steps.append(self.transpose_step(n, out, own, (0, 3, 1, 2)))
+                self.steps.append(self.transpose_step(n, out, own, (0, r + 1, *range(1, r + 1))))
                 out = own
             if out is not y:
                 self.steps.append(self.reshape_step(n, out, y))

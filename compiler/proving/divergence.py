@@ -20,6 +20,7 @@ from compiler.errors import InternalError
 from compiler.ir.graph import Graph, Node
 from compiler.ir.semantics import is_u8s8
 from compiler.proving.cex import lift_spec
+from prover.conv import any_pair_saturable
 from prover.domain import NUMPY
 from prover.pair_saturation import column_accs, divergent_row, reachable_columns, saturating_row
 from prover.reference import Accumulation
@@ -64,7 +65,17 @@ def saturable_columns(node: Node) -> list[int]:
     """Columns of a u8s8 matmul where some uint8 input row saturates a pair."""
     if node.op not in ("matmul", "fused") or not is_u8s8(node):
         return []
+    if node.attrs.get("window") is not None:
+        # a conv's pair order (ORT's im2col/depthwise kernels) is not modelled: any pair of
+        # two of its products that can saturate counts, in whatever order
+        return [int(j) for j in np.nonzero(any_pair_saturable(node.attrs["w"]))[0]]
     return [int(j) for j in np.nonzero(reachable_columns(node.attrs["w"]))[0]]
+
+
+CONV_PAIR_ORDER = (
+    "ONNX Runtime's pair order for a uint8 x int8 convolution over a window (its im2col "
+    "and depthwise kernels) is not modelled, so the saturating result is not known"
+)
 
 
 def _col_params(node: Node, j: int) -> tuple[np.ndarray, int, int, int]:
@@ -109,6 +120,12 @@ def lowering_block(node: Node, reference: Any) -> str | None:
     cols = saturable_columns(node)
     if not cols:
         return None
+    if node.attrs.get("window") is not None:
+        return (
+            f"under reference {reference.name} two uint8 x int8 products can saturate int16 "
+            f"in {len(cols)} column(s) (first {cols[0]}) of this convolution; "
+            f"{CONV_PAIR_ORDER}; {REMEDY}"
+        )
     return (
         f"under reference {reference.name} uint8 x int8 pairs saturate int16 in "
         f"{len(cols)} column(s) (first {cols[0]}), where the NPU accumulates exactly; "
@@ -136,6 +153,9 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
             continue
         cols = saturable_columns(n)
         if not cols:
+            continue
+        if n.attrs.get("window") is not None:
+            out.append(_conv_finding(n, cols, reference, ref_sat, host_sat, host_text))
             continue
         j = cols[0]
         w, w_zp, a_zp, bias = _col_params(n, j)
@@ -165,3 +185,25 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _conv_finding(
+    n: Node, cols: list[int], reference: Any, ref_sat: bool, host_sat: bool | None, host_text: str
+) -> dict[str, Any]:
+    """The `reference_divergence` finding of a u8s8 conv over a window where two products can
+    saturate int16: no input row is shown, ORT's pair order for convolutions being unknown."""
+    return {
+        "code": ReasonCode.REFERENCE_DIVERGENCE.value,
+        "nodes": list(n.origin),
+        "message": (
+            f"{', '.join(n.origin)}: ONNX Runtime on x86 CPUs without VNNI may sum uint8 x int8 "
+            f"pairs with int16 saturation; two products can saturate in {len(cols)} of "
+            f"{n.attrs['w'].shape[1]} column(s) (first {cols[0]}) of this convolution, and "
+            f"{CONV_PAIR_ORDER} ({host_text}; reference {reference.name} is "
+            f"{'saturating' if ref_sat else 'exact'}); {REMEDY}"
+        ),
+        "column": cols[0],
+        "columns": cols,
+        "host_saturates": host_sat,
+        "reference_saturates": ref_sat,
+    }
