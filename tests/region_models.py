@@ -151,10 +151,20 @@ def matmul_region(
 
 
 def conv_region(
-    kind: str, C_in: int = 8, C_out: int = 4, H: int = 2, W: int = 3
+    kind: str,
+    C_in: int = 8,
+    C_out: int = 4,
+    H: int = 2,
+    W: int = 3,
+    *,
+    kernel: int = 1,
+    group: int = 1,
 ) -> onnx.ModelProto:
-    """`x[1,C_in,H,W] -> 1x1 QLinearConv 'conv' -> u -> region(kind) -> y`."""
-    Wt = weights(C_out, C_in, 1).reshape(C_out, C_in, 1, 1)
+    """`x[1,C_in,H,W] -> QLinearConv 'conv' (1x1, or kernel x kernel with same padding,
+    `group` groups: C_in for depthwise) -> u -> region(kind) -> y`."""
+    cin_g = C_in // group
+    Wt = weights(C_out, cin_g * kernel * kernel, 1).reshape(C_out, cin_g, kernel, kernel)
+    window = {} if kernel == 1 else {"pads": [kernel // 2] * 4, "group": group}
     inits = [
         const("W", Wt, "int8"),
         const("x_s", 0.02, "float32"),
@@ -169,6 +179,7 @@ def conv_region(
             ["x", "x_s", "x_z", "W", "w_s", "w_z", "u_s", "u_z"],
             ["u"],
             name="conv",
+            **window,
         )
     ]
     rn, rc = region(kind)

@@ -66,6 +66,21 @@ def test_region_after_compute_is_proposed_proven_and_equals_ort(kind, build):
     _equal_ort_default(m, r)
 
 
+@pytest.mark.parametrize(
+    "window", [dict(kernel=3), dict(kernel=3, group=8, C_out=8)], ids=["3x3", "depthwise3x3"]
+)
+@pytest.mark.parametrize("kind", ["hardswish", "silu", "qlinear_silu", "gelu_erf"])
+def test_region_after_a_window_conv_is_proven_and_equals_ort(kind, window):
+    """The MobileNet/EfficientNet shapes: a 3x3 or depthwise conv, then HardSwish/SiLU/GELU
+    (issues 22 and 23 together): one fused conv with the region's table, as ORT computes."""
+    m = conv_region(kind, H=5, W=5, **window)
+    r = compile_model(m, "bitwise", FLOAT)
+    (site,) = r.sites
+    assert site.pattern.split("+")[0] == "conv" and site.verdict == "proven", site.reason
+    assert [n.op for n in r.graph.nodes] == ["fused"]
+    _equal_ort_default(m, r)
+
+
 @pytest.mark.parametrize("kind", ["hardswish", "silu", "gelu_erf", "silu_qdq"])
 def test_region_after_a_qdq_conv_is_proven_and_equals_ort(kind):
     """The zoo's form: a QDQ 1x1 conv (a QLinearConv in the graph ORT's default session
