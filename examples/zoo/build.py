@@ -83,6 +83,8 @@ def build(selected: list[zoo_archs.Arch], out: Path, keep_float: bool) -> int:
         entries = {e.file: e for e in manifest.read(out) if (out / e.file).exists()}
     except FileNotFoundError:
         pass
+    header = {"built": datetime.date.today().isoformat()}
+    header.update({f"version_{k}": v for k, v in _versions().items()})
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for a in selected:
@@ -91,7 +93,14 @@ def build(selected: list[zoo_archs.Arch], out: Path, keep_float: bool) -> int:
             names = [i.name for i in a.inputs]
             fdir = float_dir if keep_float else Path(tmp)
             fdir.mkdir(parents=True, exist_ok=True)
-            fmodel = export(a, fdir / f"{a.name}.onnx", sample)
+            try:
+                fmodel = export(a, fdir / f"{a.name}.onnx", sample)
+            except Exception as exc:  # an export that fails loses only its architecture
+                failures += len(a.variants)
+                print(
+                    f"FAILED export of {a.name}: {type(exc).__name__}: {exc}"[:400], file=sys.stderr
+                )
+                continue
             for e in [e for e in entries.values() if e.arch == a.name]:
                 del entries[e.file]
             for v in a.variants:
@@ -104,8 +113,7 @@ def build(selected: list[zoo_archs.Arch], out: Path, keep_float: bool) -> int:
                     continue
                 entries[fname] = manifest.Entry(fname, a.name, a.family, v.name, a.note)
             print(f"{a.name}: {len(a.variants)} variants, {time.perf_counter() - t0:.1f} s")
-    header = {"built": datetime.date.today().isoformat()}
-    header.update({f"version_{k}": v for k, v in _versions().items()})
+            manifest.write(out, list(entries.values()), header)  # a stopped build keeps its list
     manifest.write(out, list(entries.values()), header)
     print(f"{len(entries)} models listed in {out / manifest.NAME}")
     return failures

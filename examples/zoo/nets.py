@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 SEED = 0
+TOKENS = ("input_ids", "attention_mask")
 
 
 def _seeded() -> None:
@@ -130,13 +131,15 @@ def tiny_cnn() -> nn.Module:
 class _HiddenStates(nn.Module):
     """A Hugging Face model returning one tensor (last hidden state, or the LM logits)."""
 
-    def __init__(self, model: nn.Module, field: str) -> None:
+    def __init__(self, model: nn.Module, field: str, names: tuple[str, ...]) -> None:
         super().__init__()
         self.model = model
         self.field = field
+        self.names = names  # the model's keyword for each positional input
 
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
-        return getattr(self.model(*args, return_dict=True), self.field)
+        kw = dict(zip(self.names, args, strict=True))
+        return getattr(self.model(**kw, return_dict=True), self.field)
 
 
 def _bert(layers: int, hidden: int, ffn: int, vocab: int) -> nn.Module:
@@ -152,7 +155,7 @@ def _bert(layers: int, hidden: int, ffn: int, vocab: int) -> nn.Module:
         attn_implementation="eager",
     )
     _seeded()
-    return _HiddenStates(BertModel(cfg, add_pooling_layer=False), "last_hidden_state")
+    return _HiddenStates(BertModel(cfg, add_pooling_layer=False), "last_hidden_state", TOKENS)
 
 
 def bert() -> nn.Module:
@@ -177,7 +180,9 @@ def vit() -> nn.Module:
         attn_implementation="eager",
     )
     _seeded()
-    return _HiddenStates(ViTModel(cfg, add_pooling_layer=False), "last_hidden_state")
+    return _HiddenStates(
+        ViTModel(cfg, add_pooling_layer=False), "last_hidden_state", ("pixel_values",)
+    )
 
 
 def gpt2() -> nn.Module:
@@ -190,7 +195,9 @@ def gpt2() -> nn.Module:
         n_layer=2,
         n_head=2,
         use_cache=False,
+        bos_token_id=0,
+        eos_token_id=0,
         attn_implementation="eager",
     )
     _seeded()
-    return _HiddenStates(GPT2LMHeadModel(cfg), "logits")
+    return _HiddenStates(GPT2LMHeadModel(cfg), "logits", TOKENS)
