@@ -5,6 +5,7 @@
     python3 examples/zoo/build.py --out DIR              # the whole zoo (~190 files)
     python3 examples/zoo/build.py --out DIR --only resnet18 bert
     python3 examples/zoo/build.py --small                # rewrites examples/zoo/small/
+    python3 examples/zoo/build.py --small --check        # exit 1 if a rebuild differs
 
 For each architecture: seeded random weights, BatchNorm statistics warmed on random data
 (train-mode forward passes, then eval), `torch.onnx.export` (opset 17) to
@@ -129,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--list", action="store_true", help="list architectures and variants, build nothing"
     )
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="rebuild into a temporary directory, compare with --out",
+    )
     args = ap.parse_args(argv)
     try:
         selected = zoo_archs.select(args.only, args.small)
@@ -140,7 +146,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     _need_zoo_extra()
     out = args.out or (SMALL_OUT if args.small else DEFAULT_OUT)
+    if args.check:
+        return check(selected, out)
     return 1 if build(selected, out, keep_float=not args.small) else 0
+
+
+def check(selected: list[zoo_archs.Arch], out: Path) -> int:
+    """Rebuild `selected` into a temporary directory; 1 if any model file differs from `out`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if build(selected, Path(tmp), keep_float=False):
+            return 1
+        stale = [
+            f.name
+            for f in sorted(Path(tmp).glob("*.onnx"))
+            if not (out / f.name).exists() or (out / f.name).read_bytes() != f.read_bytes()
+        ]
+    for name in stale:
+        print(f"differs: {out / name}", file=sys.stderr)
+    print(f"{len(stale)} model(s) differ from a rebuild")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
