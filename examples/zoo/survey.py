@@ -41,6 +41,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(
+    1, str(REPO)
+)  # this checkout's npu_backend (reads the programs), not an installed one
 
 import manifest  # noqa: E402
 
