@@ -1,7 +1,7 @@
 """Survey a model zoo: ONNX Runtime, `prover check` and `npuc compile` on every model.
 
     python3 examples/zoo/survey.py DIR [--jobs 2] [--timeout 600] [--only ARCH...] [--json OUT]
-    python3 examples/zoo/survey.py --from-json OUT      # print the tables of an earlier run
+    python3 examples/zoo/survey.py --from-json OUT...   # print the tables of earlier runs
 
 Run it from the repository root: the tools run as `python3 -m compiler.cli.prover` and
 `python3 -m compiler.cli.npuc` with this checkout first on PYTHONPATH, so it measures
@@ -82,6 +82,12 @@ class Result:
     host_ops: int | None = None
     host_op_codes: dict[str, int] = field(default_factory=dict)
     npu_instructions: dict[str, int] = field(default_factory=dict)
+
+    def macs_balance(self) -> bool:
+        """NPU + host MACs of the program equal the model's (True where nothing was compiled)."""
+        if self.npu_macs is None or self.host_macs is None or self.macs is None:
+            return True
+        return self.npu_macs + self.host_macs == self.macs
 
     @property
     def npu_share(self) -> float | None:
@@ -317,7 +323,7 @@ def tables(results: list[Result]) -> str:
             if not err and r.compile.rc != 0:
                 err = r.compile.error
             err = err.replace("|", "\\|")[:140]
-            flag = " (?)" if r.unaccounted else ""
+            flag = " (?)" if r.unaccounted or not r.macs_balance() else ""
             out.append(
                 f"| {r.file[:-5]} | {'ok' if r.ort == 'ok' else 'FAIL'} | {_rc(r.check)} | {_counts(r.check)} | "
                 f"{_rc(r.compile)} | {_share(r)}{flag} | {r.macs if r.macs is not None else '?'} | "
@@ -355,10 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--json", type=Path, help="write every measurement here (default DIR/survey.json)"
     )
-    ap.add_argument("--from-json", type=Path, help="print the tables of an earlier run's JSON")
+    ap.add_argument(
+        "--from-json", type=Path, nargs="+", help="print the tables of earlier runs' JSON (merged)"
+    )
     args = ap.parse_args(argv)
     if args.from_json:
-        print(tables(_load(args.from_json)))
+        print(tables([r for p in args.from_json for r in _load(p)]))
         return 0
     if args.directory is None or not args.directory.is_dir():
         print("error: give the zoo directory (or --from-json FILE)", file=sys.stderr)
@@ -372,6 +380,17 @@ def main(argv: list[str] | None = None) -> int:
     ).stdout.strip()
     results: list[Result] = []
     t0 = time.perf_counter()
+    out = args.json or args.directory / "survey.json"
+
+    def save() -> None:  # after every model, so a stopped survey keeps what it measured
+        doc = {
+            "commit": commit,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "wall_s": round(time.perf_counter() - t0, 1),
+            "results": [asdict(r) for r in results],
+        }
+        out.write_text(json.dumps(doc, indent=1))
+
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [pool.submit(survey_one, e, args.directory, args.timeout) for e in entries]
         for i, f in enumerate(futures, 1):
@@ -385,18 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-    out = args.json or args.directory / "survey.json"
-    out.write_text(
-        json.dumps(
-            {
-                "commit": commit,
-                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "wall_s": round(time.perf_counter() - t0, 1),
-                "results": [asdict(r) for r in results],
-            },
-            indent=1,
-        )
-    )
+            save()
     print(
         f"commit {commit}, {len(results)} models, {time.perf_counter() - t0:.0f} s; JSON in {out}\n"
     )
