@@ -122,3 +122,41 @@ def test_mlp_sigmoid_and_tanh_sites_are_proven():
 )
 def test_prover_check_ends_every_small_zoo_model_cleanly(name):
     _check_ends_cleanly(name)
+
+
+def test_survey_reads_the_tool_error_behind_ort_log_lines_and_folds_names():
+    import survey
+
+    stderr = (
+        "\x1b[0;93m2026-12-01 21:49:13.917996291 [W:onnxruntime:, graph.cc:5809 "
+        "CleanUnusedInitializersAndNodeArgs] Removing initializer 'c'.\x1b[m\n"
+        "\n"
+        "prover: error: node '/rnn/Expand' (Expand): cannot infer the type and shape of 'y'\n"
+        "second line\n"
+    )
+    line, logs = survey._first_error(stderr)
+    assert logs == 1
+    assert (
+        line == "prover: error: node '/rnn/Expand' (Expand): cannot infer the type and shape of 'y'"
+    )
+    other = "prover: error: node '/gru/Expand_3' (Expand): cannot infer the type and shape of 'z'"
+    assert survey.fold(line) == survey.fold(other)
+    assert survey.fold("acc 12 of 3.5") == "acc N of N"
+
+
+@pytest.mark.slow
+def test_survey_measures_small_zoo_models(tmp_path):
+    import shutil
+
+    import survey
+
+    for name in ("mlp__qop_u8s8_pt.onnx", "tiny_lstm__dyn_u8s8_pt.onnx"):
+        shutil.copy(SMALL / name, tmp_path / name)  # no manifest: every *.onnx, arch from the name
+    out = tmp_path / "s.json"
+    assert survey.main([str(tmp_path), "--jobs", "1", "--json", str(out)]) == 0
+    by = {r.file: r for r in survey._load(out)}
+    mlp, lstm = by["mlp__qop_u8s8_pt.onnx"], by["tiny_lstm__dyn_u8s8_pt.onnx"]
+    assert mlp.ort == lstm.ort == "ok"
+    assert mlp.check.rc == 0 and mlp.check.summary["proven"] >= 2 and mlp.compile.rc == 0
+    assert mlp.macs == 18752 and mlp.npu_macs + mlp.host_macs == mlp.macs and mlp.npu_share == 1.0
+    assert lstm.macs == 6208 and lstm.check.rc in (0, 2) and lstm.check.cpu_s > 0
