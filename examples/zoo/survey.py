@@ -266,13 +266,18 @@ def _share(r: Result) -> str:
 
 
 def tables(results: list[Result]) -> str:
-    """Markdown: per-family summary, distinct errors, then one row per model."""
+    """Markdown: a summary per family and per architecture, the distinct errors, then one
+    row per model."""
     by_family: dict[str, list[Result]] = defaultdict(list)
     for r in sorted(results, key=lambda r: (r.family, r.file)):
         by_family[r.family].append(r)
+    by_arch: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    for r in sorted(results, key=lambda r: (r.family, r.arch, r.file)):
+        by_arch[(r.family, r.arch)].append(r)
+    groups = [((f, "all"), rs) for f, rs in by_family.items()] + list(by_arch.items())
     out = [
-        "| family | models | ORT runs | check exit codes | compile exit codes | candidates / proven / refuted / unknown / rejected | NPU MAC share (min–median–max, compiled) | check CPU s (median) | compile CPU s (median) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| family | architecture | models | ORT runs | check exit codes | compile exit codes | candidates / proven / refuted / unknown / rejected | NPU MAC share (min–median–max, compiled) | check CPU s (median) | compile CPU s (median) | models with ORT log lines on stderr |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def hist(rs: list[Run]) -> str:
@@ -283,7 +288,9 @@ def tables(results: list[Result]) -> str:
         xs = sorted(xs)
         return xs[len(xs) // 2] if xs else float("nan")
 
-    for fam, rs in by_family.items():
+    for (fam, arch), rs in groups:
+        if arch == "all" and len({r.arch for r in rs}) == 1:
+            continue  # a family of one architecture: its row below says it all
         tot = Counter()
         for r in rs:
             tot.update(r.check.summary)
@@ -293,9 +300,10 @@ def tables(results: list[Result]) -> str:
             str(tot[k]) for k in ("candidates", "proven", "refuted", "unknown", "rejected")
         )
         out.append(
-            f"| {fam} | {len(rs)} | {sum(r.ort == 'ok' for r in rs)} | {hist([r.check for r in rs])} | "
+            f"| {fam} | {arch} | {len(rs)} | {sum(r.ort == 'ok' for r in rs)} | {hist([r.check for r in rs])} | "
             f"{hist([r.compile for r in rs])} | {counts} | {sh} | "
-            f"{med([r.check.cpu_s for r in rs]):.1f} | {med([r.compile.cpu_s for r in rs]):.1f} |"
+            f"{med([r.check.cpu_s for r in rs]):.1f} | {med([r.compile.cpu_s for r in rs]):.1f} | "
+            f"{sum(bool(r.check.ort_log_lines or r.compile.ort_log_lines) for r in rs)} |"
         )
     errors: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in results:
