@@ -305,21 +305,28 @@ def tables(results: list[Result]) -> str:
             f"{med([r.check.cpu_s for r in rs]):.1f} | {med([r.compile.cpu_s for r in rs]):.1f} | "
             f"{sum(bool(r.check.ort_log_lines or r.compile.ort_log_lines) for r in rs)} |"
         )
-    errors: dict[tuple[str, str], list[str]] = defaultdict(list)
+    # one row per distinct cause: the tool's name is folded too, so a model that both tools
+    # refuse for one reason counts once per tool in the same row
+    errors: dict[str, Counter[str]] = defaultdict(Counter)
+    example: dict[str, str] = {}
     for r in results:
         if r.ort != "ok":
-            errors[("ORT", fold(r.ort))].append(r.ort)
+            errors[fold(r.ort)]["ORT"] += 1
+            example.setdefault(fold(r.ort), r.ort)
         for tool, run in (("check", r.check), ("compile", r.compile)):
             if run.rc not in (0, 1, 3) and (run.error or run.rc is None):
-                errors[(f"{tool} exit {_rc(run)}", fold(run.error))].append(run.error)
+                key = fold(re.sub(r"^(prover|npuc): ", "", run.error))
+                errors[key][f"{tool} exit {_rc(run)}"] += 1
+                example.setdefault(key, run.error)
     out += [
         "",
-        "| count | where | error (quoted names and numbers folded; one example) |",
+        "| models | where | error (quoted names and numbers folded; one example) |",
         "|---|---|---|",
     ]
-    for (where, _), examples in sorted(errors.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        ex = examples[0].replace("|", "\\|")
-        out.append(f"| {len(examples)} | {where} | {ex} |")
+    for key, where in sorted(errors.items(), key=lambda kv: (-max(kv[1].values()), kv[0])):
+        ex = example[key].replace("|", "\\|")
+        wh = ", ".join(f"{k}: {v}" for k, v in sorted(where.items()))
+        out.append(f"| {max(where.values())} | {wh} | {ex} |")
     out += [
         "",
         "| model | ORT | check | cand/prov/ref/unk/rej | compile | NPU MAC share | MACs | host ops | check CPU s | compile CPU s | first error line |",
