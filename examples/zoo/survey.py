@@ -79,6 +79,7 @@ class Result:
     npu_macs: int | None = None
     host_macs: int | None = None
     unaccounted: list[str] = field(default_factory=list)
+    rejected_reasons: dict[str, int] = field(default_factory=dict)  # prover check, by code
     host_ops: int | None = None
     host_op_codes: dict[str, int] = field(default_factory=dict)
     npu_instructions: dict[str, int] = field(default_factory=dict)
@@ -200,7 +201,15 @@ def survey_one(entry: manifest.Entry, directory: Path, timeout: float) -> Result
     )
     if r.check.rc in (0, 1, 3):
         try:
-            r.check.summary = _summary(json.loads(stdout))
+            report = json.loads(stdout)
+            r.check.summary = _summary(report)
+            r.rejected_reasons = dict(
+                Counter(
+                    (x.get("reason") or {}).get("code", "?")
+                    for x in report.get("sites", [])
+                    if x.get("verdict") == "rejected"
+                )
+            )
         except ValueError:
             r.check.error = r.check.error or "stdout is not JSON"
     with tempfile.TemporaryDirectory() as tmp:
@@ -276,8 +285,8 @@ def tables(results: list[Result]) -> str:
         by_arch[(r.family, r.arch)].append(r)
     groups = [((f, "all"), rs) for f, rs in by_family.items()] + list(by_arch.items())
     out = [
-        "| family | architecture | models | ORT runs | check exit codes | compile exit codes | candidates / proven / refuted / unknown / rejected | NPU MAC share (min–median–max, compiled) | check CPU s (median) | compile CPU s (median) | models with ORT log lines on stderr |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| family | architecture | models | ORT runs | check exit codes | compile exit codes | candidates / proven / refuted / unknown / rejected | NPU MAC share (min–median–max, compiled) | rejected by reason | check CPU s (median) | compile CPU s (median) | models with ORT log lines on stderr |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def hist(rs: list[Run]) -> str:
@@ -291,9 +300,12 @@ def tables(results: list[Result]) -> str:
     for (fam, arch), rs in groups:
         if arch == "all" and len({r.arch for r in rs}) == 1:
             continue  # a family of one architecture: its row below says it all
-        tot = Counter()
+        tot: Counter[str] = Counter()
+        why: Counter[str] = Counter()
         for r in rs:
             tot.update(r.check.summary)
+            why.update(r.rejected_reasons)
+        reasons = ", ".join(f"{k}: {v}" for k, v in why.most_common()) or "–"
         shares = sorted(s for r in rs if (s := r.npu_share) is not None)
         sh = f"{shares[0]:.2f}–{med(shares):.2f}–{shares[-1]:.2f}" if shares else "–"
         counts = "/".join(
@@ -301,7 +313,7 @@ def tables(results: list[Result]) -> str:
         )
         out.append(
             f"| {fam} | {arch} | {len(rs)} | {sum(r.ort == 'ok' for r in rs)} | {hist([r.check for r in rs])} | "
-            f"{hist([r.compile for r in rs])} | {counts} | {sh} | "
+            f"{hist([r.compile for r in rs])} | {counts} | {sh} | {reasons} | "
             f"{med([r.check.cpu_s for r in rs]):.1f} | {med([r.compile.cpu_s for r in rs]):.1f} | "
             f"{sum(bool(r.check.ort_log_lines or r.compile.ort_log_lines) for r in rs)} |"
         )
@@ -381,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.from_json:
-        print(tables([r for p in args.from_json for r in _load(p)]))
+        merged = {r.file: r for p in args.from_json for r in _load(p)}  # a later run wins
+        print(tables(list(merged.values())))
         return 0
     if args.directory is None or not args.directory.is_dir():
         print("error: give the zoo directory (or --from-json FILE)", file=sys.stderr)
