@@ -13,8 +13,9 @@ this checkout's code, never an installed copy. For every model of `DIR/manifest.
 - `prover check MODEL --policy bitwise --proofs-mode off --format json` and
   `npuc compile MODEL -o PROGRAM --report R.json --proofs-mode off`, each a fresh process
   with a timeout: exit code, the first line of stderr that is not an ONNX Runtime log
-  line (and how many such log lines came first), the summary counts, CPU seconds and
-  peak RSS of the process;
+  line (and how many such log lines came first), the summary counts, the CPU seconds of
+  the process (peak RSS is not recorded: a child's ru_maxrss starts at its parent's, here
+  the survey's own, across fork and exec);
 - if the compile succeeded, the share of the model's conv/matmul MACs that the program
   runs on the NPU (macs.py: the report does not give MACs), the MACs left on the host and
   the number of host ops the report lists.
@@ -60,7 +61,6 @@ class Run:
     ort_log_lines: int = 0  # ORT log lines on stderr before it
     cpu_s: float = 0.0
     wall_s: float = 0.0
-    max_rss_mb: float = 0.0
     summary: dict[str, int] = field(default_factory=dict)
 
 
@@ -148,7 +148,6 @@ def run_tool(args: list[str], timeout: float) -> tuple[Run, str]:
     run.wall_s = wall
     if ru is not None:
         run.cpu_s = ru.ru_utime + ru.ru_stime
-        run.max_rss_mb = ru.ru_maxrss / 1024
     return run, stdout
 
 
@@ -373,8 +372,9 @@ def _entries(directory: Path) -> list[manifest.Entry]:
 def _load(path: Path) -> list[Result]:
     results = []
     for d in json.loads(path.read_text())["results"]:
-        d["check"] = Run(**d["check"])
-        d["compile"] = Run(**d["compile"])
+        known = set(Run.__dataclass_fields__)
+        d["check"] = Run(**{k: v for k, v in d["check"].items() if k in known})
+        d["compile"] = Run(**{k: v for k, v in d["compile"].items() if k in known})
         results.append(Result(**d))
     return results
 
