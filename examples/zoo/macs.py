@@ -54,7 +54,7 @@ def node_macs(node: onnx.NodeProto, shape: dict[str, tuple[int, ...]]) -> int:
     return 0
 
 
-def _feeds(session) -> dict[str, np.ndarray]:
+def valid_feeds(session) -> dict[str, np.ndarray]:
     """Valid inputs: zeros for integer inputs (token ids 0, masks 0), normal floats otherwise."""
     rng = np.random.default_rng(0)
     types = {
@@ -105,7 +105,7 @@ def tensor_shapes(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, tup
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    feeds = _feeds(s)
+    feeds = valid_feeds(s)
     for n in wanted:
         if n in feeds:
             out[n] = tuple(feeds[n].shape)

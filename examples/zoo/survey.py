@@ -154,13 +154,13 @@ def run_tool(args: list[str], timeout: float) -> tuple[Run, str]:
 def ort_check(path: Path) -> str:
     """'ok' if ONNX Runtime (default session) loads and runs the model once, else the error."""
     import onnxruntime as ort
-    from macs import _feeds
+    from macs import valid_feeds
 
     try:
         so = ort.SessionOptions()
         so.log_severity_level = 3
         s = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        s.run(None, _feeds(s))
+        s.run(None, valid_feeds(s))
         return "ok"
     except Exception as exc:  # the survey records what ORT said
         return str(exc).strip().splitlines()[0][:200]
