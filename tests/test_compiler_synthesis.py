@@ -104,6 +104,7 @@ def test_without_a_declared_space_rounding_stays_refuted():
     assert all("synthesised" not in summary(s) for s in r.sites)
 
 
+@pytest.mark.slow  # the default run keeps a fast sample of this group (README: test time)
 def test_per_column_tables_are_proven_but_stay_on_the_host():
     r = compile_model(DIGITS / "digits_matmul_qop_s8s8_pt.onnx", "bitwise", FIXED)
     assert [s.verdict for s in r.sites] == ["proven", "proven"]

@@ -42,6 +42,7 @@ def test_fixture_uses_the_old_import(old_case: Path):
     assert "from compiler import replay\n" in mod.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # the default run keeps a fast sample of this group (README: test time)
 def test_old_emitted_test_still_passes(old_case: Path):
     r = run_pytest(old_case)
     assert r.returncode == 0, r.stdout + r.stderr

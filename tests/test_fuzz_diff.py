@@ -109,6 +109,7 @@ def test_half_step_inputs_hit_rounding_thresholds():
     pytest.fail("no per-tensor QLinearMatMul model with half-step rows in the first 40")
 
 
+@pytest.mark.slow  # the default run keeps a fast sample of this group (README: test time)
 def test_command_line_prints_the_table(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "bench.fuzz_diff", "--models", "2", "--seed", "5"],

@@ -23,7 +23,7 @@ def _scales(rng: np.random.Generator, n: int) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("out", ["int8", "uint8", "int16"])
+@pytest.mark.parametrize("out", ["int8", "uint8", pytest.param("int16", marks=pytest.mark.slow)])
 def test_staircase_equals_float_on_thresholds_and_random(rng, out):
     t = int_type(out)
     checked = 0

@@ -56,6 +56,7 @@ def test_two_workers_give_the_same_verdicts_as_one():
     assert isinstance(two[4], VacuousObligation)
 
 
+@pytest.mark.slow  # the default run keeps a fast sample of this group (README: test time)
 def test_cli_jobs_does_not_change_the_report(tmp_path):
     reports = []
     for jobs in ("1", "2"):
@@ -105,6 +106,7 @@ def _slow_start_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
 
 
+@pytest.mark.slow  # the default run keeps a fast sample of this group (README: test time)
 def test_a_worker_still_starting_delays_neither_the_batch_nor_the_exit(tmp_path):
     """--jobs 2 on a 512-column model (workers started early): the worker never becomes
     ready; the process decides everything itself and exits at once (terminating it),

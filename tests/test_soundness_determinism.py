@@ -111,7 +111,7 @@ def _prover_json(tmp: Path, *extra: str) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("target", ["npu_float", "npu_fixed"])
+@pytest.mark.parametrize("target", ["npu_float", pytest.param("npu_fixed", marks=pytest.mark.slow)])
 def test_two_cli_runs_give_identical_reports(tmp_path, target):
     # rounding only: the showcase's npu_fixed sites are refuted (synthesis would prove them)
     a = _prover_json(tmp_path, "--target", target, "--no-synthesize")
