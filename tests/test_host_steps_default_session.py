@@ -47,6 +47,23 @@ def _model(nodes, inits, x, y, ms: bool = False) -> onnx.ModelProto:
     return m
 
 
+def _layer_norm(x: str, out: str) -> list[onnx.NodeProto]:
+    """A layer norm over the last axis written out as ops (`two`, `eps`, `gamma`, `beta`
+    initializers), as exporters write it."""
+    mk = oh.make_node
+    return [
+        mk("ReduceMean", [x], ["mu"], axes=[-1], name="rm1"),
+        mk("Sub", [x, "mu"], ["d"], name="sub"),
+        mk("Pow", ["d", "two"], ["d2"], name="pow"),
+        mk("ReduceMean", ["d2"], ["var"], axes=[-1], name="rm2"),
+        mk("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        mk("Sqrt", ["ve"], ["sd"], name="sqrt"),
+        mk("Div", ["d", "sd"], ["nrm"], name="div"),
+        mk("Mul", ["nrm", "gamma"], ["g"], name="mul"),
+        mk("Add", ["g", "beta"], [out], name="add_b"),
+    ]
+
+
 def layer_norm_after_qlinear_matmul(rows: int = 256, k: int = 16, n: int = 64) -> onnx.ModelProto:
     """X int8 -> QLinearMatMul -> DequantizeLinear -> layer norm written out as ops ->
     QuantizeLinear (ORT's default session fuses the norm: SimplifiedLayerNormalization)."""
@@ -70,15 +87,7 @@ def layer_norm_after_qlinear_matmul(rows: int = 256, k: int = 16, n: int = 64) -
     nodes = [
         mk("QLinearMatMul", ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz"], ["q"], name="mm"),
         mk("DequantizeLinear", ["q", "ys", "yz"], ["f"], name="dq"),
-        mk("ReduceMean", ["f"], ["mu"], axes=[-1], name="rm1"),
-        mk("Sub", ["f", "mu"], ["d"], name="sub"),
-        mk("Pow", ["d", "two"], ["d2"], name="pow"),
-        mk("ReduceMean", ["d2"], ["var"], axes=[-1], name="rm2"),
-        mk("Add", ["var", "eps"], ["ve"], name="add_eps"),
-        mk("Sqrt", ["ve"], ["sd"], name="sqrt"),
-        mk("Div", ["d", "sd"], ["nrm"], name="div"),
-        mk("Mul", ["nrm", "gamma"], ["g"], name="mul"),
-        mk("Add", ["g", "beta"], ["b"], name="add_b"),
+        *_layer_norm("f", "b"),
         mk("QuantizeLinear", ["b", "os", "oz"], ["y"], name="q_out"),
     ]
     return _model(nodes, inits, (TP.INT8, [rows, k]), (TP.INT8, [rows, n]))
@@ -103,15 +112,7 @@ def float_layer_norm_before_qlinear_matmul(rows: int = 256, n: int = 64) -> onnx
     ]
     mk = oh.make_node
     nodes = [
-        mk("ReduceMean", ["x"], ["mu"], axes=[-1], name="rm1"),
-        mk("Sub", ["x", "mu"], ["d"], name="sub"),
-        mk("Pow", ["d", "two"], ["d2"], name="pow"),
-        mk("ReduceMean", ["d2"], ["var"], axes=[-1], name="rm2"),
-        mk("Add", ["var", "eps"], ["ve"], name="add_eps"),
-        mk("Sqrt", ["ve"], ["sd"], name="sqrt"),
-        mk("Div", ["d", "sd"], ["nrm"], name="div"),
-        mk("Mul", ["nrm", "gamma"], ["g"], name="mul"),
-        mk("Add", ["g", "beta"], ["b"], name="add_b"),
+        *_layer_norm("x", "b"),
         mk("QuantizeLinear", ["b", "qs", "qz"], ["q"], name="q_in"),
         mk("QLinearMatMul", ["q", "qs", "qz", "W", "ws", "wz", "ys", "yz"], ["y"], name="mm"),
     ]

@@ -16,23 +16,17 @@ import prover
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+
+
 @pytest.mark.parametrize("module", ["prover", "npuc"])
 def test_python_dash_m_runs_the_command(module: str) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", module, "--version"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    r = _run("-m", module, "--version")
     assert r.returncode == 0 and r.stdout.strip() == f"{module} {prover.__version__}", r
-    bad = subprocess.run(
-        [sys.executable, "-m", module, "--no-such-option"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    bad = _run("-m", module, "--no-such-option")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 

@@ -89,14 +89,12 @@ def conv_window(
     return win
 
 
-@converter("", "QLinearConv", since=10, attributes=CONV_ATTRIBUTES, host_fallback=True)
-def qlinear_conv(ctx: BuildContext, n: onnx.NodeProto) -> None:
-    """QLinearConv: a matmul over the window (a pointwise one over channels), NCHW."""
-    ort_kernel_types(ctx, n, 3, 7)
-    ctx.positive_scales(n, {1: "x_scale", 4: "w_scale", 6: "y_scale"})  # before any form
+def _operands(ctx: BuildContext, n: onnx.NodeProto, w_index: int):
+    """(activation type, input value, constant 8-bit weights, window) of a QLinearConv or
+    ConvInteger, their shapes checked against each other and the group count."""
     at = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
     x = ctx.value(n, n.input[0])
-    W = ctx.const(n, 3, "weights")
+    W = ctx.const(n, w_index, "weights")
     if W.dtype.name not in EIGHT_BIT:
         raise ctx.fail(n, f"weights have type {W.dtype.name}; supported: int8, uint8")
     if W.ndim not in (3, 4) or len(x.shape) != W.ndim:
@@ -111,6 +109,16 @@ def qlinear_conv(ctx: BuildContext, n: onnx.NodeProto) -> None:
         raise ctx.bad(
             n, f"input shape {list(x.shape)} does not match weights {list(W.shape)} in {g} group(s)"
         )
+    return at, x, W, win
+
+
+@converter("", "QLinearConv", since=10, attributes=CONV_ATTRIBUTES, host_fallback=True)
+def qlinear_conv(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """QLinearConv: a matmul over the window (a pointwise one over channels), NCHW."""
+    ort_kernel_types(ctx, n, 3, 7)
+    ctx.positive_scales(n, {1: "x_scale", 4: "w_scale", 6: "y_scale"})  # before any form
+    at, x, W, win = _operands(ctx, n, 3)
+    g = win.group
     pointwise = (
         W.ndim == 4
         and g == 1
@@ -160,24 +168,7 @@ def qlinear_conv(ctx: BuildContext, n: onnx.NodeProto) -> None:
 def conv_integer(ctx: BuildContext, n: onnx.NodeProto) -> None:
     """ConvInteger with constant 8-bit weights: a `matmul` over the window (NCHW) with the
     int32 accumulator as output (zero points scalar, or w per output channel)."""
-    at = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
-    x = ctx.value(n, n.input[0])
-    W = ctx.const(n, 1, "weights")
-    if W.dtype.name not in EIGHT_BIT:
-        raise ctx.fail(n, f"weights have type {W.dtype.name}; supported: int8, uint8")
-    if W.ndim not in (3, 4) or len(x.shape) != W.ndim:
-        raise ctx.fail(
-            n,
-            f"only 1-D and 2-D convs are read, got input {list(x.shape)}, weights {list(W.shape)}",
-        )
-    attrs = ctx.attrs(n)
-    win = conv_window(ctx, n, attrs, tuple(x.shape[2:]), tuple(W.shape[2:]), int(x.shape[1]))
-    if x.shape[1] != W.shape[1] * win.group or W.shape[0] % win.group:
-        raise ctx.bad(
-            n,
-            f"input shape {list(x.shape)} does not match weights {list(W.shape)} in "
-            f"{win.group} group(s)",
-        )
+    at, x, W, win = _operands(ctx, n, 1)
     ctx.w_dtype = W.dtype.name
     w = W.reshape(W.shape[0], -1).T.astype(np.int64)
     N = w.shape[1]
