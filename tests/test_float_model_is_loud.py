@@ -5,6 +5,7 @@ ops and the missing quantize step, a one-line warning, and a gate that fails wit
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,16 @@ def test_a_partly_quantized_model_says_which_part() -> None:
     g, _ = to_ir(FLOAT[0])
     f = float_compute_finding(g)
     assert f is not None and f["message"].startswith("the model is not quantized: 3 compute ops")
+
+
+def test_a_qdq_group_ort_keeps_in_float_is_named_as_such() -> None:
+    """A quantized (QDQ) Conv whose float weights ORT quantizes without making an integer
+    kernel: float compute, but the model is not 'unquantized' and the advice says so."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_host_steps_default_session import qdq_float_conv
+
+    g, _ = to_ir(qdq_float_conv())
+    f = float_compute_finding(g)
+    assert f is not None and f["float_ops"] == [{"node": "conv", "op": "Conv", "qdq": True}]
+    assert f["message"].startswith("ONNX Runtime's default session runs 1 quantized (QDQ)")
+    assert "not quantized" not in f["message"]
