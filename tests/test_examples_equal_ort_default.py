@@ -49,9 +49,9 @@ ZOO = [
         id=p.stem,
         marks=[pytest.mark.xfail(strict=True, reason=ZOO_REFUSED)]
         if p.name.startswith("tiny_bert")
-        else [],
+        else ([pytest.mark.slow] if k % 2 else []),  # every other one in the default run
     )
-    for p in sorted((ROOT / "examples" / "zoo" / "small").glob("*.onnx"))
+    for k, p in enumerate(sorted((ROOT / "examples" / "zoo" / "small").glob("*.onnx")))
 ]
 
 

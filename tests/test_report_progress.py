@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import time
 
+import pytest
+
 from compiler.report.progress import Progress
 
 
@@ -44,6 +46,7 @@ def test_spinner_without_totals():
         assert "checking" in p.line() and "[" not in p.line()
 
 
+@pytest.mark.slow  # the default run keeps a fast sample of this group (README: test time)
 def test_real_command_draws_on_a_terminal_only():
     """`prover check` with stderr on a pseudo-terminal draws the bar; with a pipe it does not."""
     import os

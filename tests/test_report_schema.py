@@ -111,7 +111,6 @@ def test_indent_rejects_a_negative_value(capsys):
 # per-tensor, float); the other digits models (the per-channel ones synthesise parameters
 # per group: about 12 s of CPU each) under -m slow.
 DIGITS_SAMPLE = {
-    "digits_matmul_qop_u8s8_pc.onnx",
     "digits_gemm_qdq_s8s8_pt.onnx",
     "digits_matmul_float.onnx",
 }

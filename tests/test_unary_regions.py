@@ -69,7 +69,15 @@ def test_region_after_compute_is_proposed_proven_and_equals_ort(kind, build):
 @pytest.mark.parametrize(
     "window", [dict(kernel=3), dict(kernel=3, group=8, C_out=8)], ids=["3x3", "depthwise3x3"]
 )
-@pytest.mark.parametrize("kind", ["hardswish", "silu", "qlinear_silu", "gelu_erf"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "hardswish",
+        "silu",
+        pytest.param("qlinear_silu", marks=pytest.mark.slow),
+        pytest.param("gelu_erf", marks=pytest.mark.slow),
+    ],
+)
 def test_region_after_a_window_conv_is_proven_and_equals_ort(kind, window):
     """The MobileNet/EfficientNet shapes: a 3x3 or depthwise conv, then HardSwish/SiLU/GELU
     (issues 22 and 23 together): one fused conv with the region's table, as ORT computes."""
