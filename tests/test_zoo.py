@@ -223,3 +223,18 @@ def test_process_workers_that_die_or_hang_are_retried_once_then_unknown(tmp_path
         assert by["multi_user.onnx"].status == "unknown"
         assert by["multi_user.onnx"].result["reason"] == why
         assert report.zoo_json(run)["summary"]["exit_code"] == 3
+
+
+def test_require_quantized_fails_the_zoo_on_a_float_model(tmp_path):
+    """`--require-quantized` reaches every task, and a task's exit 7 fails the zoo (it
+    was dropped on the way and the zoo passed)."""
+    d = tmp_path / "zoo"
+    d.mkdir()
+    shutil.copy(EXAMPLES / "digits" / "digits_matmul_float.onnx", d)
+    specs = load(str(d), Defaults())
+    loud = run_zoo(specs, RunSettings(), workers=1, processes=False)
+    assert report.zoo_exit_code(loud, []) == 0
+    gate = run_zoo(specs, RunSettings(require_quantized=True), workers=1, processes=False)
+    assert report.zoo_exit_code(gate, []) == 7
+    r = prover("zoo", str(d), "--no-processes", "--workers", "1", "--require-quantized")
+    assert r.returncode == 7, r.stdout + r.stderr

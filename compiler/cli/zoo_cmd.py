@@ -150,6 +150,7 @@ def zoo(args: argparse.Namespace) -> int:
         solver=args.solver,
         synthesis=args.synthesize,
         schedule_strategy=args.schedule_strategy,
+        require_quantized=args.require_quantized,
     )
     run = run_zoo(
         specs,

@@ -22,8 +22,14 @@ from compiler.zoo.run import ZooRun
 
 SCHEMA_VERSION = 1  # of compiler/zoo/schema.json
 VERDICTS = tuple(str(v) for v in Status)  # the summary keys, in the reports' order
-# over the tasks: the first code present wins
-PRECEDENCE = (ExitCode.REFUTED, ExitCode.BAD_INPUT, ExitCode.PROOF_MISSING, ExitCode.UNKNOWN)
+# over the tasks: the first code present wins (a task code not listed still fails the zoo)
+PRECEDENCE = (
+    ExitCode.REFUTED,
+    ExitCode.BAD_INPUT,
+    ExitCode.PROOF_MISSING,
+    ExitCode.FLOAT_COMPUTE,
+    ExitCode.UNKNOWN,
+)
 
 
 def obligation_figures(run: ZooRun) -> dict[str, Any]:
@@ -54,7 +60,8 @@ def zoo_exit_code(run: ZooRun, changes: list[Change]) -> ExitCode:
     for c in PRECEDENCE:
         if int(c) in codes:
             return c
-    return ExitCode.OK
+    failed = sorted(c for c in codes if c != ExitCode.OK)
+    return ExitCode(failed[0]) if failed else ExitCode.OK
 
 
 def _task_json(o: Any, changes: list[Change], where: str) -> dict[str, Any]:

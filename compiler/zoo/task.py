@@ -29,6 +29,7 @@ class RunSettings:
     solver: str = "auto"
     synthesis: bool = True
     schedule_strategy: str = "early"
+    require_quantized: bool = False  # --require-quantized (always on in a read-only gate)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,6 +59,7 @@ def run_task(spec: TaskSpec, settings: RunSettings) -> dict[str, Any]:
         reference=spec.reference,
         schedule_strategy=settings.schedule_strategy,
         synthesis=settings.synthesis,
+        require_quantized=settings.require_quantized,
     )
     try:
         run = run_pipeline(spec.model, opts)
