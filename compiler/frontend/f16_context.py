@@ -95,7 +95,7 @@ def decorated_groups(g: onnx.GraphProto, single_use) -> dict[str, tuple[list[onn
     return out
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=8)  # keys hold whole models: a few per check, not a zoo's worth
 def ort_graph(model_bytes: bytes, level: str, what: str = "float16 QDQ groups") -> bytes:
     """The serialised graph ONNX Runtime runs for `model_bytes` at `level` ("off",
     "extended" or "default"). Raises `FrontendError` naming `what` when ORT cannot load it.

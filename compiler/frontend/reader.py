@@ -341,18 +341,12 @@ def to_ir(
             raise FrontendError(
                 f"opset domain '{o.domain}' is not supported (ONNX Runtime cannot run it)"
             )
-    if str(getattr(reference, "qdq_reading", "float")) == "integer":
-        r = integer_reading(m)
-        if r is not m:
-            dyn = dynamic_inputs(m)
-            _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
-            m = validate_ort_graph(r).proto
-    else:
-        r = float_reading(m)
-        if r is not m:
-            dyn = dynamic_inputs(m)
-            _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
-            m = validate_ort_graph(r).proto
+    integer = str(getattr(reference, "qdq_reading", "float")) == "integer"
+    r = (integer_reading if integer else float_reading)(m)
+    if r is not m:  # ORT's graph is read; the user's own is read first, to name its nodes
+        dyn = dynamic_inputs(m)
+        _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
+        m = validate_ort_graph(r).proto
     dynamic = dynamic_inputs(m)
     built: dict[int, Graph] = {}  # batch size -> the IR built at it (each built once)
     if dynamic:
