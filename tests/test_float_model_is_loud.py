@@ -66,3 +66,14 @@ def test_a_qdq_group_ort_keeps_in_float_is_named_as_such() -> None:
     assert f is not None and f["float_ops"] == [{"node": "conv", "op": "Conv", "qdq": True}]
     assert f["message"].startswith("ONNX Runtime's default session runs 1 quantized (QDQ)")
     assert "not quantized" not in f["message"]
+
+
+def test_the_library_carries_the_finding_too() -> None:
+    """`compile_model` callers (not only the CLIs) get the finding, from the gate pass."""
+    from compiler.api import compile_model
+
+    r = compile_model(FLOAT[0], "bitwise", proofs_mode="off")
+    assert r.context is not None
+    assert [f["code"] for f in r.context.findings] == ["float_compute"]
+    q = compile_model(QUANTIZED, "bitwise", proofs_mode="off")
+    assert q.context is not None and not q.context.findings

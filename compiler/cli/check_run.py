@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from compiler.cli.common import UsageError, check_model_file, resolve_target, tool_version
 from compiler.cli.inputs_read import InputsRead
-from compiler.ir.float_compute import float_compute_finding
 from compiler.ir.site import Diagnostic
 from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
@@ -172,9 +171,6 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         require_quantized=opts.require_quantized or opts.proofs_mode == "ro",
         macs=mac_counts(result),
     )
-    floats = float_compute_finding(result.original) if result.original is not None else None
-    if floats is not None:
-        report.findings.append(floats)
     misses = missing_proofs(result, store)
     report.proof_misses = [why for _, why in misses]
     report.proof_records = served_records(result)

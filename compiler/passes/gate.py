@@ -12,6 +12,7 @@ model. Unknown is never a pass.
 from __future__ import annotations
 
 from compiler.ir.context import Context
+from compiler.ir.float_compute import float_compute_finding
 from compiler.ir.fuse import apply_site
 from compiler.ir.graph import Graph
 from compiler.ir.policy_scope import effective_policy
@@ -190,8 +191,11 @@ def _decidable(site: Site, ctx: Context) -> bool:
 
 def run(g: Graph, ctx: Context) -> Graph:
     st = ctx.state
+    findings = []
     if any(divergence.saturable_columns(n) for n in g.nodes if n.op == "matmul"):
-        st.findings = divergence.findings(g, ctx.config.reference, _host_profile_or_none())
+        findings = divergence.findings(g, ctx.config.reference, _host_profile_or_none())
+    floats = float_compute_finding(g)  # a float model is loud for every caller, not only a CLI
+    st.findings = findings + ([floats] if floats is not None else [])
     pending = [s for s in st.sites if s.verdict is None]
     if ctx.config.jobs > 1:  # every site's obligations at once, so workers get enough work
         obs: list[SiteObligation] = []
