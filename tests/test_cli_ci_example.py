@@ -1,4 +1,4 @@
-"""The shipped CI examples work: the GitHub Actions job, the GitLab CI jobs, the pre-commit hook.
+"""The shipped CI examples work: the GitHub Actions job and action, GitLab CI, the pre-commit hook.
 
 Every `prover` command in them is a valid invocation of the real argument parser (with the
 workflow's variables expanded), the gate loop checks every model even when one fails and
@@ -23,6 +23,8 @@ yaml = pytest.importorskip("yaml")
 GITHUB = EXAMPLES / "ci" / "prover-gate.yml"
 GITLAB = EXAMPLES / "ci" / "gitlab-ci.yml"
 HOOKS = REPO / ".pre-commit-hooks.yaml"
+ACTION = REPO / "action.yml"
+ACTION_MODELS = "examples/matmul_sigmoid.onnx examples/double_activation.onnx"  # a caller's
 SHELL_ENDS = ("||", "&&", ">>", ">", "|", ";")
 
 
@@ -34,10 +36,19 @@ def _gitlab() -> dict:
     return yaml.safe_load(GITLAB.read_text())
 
 
+def _action() -> tuple[dict, dict[str, str]]:
+    """The action and the variables its gate step sees (its inputs' defaults, a caller's models)."""
+    action = yaml.safe_load(ACTION.read_text())
+    env = {"GATE_MODELS": ACTION_MODELS, "GATE_OPTIONS": action["inputs"]["options"]["default"]}
+    return action, env
+
+
 def _scripts() -> list[tuple[str, dict[str, str]]]:
-    """(script text, its variables) of every GitHub step and GitLab job."""
+    """(script text, its variables) of every GitHub step, action step and GitLab job."""
     gh = _github()
     out = [(s.get("run", ""), gh["env"]) for job in gh["jobs"].values() for s in job["steps"]]
+    action, env = _action()
+    out += [(s.get("run", ""), env) for s in action["runs"]["steps"]]
     gl = _gitlab()
     for job in gl.values():
         if isinstance(job, dict) and "script" in job:
@@ -110,6 +121,20 @@ def test_github_job_caches_pip_keeps_sarif_and_writes_the_summary():
     assert all("!cancelled()" in s.get("if", "") for s in after_gate)  # run when the gate fails
 
 
+def test_action_is_composite_and_uploads_sarif_whatever_the_outcome():
+    action, _ = _action()
+    assert action["runs"]["using"] == "composite" and action["inputs"]["models"]["required"]
+    steps = action["runs"]["steps"]
+    assert all(s.get("shell") == "bash" for s in steps if "run" in s)  # composite runs need it
+    upload = next(s for s in steps if "upload-sarif" in s.get("uses", ""))
+    assert "!cancelled()" in upload["if"] and upload["with"]["sarif_file"] == "sarif"
+    gh_gate = next(
+        s["run"] for s in _github()["jobs"]["gate"]["steps"] if "for model" in s.get("run", "")
+    )
+    act_gate = next(s["run"] for s in steps if "for model" in s.get("run", ""))
+    assert act_gate == gh_gate  # one loop, in the example job and in the action
+
+
 def test_gitlab_job_keeps_junit_reports_always():
     job = _gitlab()["prover-gate"]
     assert job["artifacts"]["when"] == "always"
@@ -121,10 +146,16 @@ def _gate_loops() -> list[tuple[str, str, dict[str, str]]]:
     gh, gl = _github(), _gitlab()
     gh_gate = next(s["run"] for s in gh["jobs"]["gate"]["steps"] if "for model" in s.get("run", ""))
     gl_gate = "\n".join(gl["prover-gate"]["script"])  # one shell runs a job's lines
-    return [("github", gh_gate, gh["env"]), ("gitlab", gl_gate, gl["variables"])]
+    action, env = _action()
+    act_gate = next(s["run"] for s in action["runs"]["steps"] if "for model" in s.get("run", ""))
+    return [
+        ("github", gh_gate, gh["env"]),
+        ("gitlab", gl_gate, gl["variables"]),
+        ("action", act_gate, env),
+    ]
 
 
-@pytest.mark.parametrize("which,script,env", _gate_loops(), ids=["github", "gitlab"])
+@pytest.mark.parametrize("which,script,env", _gate_loops(), ids=["github", "gitlab", "action"])
 def test_gate_loop_checks_every_model_when_one_fails(which, script, env, tmp_path):
     """Under the CI shell's `-eo pipefail`, with a `prover` that fails on the second model:
     every model is still checked in every format, and the step fails."""
@@ -136,27 +167,27 @@ def test_gate_loop_checks_every_model_when_one_fails(which, script, env, tmp_pat
         'echo "$*" >> "$PROVER_LOG"\n'
         'prev=""; for a in "$@"; do [ "$prev" = "-o" ] && echo report > "$a"; prev="$a"; done\n'
         'echo "report of $2"\n'
-        'case "$2" in *matmul_clip_sigmoid*) exit 1;; esac\n'
+        '[ "$2" = "$FAIL_MODEL" ] && exit 1\n'
+        "exit 0\n"
     )
     shim.chmod(0o755)
     models = env["GATE_MODELS"].split()
     run_env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PROVER_LOG=str(tmp_path / "log"),
                    GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"), GATE_MODELS=env["GATE_MODELS"],
-                   GATE_OPTIONS=env["GATE_OPTIONS"])  # fmt: skip
+                   GATE_OPTIONS=env["GATE_OPTIONS"], FAIL_MODEL=models[1])  # fmt: skip
     r = subprocess.run(
         ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
         cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 1, r.stdout + r.stderr
     log = (tmp_path / "log").read_text().splitlines()
-    per_model = {"github": 3, "gitlab": 1}[which]
+    per_model = {"github": 3, "gitlab": 1, "action": 3}[which]
     assert len(log) == per_model * len(models)
     assert [line.split()[1] for line in log[::per_model]] == models
     kept = sorted(p.name for p in tmp_path.glob("*/*") if p.parent.name in ("sarif", "junit"))
-    assert kept == sorted(
-        f"{Path(m).stem}.{'sarif' if which == 'github' else 'xml'}" for m in models
-    )
-    if which == "github":
+    ext = "xml" if which == "gitlab" else "sarif"
+    assert kept == sorted(f"{Path(m).stem}.{ext}" for m in models)
+    if which != "gitlab":
         assert (tmp_path / "summary.md").read_text().count("report of") == len(models)
 
 
