@@ -4,7 +4,7 @@ CPU time (this process's, plus that of the subprocesses a test ran and waited fo
 not depend on what else the machine is doing, unlike `--durations`, so it is what the
 suite's time budget is measured in. Setup (e.g. a module fixture) counts for the test
 that triggered it. The total is printed too: the default suite should stay well under
-its budget of 3 minutes on 2 cores (README, "Quick start").
+its budget of 3 minutes on 2 cores (README, "Quick start"; `docs/testing.md`).
 """
 
 from __future__ import annotations

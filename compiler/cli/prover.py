@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 PROG = "prover"
 # format -> renderer module (compiler.report.<format>), imported only for the chosen format
-RENDERERS = ("text", "json", "sarif", "junit", "markdown")
+RENDERERS = ("text", "json", "sarif", "junit", "markdown", "github")
 FORMATS = sorted([*RENDERERS, "html"])  # html is rendered from the whole run (graph, plots)
 EXIT_HELP = """exit codes:
   0  every candidate site decided and none refuted
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FORMATS,
         default="text",
         help="report format (html: one self-contained file with the graph and plots; needs "
-        "the 'report' extra)",
+        "the 'report' extra; github: GitHub Actions annotations, one per finding)",
     )
     add_indent_option(c, "JSON")
     c.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
