@@ -130,7 +130,8 @@ def _compile_run(m, target=FLOAT, seeds=(0, 1, 2)):
     prog = codegen.generate(r.lowered, target)
     for seed in seeds:
         feed = random_inputs(m, seed, extremes=seed == 2)
-        want = dict(zip([o.name for o in m.graph.output], session(m, "default").run(None, feed)))
+        outs = session(m, "default").run(None, feed)
+        want = dict(zip([o.name for o in m.graph.output], outs, strict=True))
         got, _ = simulator.run(prog, feed)
         ir = run_graph(r.original, feed)
         for k, v in want.items():
