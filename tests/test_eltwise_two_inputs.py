@@ -207,3 +207,34 @@ def test_unit_rounding_other_than_the_hosts_is_refuted_and_stays_on_the_host():
     assert not _eltwise_steps(r)
     d = _host_diag(r)
     assert d.code == "refuted" and "lowering obligation" in d.message
+
+
+def test_activation_after_the_op_is_proposed_proven_and_fused():
+    m = eltwise_model(activation="Sigmoid", zps=(0, 255, 128))
+    r, prog = _compile_run(m)
+    (site,) = r.sites
+    assert site.pattern == "qlinearadd+sigmoid" and site.verdict == "proven" and site.applied
+    (step,) = _eltwise_steps(r)
+    assert step.lut is not None and step.out == "y"
+    (ins,) = [i for i in prog.instructions if isinstance(i, Eltwise)]
+    assert ins.table_slot is not None  # one instruction: the add and its table
+
+
+def test_activation_of_a_value_used_twice_is_not_fused():
+    m = eltwise_model("QLinearMul", activation="Sigmoid", extra_user=True, b_shape=(1, 8, 1, 1))
+    r, _ = _compile_run(m)
+    (site,) = r.sites
+    assert site.verdict == "rejected" and site.reason.code == "multiple_users"
+    (step,) = _eltwise_steps(r)
+    assert step.lut is None  # the op itself still runs on the NPU, the table beside it
+
+
+def test_activation_the_unit_lacks_stays_a_separate_op():
+    caps = dataclasses.replace(FLOAT.eltwise, functions=frozenset({"tanh"}))
+    r, _ = _compile_run(
+        eltwise_model(activation="Sigmoid"), dataclasses.replace(FLOAT, eltwise=caps), (0,)
+    )
+    (site,) = r.sites
+    assert site.verdict == "rejected" and site.reason.code == "unsupported_function"
+    (step,) = _eltwise_steps(r)
+    assert step.lut is None

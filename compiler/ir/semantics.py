@@ -228,7 +228,11 @@ def eval_node(
     if node.op == "qlinear_binary":
         return [qlinear_binary_eval(node, x, np.asarray(a["const"], dtype=np.int64))]
     if node.op == "eltwise":
-        return [eltwise_eval(node, x, np.asarray(env[node.inputs[1]]))]
+        y = eltwise_eval(node, x, np.asarray(env[node.inputs[1]]))
+        ref = a.get("post_reference")  # a fused activation: its node's own meaning
+        if ref is not None:
+            y = np.asarray(evaluate(node_term(ref, Var("x")), NUMPY, {"x": y}))
+        return [y]
     if node.op == "identity":
         return [x]  # any type (a removed Cast/Dropout on a float value too)
     if node.op == "reshape":
