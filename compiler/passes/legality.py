@@ -480,10 +480,10 @@ def _judge_eltwise(g: Graph, site: Site, ctx) -> Judgement:
         got = by_code[code].check(g, site, ctx)
         if got is not None:
             return Judgement(got if isinstance(got, Reason) else Reason(code, got))
-    got = eltwise_site.judge(g, site, ctx.target)
-    if isinstance(got, Reason):
-        return Judgement(got)
-    return Judgement(None, got)
+    unit = eltwise_site.judge(g, site, ctx.target)
+    if isinstance(unit, Reason):
+        return Judgement(unit)
+    return Judgement(None, unit)
 
 
 def float_bias_of(g: Graph, site: Site):
