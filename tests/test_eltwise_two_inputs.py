@@ -20,7 +20,9 @@ from compiler.ir.semantics import run_graph
 from compiler.ort.tables import session
 from npu_backend import codegen, simulator
 from npu_backend.isa import Eltwise
+from npu_backend.ledger import model_ledger
 from npu_backend.lowered import NpuEltwise
+from npu_backend.program import Program
 from npu_backend.target import load_target
 from npu_backend.validate import broadcast_kind
 from prover.domain import NUMPY
@@ -218,6 +220,14 @@ def test_activation_after_the_op_is_proposed_proven_and_fused():
     assert step.lut is not None and step.out == "y"
     (ins,) = [i for i in prog.instructions if isinstance(i, Eltwise)]
     assert ins.table_slot is not None  # one instruction: the add and its table
+    again = Program.from_bytes(prog.to_bytes())  # the program file keeps the record
+    feed = random_inputs(m, 5)
+    assert again.instructions == prog.instructions
+    np.testing.assert_array_equal(
+        simulator.run(again, feed)[0]["y"], simulator.run(prog, feed)[0]["y"]
+    )
+    (entry,) = model_ledger(r.lowered, FLOAT).fusions  # measured against the unfused form
+    assert entry.intermediate == "y.pre_act" and entry.bytes_not_written == 200
 
 
 def test_activation_of_a_value_used_twice_is_not_fused():
