@@ -60,9 +60,20 @@ def eltwise_model(
             )
         )
         outputs.append(helper.make_tensor_value_info("y", t, out_shape))
+    if activation in ("HardSwish", "Relu"):  # a QDQ island: a unary region after the op
+        ys = const("ys", 1 / 64, np.float32)
+        yz = const("yz", 0 if dtype == "uint8" else -128, npd)
+        nodes += [
+            helper.make_node("DequantizeLinear", ["c", sc, zc], ["f"], name="dq"),
+            helper.make_node(activation, ["f"], ["g"], name="act"),
+            helper.make_node("QuantizeLinear", ["g", ys, yz], ["y"], name="q"),
+        ]
+        outputs.append(helper.make_tensor_value_info("y", t, out_shape))
     if activation is None or extra_user:
         outputs.append(helper.make_tensor_value_info("c", t, out_shape))
     g = helper.make_graph(nodes, "eltwise", inputs, outputs, inits)
+    if not any(o.name == "c" for o in outputs):  # its type, as quant_pre_process records it
+        g.value_info.append(helper.make_tensor_value_info("c", t, out_shape))
     m = helper.make_model(
         g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     )

@@ -248,3 +248,22 @@ def test_activation_the_unit_lacks_stays_a_separate_op():
     assert site.verdict == "rejected" and site.reason.code == "unsupported_function"
     (step,) = _eltwise_steps(r)
     assert step.lut is None
+
+
+@pytest.mark.parametrize("act", ["HardSwish", "Relu"])
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_unary_region_after_the_op_fuses(act, dtype):
+    """A QDQ island after the op (a unary region: one table of ORT's values) fuses too."""
+    zps = (128, 120, 130) if dtype == "uint8" else (0, -8, 2)
+    m = eltwise_model(activation=act, dtype=dtype, zps=zps, b_shape=(1, 8, 1, 1))
+    r, _ = _compile_run(m, seeds=(0, 2))
+    (site,) = r.sites
+    assert site.pattern.startswith("qlinearadd+") and site.verdict == "proven" and site.applied
+    (step,) = _eltwise_steps(r)
+    assert step.lut is not None and len(r.lowered.steps) == 1
+
+
+def test_site_on_a_target_without_the_unit_is_rejected_with_its_reason():
+    r, _ = _compile_run(eltwise_model(activation="Sigmoid"), FIXED, seeds=(0,))
+    (site,) = r.sites
+    assert site.verdict == "rejected" and site.reason.code == "unsupported_eltwise"
