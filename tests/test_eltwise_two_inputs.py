@@ -16,6 +16,7 @@ from eltwise_models import eltwise_model, random_inputs
 from onnx import TensorProto, helper
 
 from compiler.api import compile_model
+from compiler.frontend.reader import to_ir
 from compiler.ir.semantics import run_graph
 from compiler.ort.tables import session
 from npu_backend import codegen, simulator
@@ -267,3 +268,12 @@ def test_site_on_a_target_without_the_unit_is_rejected_with_its_reason():
     r, _ = _compile_run(eltwise_model(activation="Sigmoid"), FIXED, seeds=(0,))
     (site,) = r.sites
     assert site.verdict == "rejected" and site.reason.code == "unsupported_eltwise"
+
+
+def test_operand_roles_that_follow_the_batch_size_stay_on_the_host():
+    """[1,1] + [1]: one element (ORT's A-scalar roles) at batch 1, B scalar at batch 2."""
+    g, _ = to_ir(eltwise_model(a_shape=(1, 1), b_shape=(1,)))
+    (n,) = g.nodes
+    assert n.op == "host_onnx" and "depend on the batch size" in n.attrs["placement"]
+    (n,) = to_ir(eltwise_model(a_shape=(1, 8, 5, 5), b_shape=(1, 8, 1, 1)))[0].nodes
+    assert n.op == "eltwise" and n.attrs["mode"] == "b_scalar"

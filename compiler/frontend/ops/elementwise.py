@@ -170,12 +170,14 @@ def _two_activations(ctx: BuildContext, n: onnx.NodeProto) -> None:
     except ValueError:
         raise ctx.fail(n, f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast") from None
     mode = span_mode(a.shape, b.shape)
-    if a.shape and b.shape and a.shape[0] == b.shape[0]:
-        modes = {
-            span_mode((r, *a.shape[1:]), (r, *b.shape[1:])) for r in (1, 2)
-        }  # a batch of 1 or 2 rows, as both operands carry the batch
-        if len(modes) > 1:
-            raise ctx.fail(n, "ONNX Runtime's operand roles depend on the batch size here")
+
+    def rows(s: tuple[int, ...], r: int) -> tuple[int, ...]:
+        """`s` with a batch of `r` rows where the operand carries the output's leading dim."""
+        full = len(s) == len(out_shape) and s and s[0] == out_shape[0]
+        return (r, *s[1:]) if full else s
+
+    if out_shape and len({span_mode(rows(a.shape, r), rows(b.shape, r)) for r in (1, 2)}) > 1:
+        raise ctx.fail(n, "ONNX Runtime's operand roles depend on the batch size here")
     ctx.emit(
         "eltwise",
         [n],
