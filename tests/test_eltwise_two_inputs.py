@@ -31,6 +31,7 @@ from prover.eltwise import EltwiseParams, npu_value
 from prover.mlas import host_uses_fma
 from prover.qlinear_binary import QLinearBinaryParams, qlinear_binary, span_mode
 
+SLOW = pytest.mark.slow
 FLOAT = load_target("npu_backend/targets/npu_float.toml")
 FIXED = load_target("npu_backend/targets/npu_fixed.toml")
 F32 = np.float32
@@ -105,7 +106,10 @@ def _param_sets(dtype: str) -> list[QLinearBinaryParams]:
 
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
-@pytest.mark.parametrize("layout", ["same", "inner_b", "inner_a", "outer"])
+@pytest.mark.parametrize(
+    "layout",
+    ["same", "inner_b", pytest.param("inner_a", marks=SLOW), pytest.param("outer", marks=SLOW)],
+)
 def test_reference_and_npu_record_equal_onnxruntime_on_every_pair(op, dtype, layout):
     a, b = _pairs(dtype, layout)
     mode = span_mode(a.shape, b.shape)
@@ -155,7 +159,7 @@ def test_residual_add_runs_on_the_npu():
     assert sum(isinstance(i, Eltwise) for i in prog.instructions) == 1
 
 
-@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("dtype", ["uint8", pytest.param("int8", marks=SLOW)])
 def test_squeeze_excitation_scaling_runs_on_the_npu(dtype):
     zps = (0, 255, 128) if dtype == "uint8" else (-128, 127, 0)
     m = eltwise_model("QLinearMul", dtype, (1, 8, 5, 5), (1, 8, 1, 1), zps=zps)
@@ -180,8 +184,13 @@ def test_target_without_the_unit_keeps_it_on_the_host():
     "caps,model,what",
     [
         (dict(broadcast=frozenset({"same"})), dict(b_shape=(1, 8, 1, 1)), "broadcast as 'inner'"),
-        (dict(types=frozenset({"uint8"})), dict(dtype="int8", zps=(1, 2, 3)), "not int8"),
-        (dict(ops=frozenset({"add"})), dict(op="QLinearMul"), "no mul"),
+        pytest.param(
+            dict(types=frozenset({"uint8"})),
+            dict(dtype="int8", zps=(1, 2, 3)),
+            "not int8",
+            marks=SLOW,
+        ),
+        pytest.param(dict(ops=frozenset({"add"})), dict(op="QLinearMul"), "no mul", marks=SLOW),
     ],
     ids=["broadcast", "dtype", "op"],
 )
@@ -251,8 +260,15 @@ def test_activation_the_unit_lacks_stays_a_separate_op():
     assert step.lut is None
 
 
-@pytest.mark.parametrize("act", ["HardSwish", "Relu"])
-@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize(
+    "act,dtype",
+    [
+        ("HardSwish", "uint8"),
+        pytest.param("HardSwish", "int8", marks=SLOW),
+        pytest.param("Relu", "uint8", marks=SLOW),
+        ("Relu", "int8"),
+    ],
+)
 def test_unary_region_after_the_op_fuses(act, dtype):
     """A QDQ island after the op (a unary region: one table of ORT's values) fuses too."""
     zps = (128, 120, 130) if dtype == "uint8" else (0, -8, 2)
