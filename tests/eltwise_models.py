@@ -60,6 +60,18 @@ def eltwise_model(
             )
         )
         outputs.append(helper.make_tensor_value_info("y", t, out_shape))
+    if activation == "Sigmoid2":  # two tables in a row
+        ys = const("ys", 1 / 256, np.float32)
+        yz = const("yz", 0 if dtype == "uint8" else -128, npd)
+        nodes += [
+            helper.make_node(
+                "QLinearSigmoid", ["c", sc, zc, ys, yz], ["s"], domain="com.microsoft", name="act"
+            ),
+            helper.make_node(
+                "QLinearSigmoid", ["s", ys, yz, ys, yz], ["y"], domain="com.microsoft", name="act2"
+            ),
+        ]
+        outputs.append(helper.make_tensor_value_info("y", t, out_shape))
     if activation in ("HardSwish", "Relu"):  # a QDQ island: a unary region after the op
         ys = const("ys", 1 / 64, np.float32)
         yz = const("yz", 0 if dtype == "uint8" else -128, npd)

@@ -293,3 +293,12 @@ def test_operand_roles_that_follow_the_batch_size_stay_on_the_host():
     assert n.op == "host_onnx" and "depend on the batch size" in n.attrs["placement"]
     (n,) = to_ir(eltwise_model(a_shape=(1, 8, 5, 5), b_shape=(1, 8, 1, 1)))[0].nodes
     assert n.op == "eltwise" and n.attrs["mode"] == "b_scalar"
+
+
+def test_second_table_in_a_row_is_already_fused():
+    r, prog = _compile_run(eltwise_model(activation="Sigmoid2"), seeds=(0,))
+    by = {s.activation.name: s for s in r.sites}
+    assert by["act"].verdict == "proven"
+    assert by["act2"].verdict == "rejected" and by["act2"].reason.code == "already_fused"
+    (step,) = _eltwise_steps(r)
+    assert step.lut is not None and step.out == "s"  # the first table is fused

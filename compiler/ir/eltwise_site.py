@@ -104,6 +104,13 @@ def judge(g: Graph, site: Site, target: Target) -> Reason | tuple[str, LutParams
             f"'{site.compute.attrs['post_function']}'; {_names([site.activation])} stays "
             "a separate op",
         )
+    inner = [m for m in site.chain[:-1] if m.op == "lut"]
+    if inner:
+        return Reason(
+            ReasonCode.ALREADY_FUSED,
+            f"{_names(inner)} would already be fused into {_names([site.compute])}; "
+            f"{_names([site.activation])} stays a separate op",
+        )
     if site.chain[:-1]:
         return Reason(
             ReasonCode.NOT_ADJACENT,
