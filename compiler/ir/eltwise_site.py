@@ -109,7 +109,8 @@ def judge(g: Graph, site: Site, target: Target) -> Reason | tuple[str, LutParams
         return Reason(
             ReasonCode.ALREADY_FUSED,
             f"{_names(inner)} would already be fused into {_names([site.compute])}; "
-            f"{_names([site.activation])} stays a separate op",
+            f"{_names([site.activation])} stays a separate op (the elementwise unit applies "
+            "one table; table composition is offered for matmul sites only)",
         )
     if site.chain[:-1]:
         return Reason(
