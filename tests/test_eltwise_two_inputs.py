@@ -11,7 +11,9 @@ import dataclasses
 import platform
 
 import numpy as np
+import onnx
 import pytest
+from cli_helpers import npuc
 from eltwise_models import eltwise_model, random_inputs
 from onnx import TensorProto, helper
 
@@ -302,3 +304,19 @@ def test_second_table_in_a_row_is_already_fused():
     assert by["act2"].verdict == "rejected" and by["act2"].reason.code == "already_fused"
     (step,) = _eltwise_steps(r)
     assert step.lut is not None and step.out == "s"  # the first table is fused
+
+
+def test_npuc_compile_and_run_a_residual_add_equal_onnxruntime(tmp_path):
+    """The command line as a user runs it: `npuc compile`, then `npuc run`, then ORT."""
+    m = eltwise_model(dtype="int8", zps=(-3, 5, 1), residual_conv=True, a_shape=(1, 8, 6, 6))
+    path, prog, inp, out = (tmp_path / n for n in ("m.onnx", "m.npu", "in.npz", "out.npz"))
+    onnx.save(m, path)
+    feed = random_inputs(m, 2, extremes=True)
+    feed["a"][0, 0, 0, :3] = (-128, 0, 127)
+    np.savez(inp, **feed)
+    c = npuc("compile", path, "-o", prog, "--reference", "ort-host", "--no-progress")
+    assert c.returncode == 0, c.stderr
+    r = npuc("run", prog, "--input", inp, "-o", out)
+    assert r.returncode == 0, r.stderr
+    want = session(m, "default").run(None, feed)[0]
+    np.testing.assert_array_equal(np.load(out)["c"], want)
