@@ -38,6 +38,7 @@ from .isa import (
     Clip,
     DmaIn,
     DmaOut,
+    Eltwise,
     HostCall,
     Instruction,
     MatMul,
@@ -54,6 +55,7 @@ from .lowered import (
     HostOnnx,
     LoweredModel,
     NpuClip,
+    NpuEltwise,
     NpuLut,
     NpuMatMul,
     NpuRequant,
@@ -115,6 +117,8 @@ def memory_issues(
         sram_names, wmem_names = [step.a, step.out], [step.w, step.bias]
     elif isinstance(step, NpuLut | NpuRequant | NpuClip):
         sram_names, wmem_names = [step.x, step.out], []
+    elif isinstance(step, NpuEltwise):
+        sram_names, wmem_names = [step.a, step.b, step.out], []
     else:
         return []
     issues = _resident_issues(step.name, sram_names, wmem_names, sizes, target)
@@ -267,6 +271,20 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         elif isinstance(st, NpuClip):
             x = need(st.x, st)
             specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), x.shape)
+        elif isinstance(st, NpuEltwise):
+            a, b = need(st.a, st), need(st.b, st)
+            try:
+                shape = tuple(int(d) for d in np.broadcast_shapes(a.shape, b.shape))
+            except ValueError:
+                raise CodegenError(
+                    f"{st.name}: a {a.shape} and b {b.shape} do not broadcast"
+                ) from None
+            for x in (a, b):
+                if np.dtype(x.dtype) != int_type(st.record.dtype).numpy_dtype():
+                    raise CodegenError(
+                        f"{st.name}: input {x.name!r} is {x.dtype}, the unit reads {st.record.dtype}"
+                    )
+            specs[st.out] = TensorSpec(st.out, storage_dtype(st.out_type), shape)
         elif isinstance(st, HostKernel):
             known = [s for i in st.inputs if (s := specs.get(i)) is not None]
             shape = None
@@ -313,6 +331,8 @@ def _npu_inputs(st: Step) -> list[str]:
         return [st.a]
     if isinstance(st, NpuLut | NpuRequant | NpuClip):
         return [st.x]
+    if isinstance(st, NpuEltwise):
+        return [st.a, st.b]
     return []
 
 
@@ -329,6 +349,8 @@ def _table(st: Step) -> tuple[int, ...] | None:
         return table_of(st.post)
     if isinstance(st, NpuLut):
         return tuple(int(v) for v in st.table)
+    if isinstance(st, NpuEltwise) and st.lut is not None and st.lut.table is not None:
+        return tuple(int(v) for v in st.lut.table)
     return None
 
 
@@ -390,6 +412,8 @@ def _records(st: Step, sch: MatMulSchedule | None) -> list[object]:
     if isinstance(st, NpuRequant):
         rqs = st.requant if isinstance(st.requant, tuple) else (st.requant,)
         return [tuple(PostProcess(rq) for rq in rqs)]
+    if isinstance(st, NpuEltwise):
+        return [st.record]
     return []
 
 
@@ -663,6 +687,34 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         in_dram.add(out_spec.name)
         return emitted
 
+    def emit_eltwise(i: int, st: NpuEltwise) -> Eltwise:
+        """Both operands and the result in sram at once (the second operand may be the
+        first), the record in pmem, the fused table (if any) in tmem."""
+        keep = {st.a, st.b, st.out}
+        addrs = {}
+        for x in dict.fromkeys((st.a, st.b)):
+            if x not in in_sram:
+                if x not in in_dram:
+                    raise CodegenError(f"tensor {x!r} is neither in dram nor in sram")
+                addr = sram_alloc(x, keep)
+                prog.append(DmaIn(x, "sram", addr, nbytes(spec(x))))
+                in_sram.add(x)
+            addrs[x] = sram.blocks[x][0]
+        out_addr = sram_alloc(st.out, keep)
+        in_sram.add(st.out)
+        param_addr = load_record(st.record)
+        slot = taddr = None
+        table_name = None
+        if st.lut is not None and st.lut.table is not None:
+            slot, taddr = load_table(i, tuple(int(v) for v in st.lut.table))
+            table_name = table_key_at(i)
+        return Eltwise(
+            name=st.name, a=st.a, b=st.b, out=st.out, a_addr=addrs[st.a], b_addr=addrs[st.b],
+            out_addr=out_addr, param_addr=param_addr, record=st.record, table=table_name,
+            table_slot=slot, table_addr=taddr, function=st.function, out_type=st.out_type,
+            index_order=st.lut.index_order if st.lut is not None and st.lut.index_order else "offset",
+        )  # fmt: skip
+
     for i, st in enumerate(steps):
         if isinstance(st, NpuMatMul) and schedules[i].tiled:
             emitted = emit_tiled(i, st, schedules[i])
@@ -721,6 +773,8 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         elif isinstance(st, NpuClip):
             x_addr, out_addr = operands(st.x, st.out)
             prog.append(Clip(st.name, st.x, st.out, x_addr, out_addr, st.lo, st.hi, st.dtype))
+        elif isinstance(st, NpuEltwise):
+            prog.append(emit_eltwise(i, st))
         else:
             prog.append(HostCall(st.name, st))
             in_dram.update(_outputs(st))

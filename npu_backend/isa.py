@@ -11,6 +11,8 @@ Every instruction's value semantics is a kernel function or term:
 - `Activation`: the kernel's `lut` primitive;
 - `Requant`: `RequantParams.term` (the kernel's requant primitives);
 - `Clip`: the kernel's `clip` primitive, then storage in `dtype`;
+- `Eltwise`: the kernel's `npu_eltwise` primitive on two sram operands (numpy
+  broadcasting), its record in pmem, then the optional table in tmem;
 - `HostCall`: a host step (`HostKernel` term with NUMPY, or ONNX Runtime).
 `PostProcess` (the fused epilogue descriptor) is defined in `npu_backend.postprocess`.
 """
@@ -23,6 +25,7 @@ import numpy as np
 
 from prover.conv import Window, conv_acc
 from prover.domain import NUMPY
+from prover.eltwise import EltwiseParams
 from prover.terms import Term, Var, evaluate, op
 
 from .exact_matmul import exact_matmul
@@ -38,6 +41,7 @@ from .postprocess import (
 )
 
 X = Var("x")
+A, B = Var("a"), Var("b")
 MEMORY_NAMES = ("dram", "sram", "wmem", "pmem", "tmem")
 
 
@@ -81,7 +85,7 @@ class ParamLoad:
     record: str
     addr: int
     nbytes: int
-    post: Post
+    post: Post | EltwiseParams
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +218,36 @@ class Clip:
         return op("clip", x, lo=int(self.lo), hi=int(self.hi))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Eltwise:
+    """Two-input elementwise op: out = [table](npu_eltwise(a, b)), `b` broadcast to `a`'s
+    shape or both to the output's (numpy rules); the record at `param_addr` in pmem, the
+    table (when `table_slot` is set) in tmem, read with `in_type` = the record's dtype."""
+
+    name: str
+    a: str
+    b: str
+    out: str
+    a_addr: int
+    b_addr: int
+    out_addr: int
+    param_addr: int
+    record: EltwiseParams
+    table: str | None = None  # the table constant (its contents in tmem at `table_slot`)
+    table_slot: int | None = None
+    table_addr: int | None = None
+    function: str | None = None
+    out_type: str = "uint8"
+    index_order: str = "offset"
+
+    def term(self, table: tuple[int, ...] | None, a: Term = A, b: Term = B) -> Term:
+        t: Term = op("npu_eltwise", a, b, **self.record.params())
+        if self.table_slot is None:
+            return t
+        lp = LutParams(table, self.record.dtype, self.out_type, self.index_order)
+        return lp.term(t)
+
+
 @dataclass(frozen=True)
 class HostCall:
     """Run a host step (integer kernel term, or an ONNX subgraph in ONNX Runtime) on dram tensors."""
@@ -223,11 +257,31 @@ class HostCall:
 
 
 Instruction = (
-    DmaIn | DmaOut | TableLoad | ParamLoad | MatMul | Activation | Requant | Clip | HostCall
+    DmaIn
+    | DmaOut
+    | TableLoad
+    | ParamLoad
+    | MatMul
+    | Activation
+    | Requant
+    | Clip
+    | Eltwise
+    | HostCall
 )
 OPCODES: dict[str, type] = {
     c.__name__: c
-    for c in (DmaIn, DmaOut, TableLoad, ParamLoad, MatMul, Activation, Requant, Clip, HostCall)
+    for c in (
+        DmaIn,
+        DmaOut,
+        TableLoad,
+        ParamLoad,
+        MatMul,
+        Activation,
+        Requant,
+        Clip,
+        Eltwise,
+        HostCall,
+    )
 }
 
 
@@ -249,9 +303,15 @@ def strip_tables(post: Post) -> Post:
     return with_table(post, None)
 
 
-def record_nbytes(post: Post) -> int:
+ELTWISE_RECORD_BYTES = 32  # header, three float32 values, three zero points, flags
+
+
+def record_nbytes(post: Post | EltwiseParams) -> int:
     """Size of a parameter record: a 16-byte header per column parameter set, plus 12
-    bytes (two float32 ratios and the constant) per post-requantization add stage."""
+    bytes (two float32 ratios and the constant) per post-requantization add stage; an
+    elementwise unit's record is `ELTWISE_RECORD_BYTES`."""
+    if isinstance(post, EltwiseParams):
+        return ELTWISE_RECORD_BYTES
     return sum(16 + (12 if p.add is not None else 0) for p in posts_of(post))
 
 
@@ -275,6 +335,7 @@ __all__ = [
     "Activation",
     "Requant",
     "Clip",
+    "Eltwise",
     "HostCall",
     "Instruction",
     "OPCODES",

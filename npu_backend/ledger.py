@@ -32,13 +32,22 @@ from prover.terms import Var, op
 
 from .codegen import CodegenError, generate, infer_specs, memory_issues, nbytes
 from .input_ranges import index_ranges
-from .isa import Activation, Clip, DmaOut, HostCall, MatMul, Requant
-from .lowered import HostKernel, LoweredModel, NpuLut, NpuMatMul, Step, TensorSpec, unfuse
+from .isa import Activation, Clip, DmaOut, Eltwise, HostCall, MatMul, Requant
+from .lowered import (
+    HostKernel,
+    LoweredModel,
+    NpuEltwise,
+    NpuLut,
+    NpuMatMul,
+    Step,
+    TensorSpec,
+    unfuse,
+)
 from .postprocess import posts_of
 from .program import Program
 from .simulator import Counters, InstructionCost, SimulatorInputError, execute
 from .target import Target
-from .validate import ValidationError
+from .validate import ValidationError, validate_step
 
 
 class LedgerError(RuntimeError):
@@ -226,11 +235,24 @@ def unfuse_with_add(step: NpuMatMul) -> tuple[list[Step], dict[str, np.ndarray]]
     return [mm, add, act], {col: np.arange(n, dtype=np.uint8)}
 
 
+def unfuse_eltwise(step: NpuEltwise) -> list[Step]:
+    """An elementwise op with a fused table as the op (into `<out>.pre_act`) and a
+    standalone activation; one without a table comes back unchanged."""
+    if step.lut is None:
+        return [step]
+    mid = f"{step.out}.pre_act"
+    op_step = replace(step, out=mid, lut=None, function=None)
+    act = NpuLut.from_params(
+        f"{step.name}.act", mid, step.out, step.lut, step.function, step.onnx_nodes
+    )
+    return [op_step, act]
+
+
 @dataclass(frozen=True)
 class _Split:
     """One fused site as the unfused model has it."""
 
-    site: NpuMatMul
+    site: NpuMatMul | NpuEltwise
     steps: tuple[Step, ...]  # MatMul(requantize) [, host add], activation
 
     @property
@@ -257,6 +279,10 @@ def unfuse_all(
             splits.append(_Split(st, tuple(split)))
             steps.extend(split)
             extra.update(consts)
+        elif isinstance(st, NpuEltwise) and st.lut is not None and st.name not in keep:
+            parts = unfuse_eltwise(st)
+            splits.append(_Split(st, tuple(parts)))
+            steps.extend(parts)
         else:
             steps.append(st)
     model = LoweredModel(
@@ -271,7 +297,7 @@ def unfuse_all(
 
 # --- per-instruction attribution --------------------------------------------------------
 
-_COMPUTE = (MatMul, Activation, Requant, Clip, HostCall)
+_COMPUTE = (MatMul, Activation, Requant, Clip, Eltwise, HostCall)
 
 
 def _step_of(name: str, steps: set[str]) -> str | None:
@@ -470,7 +496,11 @@ def _unfused_program(
     sizes = {k: nbytes(v) for k, v in specs.items() if v is not None}
     kept = {}
     for sp in splits:
-        issues = [i for st in sp.steps for i in memory_issues(st, sizes, target)]
+        issues = [
+            i
+            for st in sp.steps
+            for i in memory_issues(st, sizes, target) + validate_step(st, target)
+        ]
         if issues:
             why = f"its unfused form cannot be generated on this target: {issues[0].message}"
             kept[sp.site.name] = (tuple(sp.site.onnx_nodes), why)
@@ -488,7 +518,8 @@ def model_ledger(
     target: Target,
     inputs: dict[str, np.ndarray] | None = None,
 ) -> ModelLedger:
-    """Measure every fused MatMul of `lowered`: two simulator runs, whatever their number.
+    """Measure every fused MatMul (and elementwise op with a table) of `lowered`: two
+    simulator runs, whatever their number.
 
     A site whose unfused form the target cannot hold stays fused in the baseline and is
     listed in `not_measured` with the reason instead of getting an entry."""

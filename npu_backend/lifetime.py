@@ -17,7 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .isa import Activation, MatMul, ParamLoad, Requant, TableLoad, strip_tables, table_of
+from .isa import (
+    Activation,
+    Eltwise,
+    MatMul,
+    ParamLoad,
+    Requant,
+    TableLoad,
+    strip_tables,
+    table_of,
+)
 from .postprocess import PostProcess
 from .program import Program
 
@@ -97,6 +106,10 @@ def check_lifetimes(program: Program, slots: int) -> None:
             need_record(k, ins.name, ins.param_addr, tuple(PostProcess(rq) for rq in rqs))
         elif isinstance(ins, Activation):
             need_table(k, ins.name, ins.table_slot, content(ins.table))
+        elif isinstance(ins, Eltwise):
+            need_record(k, ins.name, ins.param_addr, ins.record)
+            if ins.table is not None:
+                need_table(k, ins.name, ins.table_slot, content(ins.table))
 
 
 __all__ = ["LifetimeError", "check_lifetimes"]

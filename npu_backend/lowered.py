@@ -12,6 +12,8 @@ NPU steps:
   Per-channel epilogues are a tuple of `PostProcess`, one per output column.
 - `NpuLut`: standalone activation (table lookup).
 - `NpuRequant`, `NpuClip`: standalone elementwise integer ops.
+- `NpuEltwise`: the two-input elementwise unit (QLinearAdd / QLinearMul of two
+  activations, numpy broadcasting), with an optional fused table after it.
 
 Host steps:
 - `HostKernel`: an elementwise integer op run on the host with the kernel's
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from prover.conv import Window
+from prover.eltwise import EltwiseParams
 from prover.terms import Term
 
 from .postprocess import LutParams, Post, PostProcess, RequantParams, posts_of
@@ -172,6 +175,33 @@ class NpuClip:
     onnx_nodes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, kw_only=True)
+class NpuEltwise:
+    """out = [lut](npu_eltwise(a, b)) elementwise over numpy-broadcast `a` and `b`.
+
+    `record` is the unit's float32 parameter record (`prover.eltwise.EltwiseParams`);
+    `a_shape`/`b_shape` the operand shapes (what the unit's broadcast must read);
+    `lut` an optional fused table (`function` names it) applied to the result.
+    """
+
+    name: str
+    a: str
+    b: str
+    out: str
+    record: EltwiseParams
+    a_shape: tuple[int, ...] = ()
+    b_shape: tuple[int, ...] = ()
+    lut: LutParams | None = None
+    function: str | None = None
+    onnx_nodes: tuple[str, ...] = ()
+
+    @property
+    def out_type(self) -> str:
+        if self.lut is not None and self.lut.out_type is not None:
+            return self.lut.out_type
+        return self.record.dtype
+
+
 @dataclass(frozen=True)
 class HostKernel:
     """Elementwise integer op on the host: out = term(inputs...), stored as `out_dtype`.
@@ -212,7 +242,7 @@ class HostOnnx:
     ort_level: str = "off"
 
 
-NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip
+NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip | NpuEltwise
 HostStep = HostKernel | HostOnnx
 Step = NpuStep | HostStep
 
@@ -270,6 +300,7 @@ __all__ = [
     "NpuLut",
     "NpuRequant",
     "NpuClip",
+    "NpuEltwise",
     "HostKernel",
     "HostOnnx",
     "NpuStep",

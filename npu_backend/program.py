@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from prover.conv import Window, window_from_json
+from prover.eltwise import EltwiseParams
 from prover.errors import BadInput
 from prover.terms import from_json as term_from_json
 from prover.terms import to_json as term_to_json
@@ -197,6 +198,8 @@ def _encode(v: Any, blobs: dict[str, bytes]) -> Any:
         return {"__rq__": v.to_json()}
     if isinstance(v, TensorSpec):
         return {"__spec__": _spec_json(v)}
+    if isinstance(v, EltwiseParams):
+        return {"__eltwise__": v.params()}
     if isinstance(v, Window):
         return {"__window__": v.to_json()}
     if isinstance(v, HostKernel):
@@ -242,6 +245,8 @@ def _decode(v: Any, blobs: dict[str, bytes]) -> Any:
         return RequantParams.from_json(body)
     if tag == "__spec__":
         return _spec_from(body)
+    if tag == "__eltwise__":
+        return EltwiseParams(**body)
     if tag == "__window__":
         return window_from_json(body)
     if tag == "__host_kernel__":

@@ -25,7 +25,7 @@ one after another, nothing overlaps across instructions):
   weight tiles in, the output tile out; none for a plain MatMul, whose operands are
   resident) is one transfer between dram and sram. A tile costs max(compute, dma) when
   the target overlaps DMA with compute (`dma_overlap`), else compute + dma;
-- Activation, Requant and Clip process mac_n elements per cycle.
+- Activation, Requant, Clip and Eltwise process mac_n elements per cycle.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from .isa import (
     Clip,
     DmaIn,
     DmaOut,
+    Eltwise,
     HostCall,
     MatMul,
     ParamLoad,
@@ -213,6 +214,8 @@ def _events(ins: Any) -> list[tuple[str, str, str]]:
         return ev + [("sram", ins.out, "w")]
     if isinstance(ins, Activation | Requant | Clip):
         return [("sram", ins.x, "r"), ("sram", ins.out, "w")]
+    if isinstance(ins, Eltwise):
+        return [("sram", ins.a, "r"), ("sram", ins.b, "r"), ("sram", ins.out, "w")]
     return []
 
 
@@ -407,10 +410,32 @@ class Machine:
             val = evaluate(ins.term(), NUMPY, {"x": x.astype(np.int64)})
             self.put(ins.out, val, ins.dtype, ins.name)
             self._cycles += -(-x.size // sch.mac_n)
+        elif isinstance(ins, Eltwise):
+            self._eltwise(ins)
         elif isinstance(ins, HostCall):
             self._host(ins.step)
         else:
             raise SimulatorError(f"unknown instruction {type(ins).__name__}")
+
+    def _eltwise(self, ins: Eltwise) -> None:
+        """Both operands from sram, numpy-broadcast, through the unit's formula (the
+        `npu_eltwise` primitive on the record it reads from pmem) and the optional table."""
+        a = self.get("sram", ins.a, ins.name)
+        b = self.get("sram", ins.b, ins.name)
+        self.c.read("sram", a.nbytes + (b.nbytes if ins.b != ins.a else 0))
+        if self.pmem.get(ins.param_addr) != ins.record:
+            raise SimulatorError(f"{ins.name}: pmem {ins.param_addr} does not hold its record")
+        self.c.read("pmem", 32)
+        table = None
+        if ins.table_slot is not None:
+            table = self.table(ins.table_slot, ins.name)
+        a64, b64 = np.broadcast_arrays(a.astype(np.int64), b.astype(np.int64))
+        if table is not None:
+            self.c.read("tmem", a64.size * TABLE_ENTRY_BYTES)
+        val = evaluate(ins.term(table), NUMPY, {"a": a64.ravel(), "b": b64.ravel()})
+        out = np.asarray(val).reshape(a64.shape)
+        self.put(ins.out, out, self.program.tensors[ins.out].dtype, ins.name)
+        self._cycles += -(-a64.size // self.schedule.mac_n)
 
     def _record(self, addr: int | None, who: str) -> Any:
         if addr not in self.pmem:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .lowered import NpuClip, NpuLut, NpuMatMul, NpuRequant, Step
+from .lowered import NpuClip, NpuEltwise, NpuLut, NpuMatMul, NpuRequant, Step
 from .schedule import ALIGN
 
 
@@ -27,6 +27,8 @@ def _in_sram(st: Step, tiled: bool) -> tuple[list[str], str | None]:
         return ([], None) if tiled else ([st.a], st.out)
     if isinstance(st, NpuLut | NpuRequant | NpuClip):
         return [st.x], st.out
+    if isinstance(st, NpuEltwise):
+        return [st.a, st.b], st.out
     return [], None
 
 

@@ -78,6 +78,29 @@ class StandaloneCaps:
     clip: bool
 
 
+ELTWISE_OPS = ("add", "mul")
+ELTWISE_BROADCASTS = ("same", "inner", "outer")
+
+
+@dataclass(frozen=True)
+class EltwiseCaps:
+    """The two-input elementwise unit (`[eltwise]`; absent: the target has none).
+
+    `ops`: "add" / "mul" (ORT's QLinearAdd / QLinearMul of two activations); `types`: the
+    8-bit operand types; `broadcast`: the operand shapes it reads: "same" (equal shapes),
+    "inner" (one operand has one value per span of the innermost output dimensions, e.g.
+    [1,C,H,W] with [1,C,1,1]), "outer" (one operand repeats along outer dimensions only,
+    e.g. a row [W] over [N,C,H,W]); `fma`: its add fuses each product into its sum;
+    `functions`: tables it can apply to its result (a fused activation).
+    """
+
+    ops: frozenset[str] = frozenset()
+    types: frozenset[str] = frozenset()
+    broadcast: frozenset[str] = frozenset()
+    fma: bool = True
+    functions: frozenset[str] = frozenset()
+
+
 @dataclass(frozen=True)
 class LutBuilder:
     """How the target's toolchain builds activation tables (see `prover.lut.LutSpec`)."""
@@ -146,6 +169,7 @@ class Target:
     computes: tuple[ComputeCaps, ...]
     standalone: StandaloneCaps
     schedule: Schedule = Schedule()
+    eltwise: EltwiseCaps = EltwiseCaps()
 
     def compute(self, op: str) -> ComputeCaps | None:
         """Capabilities of compute op `op` ("MatMul", "Conv"), or None if the target lacks it."""
@@ -356,6 +380,15 @@ def parse_target(data: dict[str, Any], path: str = "<memory>") -> Target:
         st.get("clip", bool),
     )
     st.done()
+    el = _Section(top.get("eltwise", dict, {}), "eltwise")
+    eltwise = EltwiseCaps(
+        el.choices("ops", ELTWISE_OPS, default=frozenset()),
+        el.choices("types", ("uint8", "int8"), default=frozenset()),
+        el.choices("broadcast", ELTWISE_BROADCASTS, default=frozenset()),
+        el.get("fma", bool, True),
+        el.choices("functions", FUNCTIONS, default=frozenset()),
+    )
+    el.done()
     schedule = _schedule(top.get("schedule", dict, {}))
     top.done()
     return Target(
@@ -368,6 +401,7 @@ def parse_target(data: dict[str, Any], path: str = "<memory>") -> Target:
         tuple(computes),
         standalone,
         schedule,
+        eltwise,
     )
 
 

@@ -18,8 +18,18 @@ import numpy as np
 from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.lut import FUNCTIONS, check_table
+from prover.qlinear_binary import SpanMode, span_mode
 
-from .lowered import HostKernel, HostOnnx, NpuClip, NpuLut, NpuMatMul, NpuRequant, Step
+from .lowered import (
+    HostKernel,
+    HostOnnx,
+    NpuClip,
+    NpuEltwise,
+    NpuLut,
+    NpuMatMul,
+    NpuRequant,
+    Step,
+)
 from .postprocess import AddParams, LutParams, PostProcess, RequantParams, posts_of
 from .target import ComputeCaps, Target
 
@@ -32,6 +42,7 @@ CODES = (
     "intervening_clip",
     "layout_mismatch",
     "unsupported_conv_window",
+    "unsupported_eltwise",
 )
 
 
@@ -338,6 +349,51 @@ def window_issues(
     ]
 
 
+def broadcast_kind(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> str:
+    """How a two-input op's operands broadcast: "same" (as many elements as the output
+    each), "inner" (ORT hands one operand to its kernel as one value per span of the
+    innermost dimensions), "outer" (an operand repeats along outer dimensions only)."""
+    out = np.broadcast_shapes(tuple(a_shape), tuple(b_shape))
+    n = int(np.prod(out, dtype=np.int64))
+    if int(np.prod(a_shape, dtype=np.int64)) == n == int(np.prod(b_shape, dtype=np.int64)):
+        return "same"
+    return "outer" if span_mode(a_shape, b_shape) is SpanMode.GENERAL else "inner"
+
+
+def eltwise_issues(step: NpuEltwise, target: Target) -> list[ValidationIssue]:
+    """Why the elementwise unit cannot run `step`: the op, type, broadcast or table."""
+    caps = target.eltwise
+    rec = step.record
+
+    def bad(why: str, code: str = "unsupported_eltwise") -> list[ValidationIssue]:
+        return [ValidationIssue(code, step.name, why)]
+
+    if rec.binary not in caps.ops:
+        return bad(
+            f"the elementwise unit of target {target.name!r} has no {rec.binary} of two "
+            f"activations (ops {sorted(caps.ops)}); it stays on the host"
+        )
+    if rec.dtype not in caps.types:
+        return bad(f"the elementwise unit reads {sorted(caps.types)}, not {rec.dtype}")
+    kind = broadcast_kind(step.a_shape, step.b_shape)
+    if kind not in caps.broadcast:
+        return bad(
+            f"operand shapes {list(step.a_shape)} and {list(step.b_shape)} broadcast as "
+            f"'{kind}'; the unit reads {sorted(caps.broadcast)}"
+        )
+    if rec.binary == "add" and rec.fma != caps.fma:
+        return bad(f"the record's fma={rec.fma} is not the unit's fma={caps.fma}")
+    if step.lut is not None:
+        if step.function not in caps.functions:
+            return bad(
+                f"the elementwise unit applies no {step.function!r} table "
+                f"(functions {sorted(caps.functions)})",
+                "unsupported_function",
+            )
+        return _lut_issues(step.lut, step.function, target, step.name)
+    return []
+
+
 def validate_step(step: Step, target: Target) -> list[ValidationIssue]:
     """Issues that stop `step` from being emitted on `target` (empty when it is fine)."""
     if isinstance(step, NpuMatMul):
@@ -360,6 +416,8 @@ def validate_step(step: Step, target: Target) -> list[ValidationIssue]:
         for rq in dict.fromkeys(rqs):
             issues += _requant_issues(rq, target.standalone.requant_scheme, step.name)
         return list(dict.fromkeys(issues))
+    if isinstance(step, NpuEltwise):
+        return eltwise_issues(step, target)
     if isinstance(step, NpuClip):
         if not target.standalone.clip:
             return [

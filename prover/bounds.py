@@ -65,6 +65,8 @@ RULES: dict[str, Callable[[list[Interval], dict], Interval]] = {
     "requant_float": lambda v, p: _type_iv(p["out"]),
     "lut": lambda v, p: _hull(*(int(x) for x in p["table"])),
     "dot": _dot,
+    "qlinear_binary": lambda v, p: _type_iv(p["dtype"]),
+    "npu_eltwise": lambda v, p: _type_iv(p["dtype"]),
     "floordiv_const": lambda v, p: _floordiv(v[0], int(p["c"])),
     "mod_const": lambda v, p: (min(0, int(p["c"]) - 1), max(0, int(p["c"]) - 1)),
 }

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import eltwise as _elt
 from . import lut as _lut
 from . import matmul as _mm
 from . import requant as _rq
@@ -175,6 +176,24 @@ PRIMITIVES: dict[str, Primitive] = {
             _dot,
             doc="sum (x_k - x_zp)(w_k - w_zp) + bias, the exact integer; no precondition of its "
             "own: an accumulator beyond int32 is caught by the requantizer consuming it",
+        ),
+        Primitive(
+            "qlinear_binary",
+            _elt.reference_value,
+            _elt.in_type,
+            doc="ONNX Runtime's com.microsoft QLinearAdd/QLinearMul of one element of A and "
+            "one of B (MLAS's float32 kernel for the node's span mode and the reference's FMA "
+            "flag). Reference side: assumed; the ONNX tensors hold dtype values only.",
+            requires="a and b lie in dtype",
+        ),
+        Primitive(
+            "npu_eltwise",
+            _elt.npu_value,
+            _elt.in_type,
+            doc="The NPU's two-input elementwise unit on its float32 parameter record "
+            "(`prover.eltwise.EltwiseParams`). NPU side: an obligation (operands outside "
+            "dtype are not what its 8-bit inputs hold).",
+            requires="a and b lie in dtype",
         ),
         Primitive("floordiv_const", _floordiv_const, doc="floor(x / c), c > 0"),
         Primitive("mod_const", _mod_const, doc="x - c * floor(x / c), c > 0"),

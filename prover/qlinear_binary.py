@@ -206,6 +206,20 @@ def qlinear_binary(
     return _kernel(op, a64, b64, params, span_mode(np.shape(a), np.shape(b)), fma)
 
 
+def qlinear_binary_pairs(
+    op: BinaryOp | str,
+    a: np.ndarray,
+    b: np.ndarray,
+    params: QLinearBinaryParams,
+    *,
+    mode: SpanMode,
+    fma: bool = True,
+) -> np.ndarray:
+    """The kernel on same-shape element pairs of A and B, operands placed as ORT's span
+    `mode` for the node's shapes places them (the element function of a broadcast op)."""
+    return _kernel(BinaryOp(op), a, b, params, SpanMode(mode), fma)
+
+
 def _kernel(
     op: BinaryOp, a: np.ndarray, b: np.ndarray, p: QLinearBinaryParams, mode: SpanMode, fma: bool
 ) -> np.ndarray:

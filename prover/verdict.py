@@ -57,6 +57,7 @@ class ReasonCode(StrEnum):
     REGION_REDUCTION = "region_reduction"
     REGION_POSITION_DEPENDENT = "region_position_dependent"
     UNSUPPORTED_CONV_WINDOW = "unsupported_conv_window"  # a conv window the unit lacks
+    UNSUPPORTED_ELTWISE = "unsupported_eltwise"  # a two-input op/type/shape the unit lacks
 
 
 @dataclass(frozen=True)

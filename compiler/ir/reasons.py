@@ -141,6 +141,13 @@ OTHER_REASONS: dict[ReasonCode, tuple[str, str]] = {
         "keep it on the host, or choose a target whose [compute.Conv] lists this kernel, "
         "stride, dilation and group kind",
     ),
+    ReasonCode.UNSUPPORTED_ELTWISE: (
+        "A QLinearAdd or QLinearMul of two activations whose op, operand type or operand "
+        "shapes (same, inner or outer broadcasting) the target's elementwise unit does not "
+        "compute (its `[eltwise]` table); it stays on the host.",
+        "keep it on the host, or choose a target whose [eltwise] lists this op, type and "
+        "broadcast kind",
+    ),
     ReasonCode.UNSUPPORTED_OP: (
         "An op the NPU cannot run; it stays on the host (the rest of the model is still checked).",
         "keep it on the host (ONNX Runtime runs it); to move it to the NPU, "

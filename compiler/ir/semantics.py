@@ -22,6 +22,7 @@ from prover.qlinear_binary import (
     QLinearBinaryParams,
     SpanMode,
     qlinear_binary_of,
+    qlinear_binary_pairs,
     qlinear_binary_table,
 )
 from prover.reference import Accumulation
@@ -226,6 +227,12 @@ def eval_node(
         return [np.reshape(from_natural(node, y), graph.values[node.output].shape)]
     if node.op == "qlinear_binary":
         return [qlinear_binary_eval(node, x, np.asarray(a["const"], dtype=np.int64))]
+    if node.op == "eltwise":
+        y = eltwise_eval(node, x, np.asarray(env[node.inputs[1]]))
+        ref = a.get("post_reference")  # a fused activation: its node's own meaning
+        if ref is not None:
+            y = np.asarray(evaluate(node_term(ref, Var("x")), NUMPY, {"x": y}))
+        return [y]
     if node.op == "identity":
         return [x]  # any type (a removed Cast/Dropout on a float value too)
     if node.op == "reshape":
@@ -235,6 +242,25 @@ def eval_node(
     if node.op in ELEMENTWISE:
         return [np.asarray(evaluate(node_term(node, Var("x")), NUMPY, {"x": x.astype(np.int64)}))]
     raise CompilerError(f"node '{node.name}': no concrete semantics for op {node.op}")
+
+
+def eltwise_term(node: Node, a: Term, b: Term) -> Term:
+    """An `eltwise` node's element function (ORT's kernel, `prover.eltwise`) of `a` and `b`."""
+    at = node.attrs
+    return op(
+        "qlinear_binary", a, b, binary=at["binary"], mode=at["mode"], fma=bool(at["fma"]),
+        **at["params"],
+    )  # fmt: skip
+
+
+def eltwise_eval(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ORT's QLinearAdd/QLinearMul of two activations, numpy-broadcast (exact, int64)."""
+    at = node.attrs
+    a64, b64 = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b, np.int64))
+    return qlinear_binary_pairs(
+        at["binary"], a64, b64, qlinear_binary_params(node), mode=SpanMode(at["mode"]),
+        fma=bool(at["fma"]),
+    )  # fmt: skip
 
 
 def qlinear_binary_eval(node: Node, x: np.ndarray, const: np.ndarray) -> np.ndarray:

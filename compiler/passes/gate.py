@@ -11,6 +11,7 @@ model. Unknown is never a pass.
 
 from __future__ import annotations
 
+from compiler.ir import eltwise_site
 from compiler.ir.context import Context
 from compiler.ir.float_compute import float_compute_finding
 from compiler.ir.fuse import apply_site
@@ -49,6 +50,9 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
             f"{getattr(ctx.config.reference, 'qdq_reading', 'float')}): its sum in ONNX Runtime's "
             "float order is not an integer epilogue, so no fusion is proven",
         )
+        return
+    if eltwise_site.is_eltwise_site(site):
+        _decide_eltwise(g, site, ctx)
         return
     if _saturating(site, ctx):
         _decide_saturating(g, site, ctx)
@@ -122,6 +126,30 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
         site.decide(Status.PROVEN)
 
 
+def _decide_eltwise(g: Graph, site: Site, ctx: Context) -> None:
+    """A two-activation op -> table site: one obligation over every operand pair."""
+    policy = effective_policy(g, site.activation.output, ctx.config.policy)
+    ob = eltwise_site.obligation(site, ctx.config.target, policy)
+    v = prove.check(ob, ctx)
+    site.obligations.append(ob.hash)
+    site.obligation_hash = ob.hash
+    if isinstance(v, Exception):
+        site.decide(Status.UNKNOWN, ReasonCode.UNKNOWN, f"prover error: {v}")
+        return
+    site.time_ms += float(v.time_ms)
+    site.solver, site.max_diff = v.solver, v.max_diff
+    if v.status == Status.PROVEN:
+        site.decide(Status.PROVEN)
+    elif v.status == Status.REFUTED:
+        site.decide(
+            Status.REFUTED,
+            ReasonCode.REFUTED,
+            f"operands {v.reason} under {_policy_note(ob.policy, ctx.config.policy)}",
+        )
+    else:
+        site.decide(Status.UNKNOWN, ReasonCode.UNKNOWN, v.reason or "budget exhausted")
+
+
 def _decide_saturating(g: Graph, site: Site, ctx: Context) -> None:
     """Under a pair-saturating reference, a site whose u8s8 pairs can saturate is refuted
     with a replayed input where the outputs differ (the NPU sums exactly), else unknown."""
@@ -186,7 +214,7 @@ def _saturating(site: Site, ctx: Context) -> bool:
 
 def _decidable(site: Site, ctx: Context) -> bool:
     """Whether the site's verdict comes from its epilogue obligations."""
-    return site.compute.op != "host_onnx" and not _saturating(site, ctx)
+    return site.compute.op not in ("host_onnx", "eltwise") and not _saturating(site, ctx)
 
 
 def run(g: Graph, ctx: Context) -> Graph:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.ir import eltwise_site
 from compiler.ir.epilogue import npu_function
 from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
@@ -447,6 +448,8 @@ def judge(g: Graph, site: Site, ctx) -> Judgement:
     the fused step built from it (pure: the site is not changed)."""
     if site.compute.op == "host_onnx" and region_refusal(site) is None:
         return Judgement(None)
+    if eltwise_site.is_eltwise_site(site):
+        return _judge_eltwise(g, site, ctx)
     bad = first_failure(g, site, ctx)
     if bad is not None:
         return Judgement(bad[1])
@@ -460,10 +463,33 @@ def judge(g: Graph, site: Site, ctx) -> Judgement:
     return Judgement(None, groups)
 
 
+# the seed's boundaries, shared with every compute op; the rest is the unit's own
+ELTWISE_RULES = (
+    ReasonCode.REGION_SECOND_INPUT,
+    ReasonCode.REGION_REDUCTION,
+    ReasonCode.REGION_POSITION_DEPENDENT,
+    ReasonCode.MULTIPLE_USERS,
+)
+
+
+def _judge_eltwise(g: Graph, site: Site, ctx) -> Judgement:
+    """A two-activation QLinearAdd/QLinearMul -> table site: the shared boundary rules,
+    then adjacency, the unit's support and its table (`compiler.ir.eltwise_site`)."""
+    by_code = _rules_by_code()
+    for code in ELTWISE_RULES:
+        got = by_code[code].check(g, site, ctx)
+        if got is not None:
+            return Judgement(got if isinstance(got, Reason) else Reason(code, got))
+    unit = eltwise_site.judge(g, site, ctx.target)
+    if isinstance(unit, Reason):
+        return Judgement(unit)
+    return Judgement(None, unit)
+
+
 def float_bias_of(g: Graph, site: Site):
     """ORT's float bias group right after the compute op's own requantization, with its
     per-column tables (`compiler.ir.float_bias`, `compiler.ort.tables`), or None."""
-    if site.compute.attrs.get("requant") is None or site.compute.op == "host_onnx":
+    if site.compute.attrs.get("requant") is None or site.compute.op in ("host_onnx", "eltwise"):
         return None
     from compiler.ir.float_bias import recognize
     from compiler.ort.tables import float_bias_tables

@@ -27,7 +27,14 @@ from compiler.ir.context import Context
 from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, npu_function, requant_params
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
-from compiler.ir.semantics import node_term, requant_groups, requant_scale, requant_term
+from compiler.ir.semantics import (
+    eltwise_term,
+    node_term,
+    qlinear_binary_params,
+    requant_groups,
+    requant_scale,
+    requant_term,
+)
 from compiler.ir.site import Diagnostic
 from compiler.ort.host import host_model, submodel
 from compiler.proving import prove
@@ -39,6 +46,7 @@ from npu_backend.lowered import (
     HostOnnx,
     LoweredModel,
     NpuClip,
+    NpuEltwise,
     NpuLut,
     NpuRequant,
     TensorSpec,
@@ -47,10 +55,12 @@ from npu_backend.postprocess import LutParams, PostProcess
 from npu_backend.target import requant_from_scale
 from npu_backend.validate import validate_step, window_issues
 from prover.domain import KernelError
+from prover.eltwise import EltwiseParams
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, build_lut, reorder_table
 from prover.obligation import Obligation
-from prover.terms import Var, op
+from prover.qlinear_binary import SpanMode
+from prover.terms import Term, Var, op
 from prover.verdict import ReasonCode, Status
 
 _kind = npu_step.compute_kind
@@ -61,7 +71,7 @@ def _nbytes(v: Value) -> int:
 
 
 def _step_tensors(step) -> tuple[str, ...]:
-    names = ("a", "x", "w", "bias", "out")
+    names = ("a", "b", "x", "w", "bias", "out")
     return tuple(getattr(step, k) for k in names if getattr(step, k, None) is not None)
 
 
@@ -344,6 +354,40 @@ class Lowerer:
         )
         self.steps.append(self.host_onnx(n, m))
 
+    def eltwise(self, n: Node) -> None:
+        """A QLinearAdd/QLinearMul of two activations (with a fused table after a proven
+        site: `post_lut`) on the target's elementwise unit, its record computed from the
+        node's scales. The unit's form is checked first, then the obligation that it equals
+        ORT's kernel on every operand pair (and through the table) is proven; else the
+        original nodes run on the host."""
+        a = n.attrs
+        caps = self.t.eltwise
+        params = qlinear_binary_params(n)
+        rec = EltwiseParams.of(a["binary"], params, SpanMode(a["mode"]), fma=caps.fma)
+        before = eltwise_term(n, Var("a"), Var("b"))
+        after: Term = op("npu_eltwise", Var("a"), Var("b"), **rec.params())
+        lut = a.get("post_lut")  # the NPU's table (`LutParams`) of a fused activation
+        function = a.get("post_function")
+        if lut is not None:
+            ref = a["post_reference"]  # the activation's own node: ORT's table
+            before = node_term(ref, before)
+            after = lut.term(after)
+        step = NpuEltwise(
+            name=n.name, a=n.inputs[0], b=n.inputs[1], out=n.output, record=rec,
+            a_shape=tuple(a["a_shape"]), b_shape=tuple(a["b_shape"]), lut=lut,
+            function=function, onnx_nodes=tuple(n.origin),
+        )  # fmt: skip
+        issues = self.issues(step)
+        if issues:
+            why = ReasonCode(issues[0].code)
+            self.diag(n, why, f"{', '.join(n.origin)} stays on the host: {issues[0].message}")
+            self.steps.extend(self.host_origin(n))
+            return
+        t = int_type(params.dtype)
+        rng = {"a": (t.min, t.max), "b": (t.min, t.max)}
+        ok, code, msg = self.prove(n, "lowering", before, after, rng)
+        self.npu_or_host(n, step, ok, code, msg, lambda: self.host_origin(n))
+
     def reshape_step(self, n: Node, x: Value, y: Value) -> HostOnnx:
         shape_name = f"{y.name}.shape"
         node = oh.make_node("Reshape", [x.name, shape_name], [y.name])
@@ -432,6 +476,8 @@ class Lowerer:
                 self.clip(n)
             elif n.op == "qlinear_binary":
                 self.qlinear_binary(n)
+            elif n.op == "eltwise":
+                self.eltwise(n)
             elif n.op in ("reshape", "transpose", "identity"):
                 self.layout(n)
             elif n.op == "host_onnx":

@@ -19,7 +19,11 @@ MAX_CHAIN = 8
 
 
 def is_compute(n: Node) -> bool:
-    return n.op in ("matmul", "fused") or (n.op == "host_onnx" and bool(n.attrs.get("compute")))
+    """A compute op a table after it may fuse into: an integer matmul (or conv), a QDQ
+    float compute group, or a two-activation QLinearAdd/QLinearMul (`eltwise`)."""
+    return n.op in ("matmul", "fused", "eltwise") or (
+        n.op == "host_onnx" and bool(n.attrs.get("compute"))
+    )
 
 
 def varying_inputs(g: Graph, n: Node) -> list[str]:
@@ -41,6 +45,8 @@ def pattern_of(compute: Node, chain: list[Node]) -> str:
         if compute.attrs.get("kind", compute.attrs.get("compute")) in ("MatMul", None)
         else str(compute.attrs.get("kind", compute.attrs.get("compute"))).lower()
     ]
+    if compute.op == "eltwise":
+        parts = [str(compute.attrs["binary"]).lower()]
     for n in chain:
         if n.attrs.get("region_refusal") is not None:
             parts.append("region")
@@ -73,7 +79,7 @@ def run(g: Graph, ctx: Context) -> Graph:
             if p is None:
                 break
             if is_compute(p):
-                if p.op == "fused":
+                if p.op == "fused" or p.attrs.get("post_lut") is not None:
                     break  # already fused by an earlier run: nothing new to propose
                 site = Site(id="", pattern=pattern_of(p, chain), compute=p, chain=chain)
                 (sites if n.op == "lut" else refused).append(site)

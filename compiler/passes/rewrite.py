@@ -8,6 +8,7 @@ leave the graph as it was.
 
 from __future__ import annotations
 
+from compiler.ir import eltwise_site
 from compiler.ir.context import Context
 from compiler.ir.fuse import apply_site
 from compiler.ir.graph import Graph
@@ -24,7 +25,10 @@ def run(g: Graph, ctx: Context) -> Graph:
         if names & taken:
             s.details.append({"superseded": "an overlapping proven site was applied"})
             continue
-        apply_site(g, s, s.post, structure_of_site(g, s, ctx), prune=False)
+        if eltwise_site.is_eltwise_site(s):
+            eltwise_site.apply(g, s)
+        else:
+            apply_site(g, s, s.post, structure_of_site(g, s, ctx), prune=False)
         s.applied = True
         taken |= names
     if taken:

@@ -1,6 +1,6 @@
 """Elementwise ops: com.microsoft QLinearSigmoid / QLinearLeakyRelu (one `lut` table each),
 integer Clip (`clip`), and com.microsoft QLinearAdd / QLinearMul with one constant operand
-(`qlinear_binary`, exact MLAS). `lut` is also the table the QDQ activation groups emit.
+(`qlinear_binary`, exact MLAS) or two activations (`eltwise`, `prover.eltwise`). `lut` is also the table the QDQ activation groups emit.
 
 Versions read: Clip 6..10 (min/max attributes, float only: run on the host as written) and
 11+ (min/max inputs; 12 adds integer types, read here); com.microsoft ops 1.
@@ -120,11 +120,12 @@ def clip(ctx: BuildContext, n: onnx.NodeProto) -> None:
 @converter(MS_DOMAIN, "QLinearAdd", since=1, attributes=())
 @converter(MS_DOMAIN, "QLinearMul", since=1, attributes=())
 def qlinear_binary(ctx: BuildContext, n: onnx.NodeProto) -> None:
-    """com.microsoft QLinearAdd/QLinearMul with one constant operand: `qlinear_binary`.
+    """com.microsoft QLinearAdd/QLinearMul with one constant operand: `qlinear_binary`;
+    with two activations (any numpy broadcasting): `eltwise`.
 
-    Other forms (two dynamic operands, a constant that is not one value per output
-    column, a span mode that depends on the batch size) stay on the host; a zero, negative
-    or non-finite scale is bad input.
+    Other forms (two constants, a constant that is not one value per output column, a
+    span mode that depends on the batch size) stay on the host; a zero, negative or
+    non-finite scale is bad input.
     """
     ctx.positive_scales(n, {1: "A_scale", 4: "B_scale", 6: "C_scale"})
     try:
@@ -133,12 +134,72 @@ def qlinear_binary(ctx: BuildContext, n: onnx.NodeProto) -> None:
         ctx.unsupported(n, str(e).split(": ", 1)[-1])
 
 
+def _binary_params(ctx: BuildContext, n: onnx.NodeProto, it: str) -> QLinearBinaryParams:
+    """The node's per-tensor scales and zero points (zero points of the input type)."""
+    scales = {}
+    for idx, what in ((1, "A_scale"), (4, "B_scale"), (6, "C_scale")):
+        ctx.float32_scales(n, {idx: what})
+        scales[what] = float(ctx.scalar(n, idx, what))
+    zps = {}
+    for idx, what in ((2, "A_zero_point"), (5, "B_zero_point"), (7, "C_zero_point")):
+        z = ctx.const(n, idx, what, optional=True)
+        if z is not None and z.dtype.name != it:
+            raise ctx.fail(n, f"{what} has type {z.dtype.name}; the input is {it}")
+        zps[what] = int(ctx.scalar(n, idx, what, default=0))
+    try:
+        return QLinearBinaryParams(
+            a_scale=scales["A_scale"], a_zp=zps["A_zero_point"],
+            b_scale=scales["B_scale"], b_zp=zps["B_zero_point"],
+            c_scale=scales["C_scale"], c_zp=zps["C_zero_point"], dtype=it,
+        )  # fmt: skip
+    except KernelError as e:
+        raise ctx.fail(n, str(e)) from None
+
+
+def _two_activations(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Both operands are activations: one `eltwise` node over A and B (numpy broadcasting),
+    its element function ORT's kernel for the span mode the shapes give (`prover.eltwise`)."""
+    a = ctx.value(n, n.input[0])
+    b = ctx.value(n, n.input[3])
+    it = ctx.expect_dtype(n, a.name, EIGHT_BIT)
+    if b.dtype != it:
+        raise ctx.fail(n, f"operand B has type {b.dtype}; operand A is {it}")
+    params = _binary_params(ctx, n, it)
+    try:
+        out_shape = tuple(int(d) for d in np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise ctx.fail(n, f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast") from None
+    mode = span_mode(a.shape, b.shape)
+
+    def rows(s: tuple[int, ...], r: int) -> tuple[int, ...]:
+        """`s` with a batch of `r` rows where the operand carries the output's leading dim."""
+        full = len(s) == len(out_shape) and s and s[0] == out_shape[0]
+        return (r, *s[1:]) if full else s
+
+    if out_shape and len({span_mode(rows(a.shape, r), rows(b.shape, r)) for r in (1, 2)}) > 1:
+        raise ctx.fail(n, "ONNX Runtime's operand roles depend on the batch size here")
+    ctx.emit(
+        "eltwise",
+        [n],
+        [a.name, b.name],
+        Value(n.output[0], it, out_shape),
+        binary=n.op_type,
+        mode=str(mode.value),
+        params=dataclasses.asdict(params),
+        fma=bool(ctx.reference.mlas_fma),
+        a_shape=tuple(int(d) for d in a.shape),
+        b_shape=tuple(int(d) for d in b.shape),
+    )
+
+
 def _qlinear_binary(ctx: BuildContext, n: onnx.NodeProto) -> None:
     ctx.attrs(n)
     if len(n.input) < 8:
         raise ctx.fail(n, "needs 8 inputs")
     a_name, b_name = n.input[0], n.input[3]
     a_const, b_const = a_name in ctx.consts, b_name in ctx.consts
+    if not a_const and not b_const:
+        return _two_activations(ctx, n)
     if a_const == b_const:
         raise ctx.fail(n, "only a form with exactly one constant operand has an NPU form")
     x_is_a = not a_const
