@@ -1,0 +1,95 @@
+"""Pools: com.microsoft QLinearGlobalAveragePool as a depthwise sum over the whole image.
+
+ONNX Runtime's kernel (MLAS `MlasQLinearGlobalAveragePoolNchw/Nhwc`) sums each channel's
+image exactly in int32, adds `-x_zero_point * image_size`, and requantizes that int32 with
+one float32 scale `x_scale / (y_scale * float(image_size))` (`MlasRequantizeOutput`:
+float32 product, clamp, round half to even, plus the output zero point). That is exactly a
+depthwise conv (`prover.conv`) whose window is the whole image, with all-one weights of zero
+point 0, followed by the `float` requantization: the IR node is a `matmul` with that
+`window` and `kind="Pool"`, run on the target's Pool unit (`[compute.Pool]`).
+
+ORT refuses (throws at run time) an image of 2^24 elements or more and a scale outside
+[2^-32, 256): bad input here too.
+
+Versions read: QLinearGlobalAveragePool 1 (its only version; attribute `channels_last`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from compiler.ir.graph import Value
+from prover.conv import Window
+
+from ..context import BuildContext
+from ..elem_types import EIGHT_BIT
+from ..registry import MS_DOMAIN, converter
+from .integer_matmul import check_acc, emit_matmul
+
+# ORT's CheckQLinearGlobalAveragePoolScaleAndSize
+MAX_IMAGE = 1 << 24
+MIN_SCALE, MAX_SCALE = 2.0**-32, 256.0
+
+
+def gap_scale(x_scale: float, y_scale: float, image: int) -> float:
+    """ORT's float32 requantization scale of a global average over `image` elements."""
+    with np.errstate(all="ignore"):
+        return float(np.float32(x_scale) / (np.float32(y_scale) * np.float32(image)))
+
+
+@converter(MS_DOMAIN, "QLinearGlobalAveragePool", since=1, attributes=("channels_last",),
+           host_fallback=True)  # fmt: skip
+def qlinear_global_average_pool(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """QLinearGlobalAveragePool: a depthwise all-ones conv over the whole image, then ORT's
+    float32 requantization (NCHW, or NHWC with `channels_last`)."""
+    ctx.positive_scales(n, {1: "x_scale", 3: "y_scale"})
+    at = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
+    x = ctx.value(n, n.input[0])
+    last = bool(ctx.attrs(n).get("channels_last", 0))
+    ctx.float32_scales(n, {1: "x_scale", 3: "y_scale"})
+    xs, ys = ctx.scalar(n, 1, "x_scale"), ctx.scalar(n, 3, "y_scale")
+    x_zp = ctx.const(n, 2, "x_zero_point")
+    y_zp = ctx.const(n, 4, "y_zero_point")
+    for what, zp in (("x_zero_point", x_zp), ("y_zero_point", y_zp)):
+        if zp.dtype.name != at or zp.size != 1:
+            raise ctx.bad(n, f"{what} must be one {at} value, got {zp.dtype.name} {list(zp.shape)}")
+    if len(x.shape) < 3:
+        raise ctx.bad(n, f"input {list(x.shape)} has fewer than 3 dimensions")
+    spatial = tuple(x.shape[1:-1]) if last else tuple(x.shape[2:])
+    if len(spatial) > 2:
+        raise ctx.fail(n, f"only 1-D and 2-D pools are read, got input {list(x.shape)}")
+    c = int(x.shape[-1] if last else x.shape[1])
+    image = int(np.prod(spatial, dtype=np.int64))
+    scale = gap_scale(xs, ys, image)
+    if image >= MAX_IMAGE or not MIN_SCALE <= scale < MAX_SCALE:
+        raise ctx.bad(
+            n,
+            f"image of {image} elements with scale {scale}: ONNX Runtime computes only "
+            f"images under 2^24 and scales x_scale/(y_scale*image) in [2^-32, 256)",
+        )
+    r = len(spatial)
+    win = Window(spatial, (1,) * r, (1,) * r, (0,) * (2 * r), c, c)
+    # all-one weights [K_g, C] of zero point 0 (uint8 for uint8 activations: no int8 pair
+    # products, which only ORT's QLinearConv kernels have)
+    ctx.w_dtype = at
+    w = np.ones((image, c), dtype=np.int64)
+    a_zp = int(x_zp.reshape(()).item())
+    check_acc(ctx, n, w, 0, at, a_zp)
+    out_shape = (x.shape[0], *(1,) * r, c) if last else (x.shape[0], c, *(1,) * r)
+    requant = {"scheme": "float", "scale": scale, "zp": int(y_zp.reshape(()).item()), "out": at}
+    emit_matmul(
+        ctx,
+        n,
+        x.name,
+        Value(n.output[0], at, out_shape),
+        kind="Pool",
+        layout="channels_last" if last else "channels_first",
+        w=w,
+        a_zp=a_zp,
+        w_zp=0,
+        a_type=at,
+        bias=None,
+        requant=requant,
+        window=win,
+    )

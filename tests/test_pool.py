@@ -1,0 +1,106 @@
+"""QLinearGlobalAveragePool on the NPU's Pool unit: ORT's MLAS kernel (exact int32 image sum
+minus zero point times size, one float32 requantization by x_scale / (y_scale * size)) is a
+depthwise all-ones conv over the whole image; the program equals ORT bit for bit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from pool_models import gap, pool_inputs
+from sim_helpers import corrupt_npu_results
+
+from compiler.api import compile_model
+from compiler.errors import FrontendError
+from compiler.ir.semantics import run_graph
+from compiler.ort.tables import session
+from npu_backend import codegen, simulator
+from npu_backend.lowered import NpuMatMul
+from npu_backend.target import load_target
+
+FLOAT = load_target("npu_backend/targets/npu_float.toml")
+FIXED = load_target("npu_backend/targets/npu_fixed.toml")
+
+CASES = {
+    "u8_7x7": dict(),
+    "s8_zp_extremes": dict(dtype="int8", x_zp=-128, y_zp=127),
+    "u8_zp_extremes": dict(x_zp=255, y_zp=0, x_scale=0.5, y_scale=0.003),
+    "u8_zp_extremes_2": dict(x_zp=0, y_zp=255),
+    # x_scale / (y_scale * 4) = 1/8: sums = 4 (mod 8) are rounding half-steps
+    "half_steps": dict(shape=(1, 6, 2, 2), x_scale=0.5, y_scale=1.0, x_zp=0, y_zp=0),
+    "s8_56x56": dict(shape=(1, 3, 56, 56), dtype="int8", x_zp=-7, y_zp=3),
+    "batch2_rect": dict(shape=(2, 5, 3, 5)),
+    "image_1x1": dict(shape=(1, 16, 1, 1)),
+    "pool1d": dict(shape=(1, 4, 9)),
+    "channels_last": dict(shape=(2, 7, 7, 8), channels_last=1),
+}
+
+
+def _pool_steps(r) -> list[NpuMatMul]:
+    return [s for s in r.lowered.steps if isinstance(s, NpuMatMul) and s.compute == "Pool"]
+
+
+def _check_equal(m, target=FLOAT):
+    r = compile_model(m, "bitwise", target)
+    prog = codegen.generate(r.lowered, target)
+    for seed in range(3):
+        inp = pool_inputs(m, seed)
+        ref = session(m, level="default").run(None, inp)[0]
+        np.testing.assert_array_equal(ref, run_graph(r.original, inp)["y"])
+        np.testing.assert_array_equal(ref, simulator.run(prog, inp)[0]["y"])
+    return r
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_global_average_pool_on_the_npu_equals_onnxruntime(name):
+    r = _check_equal(gap(**CASES[name]))
+    assert len(_pool_steps(r)) == 1, r.diagnostics
+    assert not [d for d in r.diagnostics if "gap" in d.nodes]
+
+
+def test_pool_the_target_lacks_stays_on_the_host_named():
+    # npu_fixed's Pool unit sums images up to 7 per axis: 14 x 14 is refused by its code
+    r = _check_equal(gap(shape=(1, 4, 14, 14)), FIXED)
+    assert not _pool_steps(r)
+    codes = {d.code.value for d in r.diagnostics if "gap" in d.nodes}
+    assert codes == {"unsupported_conv_window"}, r.diagnostics
+    no_pool = dataclasses.replace(
+        FLOAT, computes=tuple(c for c in FLOAT.computes if c.op != "Pool")
+    )
+    r = _check_equal(gap(), no_pool)
+    assert not _pool_steps(r)
+    assert any("no Pool unit" in d.message for d in r.diagnostics)
+
+
+def test_fixed_point_pool_requantization_is_an_obligation():
+    # npu_fixed requantizes in fixed point: placed only where that is proven equal to ORT's
+    # float32 scale; either way the program equals ORT
+    r = _check_equal(gap(shape=(1, 4, 4, 4), x_scale=0.25, y_scale=1.0 / 16), FIXED)
+    assert _pool_steps(r) or {d.code.value for d in r.diagnostics} & {"refuted", "unknown"}
+
+
+@pytest.mark.parametrize(
+    "kw, what",
+    [
+        (dict(x_scale=1e-12), "scales"),  # x_scale / (y_scale * 49) under 2^-32
+        (dict(x_scale=300.0, y_scale=0.01, shape=(1, 2, 1, 1)), "scales"),  # >= 256
+    ],
+)
+def test_scales_orts_kernel_refuses_are_bad_input(kw, what):
+    with pytest.raises(FrontendError, match=what) as e:
+        compile_model(gap(**kw), "bitwise", FLOAT)
+    assert e.value.bad_input
+    with pytest.raises(Exception, match="out of computation range"):
+        m = gap(**kw)
+        session(m).run(None, pool_inputs(m, 0))
+
+
+def test_corrupted_pool_is_caught(monkeypatch):
+    m = gap()
+    r = compile_model(m, "bitwise", FLOAT)
+    prog = codegen.generate(r.lowered, FLOAT)
+    inp = pool_inputs(m, 0)
+    corrupt_npu_results(monkeypatch)
+    ref = session(m).run(None, inp)[0]
+    assert not np.array_equal(ref, simulator.run(prog, inp)[0]["y"])
