@@ -72,3 +72,69 @@ def pool_inputs(m: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
     if seed == 2:
         return {"x": rng.choice([info.min, info.max], size=shape).astype(dt)}
     return {"x": rng.integers(info.min, info.max + 1, size=shape).astype(dt)}
+
+
+def conv_chain(
+    convs: tuple[str, ...] = ("3x3", "1x1"),
+    *,
+    C: int = 4,
+    spatial: tuple[int, int] = (6, 5),
+    pool: bool = False,
+    expose: int | None = None,
+    seed: int = 0,
+) -> onnx.ModelProto:
+    """int8 x [1, C, *spatial] -> QLinearConv 'c0', 'c1', ... ("3x3": pads 1, "1x1",
+    "dw": depthwise 3x3 pads 1; every one keeps C channels and the spatial size) -> an
+    optional QLinearGlobalAveragePool 'gap' -> y; `expose=k` makes conv k's output a
+    graph output too (a host reader of the NCHW tensor)."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        _c("s", 0.02, np.float32),
+        _c("z", 1, np.int8),
+        _c("ws", 0.01, np.float32),
+        _c("wz", 0, np.int8),
+    ]
+    nodes, prev = [], "x"
+    for k, kind in enumerate(convs):
+        kernel = (1, 1) if kind == "1x1" else (3, 3)
+        group = C if kind == "dw" else 1
+        W = rng.integers(-127, 128, size=(C, C // group, *kernel))
+        inits.append(_c(f"W{k}", W, np.int8))
+        attrs = {"kernel_shape": list(kernel), "group": group}
+        if kernel == (3, 3):
+            attrs["pads"] = [1, 1, 1, 1]
+        out = f"c{k}_out"
+        nodes.append(
+            oh.make_node(
+                "QLinearConv",
+                [prev, "s", "z", f"W{k}", "ws", "wz", "s", "z"],
+                [out],
+                name=f"c{k}",
+                **attrs,
+            )
+        )
+        prev = out
+    shape = [1, C, *spatial]
+    if pool:
+        nodes.append(
+            oh.make_node(
+                "QLinearGlobalAveragePool",
+                [prev, "s", "z", "s", "z"],
+                ["y"],
+                domain="com.microsoft",
+                name="gap",
+            )
+        )
+        y_shape = [1, C, 1, 1]
+    else:
+        nodes[-1].output[0] = "y"
+        y_shape = shape
+    outs = [oh.make_tensor_value_info("y", TP.INT8, y_shape)]
+    if expose is not None:
+        outs.append(oh.make_tensor_value_info(f"c{expose}_out", TP.INT8, shape))
+    g = oh.make_graph(nodes, "chain", [oh.make_tensor_value_info("x", TP.INT8, shape)], outs, inits)
+    m = oh.make_model(
+        g, opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("com.microsoft", 1)]
+    )
+    m.ir_version = 8
+    return m

@@ -14,7 +14,7 @@ import numpy as np
 
 from prover.terms import Const, Term, Var, op
 
-from .graph import Graph, Node
+from .graph import Graph, Node, Value
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -92,3 +92,21 @@ def index_map_terms(
     out_coords = _coords(f, out_shape)
     after = tuple([Const(0)] * (len(src_shape) - r) + out_coords[len(out_shape) - r :])
     return before, after, int(np.prod(out_shape))
+
+
+def transpose_chain_terms(
+    src_shape: tuple[int, ...], perms: list[tuple[int, ...]]
+) -> tuple[tuple[Term, ...], tuple[Term, ...], int]:
+    """(before, after, size) of reading a value through the transposes `perms` in turn
+    instead of reading the source itself: the source coordinates of output element `f`
+    via the chain vs those of `f` in the source (equal iff the chain is the identity)."""
+    g = Graph({}, [], [], [])
+    ops, shape, prev = [], tuple(src_shape), "src"
+    for k, p in enumerate(perms):
+        shape = tuple(shape[i] for i in p)
+        name = f"t{k}"
+        g.values[name] = Value(name, "int8", shape)
+        ops.append(Node(name, "transpose", [prev], [name], {"perm": tuple(p)}))
+        prev = name
+    before, _, size = index_map_terms(g, tuple(src_shape), ops)
+    return before, tuple(_coords(Var("f"), tuple(src_shape))), size

@@ -13,6 +13,7 @@ proven by the gate and lower to a fused `NpuMatMul`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -26,6 +27,7 @@ from compiler.ir.accumulator import acc_range
 from compiler.ir.context import Context
 from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, npu_function, requant_params
 from compiler.ir.graph import Graph, Node, Value
+from compiler.ir.layout import transpose_chain_terms
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import node_term, requant_groups, requant_scale, requant_term
 from compiler.ir.site import Diagnostic
@@ -50,6 +52,7 @@ from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, build_lut, reorder_table
 from prover.obligation import Obligation
+from prover.policy import Policy
 from prover.terms import Var, op
 from prover.verdict import ReasonCode, Status
 
@@ -72,6 +75,16 @@ def _one_node_step(name: str, node, x: Value, consts: dict, y: Value, n: Node) -
     return HostOnnx(name, m.SerializeToString(), (x.name,), (y.name,), spec, tuple(n.origin))
 
 
+def _step_inputs(st) -> tuple[str, ...]:
+    if isinstance(st, HostOnnx | HostKernel):
+        return tuple(st.inputs)
+    return tuple(getattr(st, k) for k in ("a", "x") if getattr(st, k, None) is not None)
+
+
+def _step_outputs(st) -> tuple[str, ...]:
+    return tuple(st.outputs) if isinstance(st, HostOnnx) else (st.out,)
+
+
 # ONNX ops cleanup may bypass (plus Constant): a host fallback re-includes them.
 _VALUE_PRESERVING = ("Identity", "Reshape", "Transpose", "Constant")
 
@@ -81,6 +94,10 @@ class Lowerer:
         self.g, self.ctx, self.t = g, ctx, ctx.config.target
         self.steps: list = []
         self.consts: dict[str, np.ndarray] = {}
+        # a layout transpose after an NPU op: its output -> (NPU output, perm, step)
+        self.moves: dict[str, tuple[str, tuple[int, ...], HostOnnx]] = {}
+        self.kept: set[str] = set()  # values some NPU op read in the NPU's layout instead
+        self.shapes: dict[str, tuple[int, ...]] = {}
 
     def diag(self, n: Node, code: ReasonCode, message: str) -> None:
         self.ctx.state.diagnostics.append(Diagnostic(code, list(n.origin), message))
@@ -204,8 +221,14 @@ class Lowerer:
             self.consts[step.bias] = np.asarray(n.attrs["bias"], dtype=np.int32)
         r = len(nat_shape) - 2  # spatial axes (2: NCHW; 1: a 1-D conv's NCW)
         if cf:
-            self.steps.append(self.transpose_step(n, x, nat_in, (0, *range(2, r + 2), 1)))
+            to_last = (0, *range(2, r + 2), 1)
+            kept = self.kept_layout(n, x, nat_in, to_last)
+            if kept is None:
+                self.steps.append(self.transpose_step(n, x, nat_in, to_last))
+            else:  # the NPU already holds x channels-last: read it there
+                step = dataclasses.replace(step, a=kept)
         self.steps.append(step)
+        self.shapes[step.out] = tuple(out.shape)
         if out is not y:
             if cf:
                 own = Value(
@@ -214,10 +237,47 @@ class Lowerer:
                     (nat_shape[0], nat_shape[-1], *nat_shape[1:-1]),
                 )
                 own = y if own.shape == y.shape else own
-                self.steps.append(self.transpose_step(n, out, own, (0, r + 1, *range(1, r + 1))))
+                to_first = (0, r + 1, *range(1, r + 1))
+                t = self.transpose_step(n, out, own, to_first)
+                self.moves[own.name] = (out.name, to_first, t)
+                self.steps.append(t)
                 out = own
             if out is not y:
                 self.steps.append(self.reshape_step(n, out, y))
+
+    def kept_layout(self, n: Node, x: Value, nat_in: Value, perm: tuple[int, ...]) -> str | None:
+        """The NPU tensor holding `x` already permuted by `perm` (an NPU op's natural output
+        that a layout transpose made `x`), if the index map from it through that transpose
+        and `perm` is proven the identity; else None (the transpose is emitted)."""
+        move = self.moves.get(x.name)
+        if move is None:
+            return None
+        src, first, _ = move
+        if tuple(self.shapes.get(src, ())) != tuple(nat_in.shape):
+            return None
+        before, after, size = transpose_chain_terms(nat_in.shape, [first, perm])
+        ob = Obligation(
+            "index_map", before, after, {"f": (0, size - 1)}, Policy(0), note=f"layout {n.name}"
+        )
+        v = prove.check(ob, self.ctx)
+        if isinstance(v, Exception) or v.status != Status.PROVEN:
+            return None
+        self.kept.add(x.name)
+        return src
+
+    def drop_dead_moves(self) -> None:
+        """Remove the layout transposes after NPU ops whose result nothing reads any more
+        (every reader takes the NPU's own layout, `kept_layout`)."""
+        live = set(self.g.outputs)
+        keep: list = []
+        dead = {id(t) for name, (_, _, t) in self.moves.items() if name in self.kept}
+        for st in reversed(self.steps):
+            outs = set(_step_outputs(st))
+            if id(st) in dead and not outs & live:
+                continue
+            keep.append(st)
+            live |= set(_step_inputs(st))
+        self.steps = keep[::-1]
 
     def transpose_step(self, n: Node, x: Value, y: Value, perm) -> HostOnnx:
         node = oh.make_node("Transpose", [x.name], [y.name], perm=list(perm))
@@ -438,6 +498,7 @@ class Lowerer:
                 self.steps.append(self.host_onnx(n, host_model(n, self.g.values, self.g.opsets)))
             else:
                 raise ValueError(f"no lowering for IR op {n.op}")
+        self.drop_dead_moves()
         ins = [
             TensorSpec(i, self.g.values[i].dtype, tuple(self.g.values[i].shape))
             for i in self.g.inputs
