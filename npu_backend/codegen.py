@@ -41,6 +41,7 @@ from .isa import (
     HostCall,
     Instruction,
     MatMul,
+    Move,
     ParamLoad,
     Requant,
     TableLoad,
@@ -56,6 +57,7 @@ from .lowered import (
     NpuClip,
     NpuLut,
     NpuMatMul,
+    NpuMove,
     NpuRequant,
     Step,
     TensorSpec,
@@ -113,7 +115,7 @@ def memory_issues(
     wmem_names: list[str | None]
     if isinstance(step, NpuMatMul):
         sram_names, wmem_names = [step.a, step.out], [step.w, step.bias]
-    elif isinstance(step, NpuLut | NpuRequant | NpuClip):
+    elif isinstance(step, NpuLut | NpuRequant | NpuClip | NpuMove):
         sram_names, wmem_names = [step.x, step.out], []
     else:
         return []
@@ -267,6 +269,14 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         elif isinstance(st, NpuClip):
             x = need(st.x, st)
             specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), x.shape)
+        elif isinstance(st, NpuMove):
+            x = need(st.x, st)
+            if np.dtype(x.dtype) != np.dtype(storage_dtype(st.dtype)):
+                raise CodegenError(f"{st.name}: moves {x.dtype} {st.x!r} as {st.dtype}")
+            last = st.offset + sum((d - 1) * s for d, s in zip(st.shape, st.strides, strict=True))
+            if int(np.prod(st.shape)) and last >= int(np.prod(x.shape)):
+                raise CodegenError(f"{st.name}: gathers element {last} of {st.x!r} {x.shape}")
+            specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), tuple(st.shape))
         elif isinstance(st, HostKernel):
             known = [s for i in st.inputs if (s := specs.get(i)) is not None]
             shape = None
@@ -311,7 +321,7 @@ def _check_operands(st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarra
 def _npu_inputs(st: Step) -> list[str]:
     if isinstance(st, NpuMatMul):
         return [st.a]
-    if isinstance(st, NpuLut | NpuRequant | NpuClip):
+    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove):
         return [st.x]
     return []
 
@@ -721,6 +731,14 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         elif isinstance(st, NpuClip):
             x_addr, out_addr = operands(st.x, st.out)
             prog.append(Clip(st.name, st.x, st.out, x_addr, out_addr, st.lo, st.hi, st.dtype))
+        elif isinstance(st, NpuMove):
+            x_addr, out_addr = operands(st.x, st.out)
+            prog.append(
+                Move(
+                    st.name, st.x, st.out, x_addr, out_addr, tuple(st.shape), tuple(st.strides),
+                    int(st.offset), st.dtype,
+                )
+            )  # fmt: skip
         else:
             prog.append(HostCall(st.name, st))
             in_dram.update(_outputs(st))

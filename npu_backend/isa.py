@@ -27,6 +27,7 @@ from prover.terms import Term, Var, evaluate, op
 
 from .exact_matmul import exact_matmul
 from .lowered import HostKernel, HostOnnx
+from .moves import gather
 from .postprocess import (
     LutParams,
     Post,
@@ -215,6 +216,24 @@ class Clip:
 
 
 @dataclass(frozen=True)
+class Move:
+    """Data movement: out (`shape`) = the strided gather of x (`npu_backend.moves.gather`)."""
+
+    name: str
+    x: str
+    out: str
+    x_addr: int
+    out_addr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    dtype: str
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return gather(x, tuple(self.shape), tuple(self.strides), int(self.offset))
+
+
+@dataclass(frozen=True)
 class HostCall:
     """Run a host step (integer kernel term, or an ONNX subgraph in ONNX Runtime) on dram tensors."""
 
@@ -223,11 +242,22 @@ class HostCall:
 
 
 Instruction = (
-    DmaIn | DmaOut | TableLoad | ParamLoad | MatMul | Activation | Requant | Clip | HostCall
+    DmaIn | DmaOut | TableLoad | ParamLoad | MatMul | Activation | Requant | Clip | Move | HostCall
 )
 OPCODES: dict[str, type] = {
     c.__name__: c
-    for c in (DmaIn, DmaOut, TableLoad, ParamLoad, MatMul, Activation, Requant, Clip, HostCall)
+    for c in (
+        DmaIn,
+        DmaOut,
+        TableLoad,
+        ParamLoad,
+        MatMul,
+        Activation,
+        Requant,
+        Clip,
+        Move,
+        HostCall,
+    )
 }
 
 

@@ -12,6 +12,7 @@ NPU steps:
   Per-channel epilogues are a tuple of `PostProcess`, one per output column.
 - `NpuLut`: standalone activation (table lookup).
 - `NpuRequant`, `NpuClip`: standalone elementwise integer ops.
+- `NpuMove`: data movement (a strided gather: reshape, transpose).
 
 Host steps:
 - `HostKernel`: an elementwise integer op run on the host with the kernel's
@@ -173,6 +174,23 @@ class NpuClip:
 
 
 @dataclass(frozen=True)
+class NpuMove:
+    """Data movement on the NPU, a strided gather: `out` (shape `shape`, row-major) element
+    with coordinates c reads `x`'s flat element `offset + sum_i c_i * strides[i]`. A Reshape,
+    Flatten, Squeeze or Unsqueeze has row-major strides, a Transpose permuted ones
+    (`npu_backend.moves`); the value of each element is unchanged, stored as `dtype`."""
+
+    name: str
+    x: str
+    out: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    dtype: str
+    onnx_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class HostKernel:
     """Elementwise integer op on the host: out = term(inputs...), stored as `out_dtype`.
 
@@ -212,7 +230,7 @@ class HostOnnx:
     ort_level: str = "off"
 
 
-NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip
+NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip | NpuMove
 HostStep = HostKernel | HostOnnx
 Step = NpuStep | HostStep
 
@@ -270,6 +288,7 @@ __all__ = [
     "NpuLut",
     "NpuRequant",
     "NpuClip",
+    "NpuMove",
     "HostKernel",
     "HostOnnx",
     "NpuStep",

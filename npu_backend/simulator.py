@@ -53,6 +53,7 @@ from .isa import (
     DmaOut,
     HostCall,
     MatMul,
+    Move,
     ParamLoad,
     Requant,
     TableLoad,
@@ -211,7 +212,7 @@ def _events(ins: Any) -> list[tuple[str, str, str]]:
         ev = [("sram", ins.a, "r"), ("wmem", ins.w, "r")]
         ev += [("wmem", ins.bias, "r")] if ins.bias is not None else []
         return ev + [("sram", ins.out, "w")]
-    if isinstance(ins, Activation | Requant | Clip):
+    if isinstance(ins, Activation | Requant | Clip | Move):
         return [("sram", ins.x, "r"), ("sram", ins.out, "w")]
     return []
 
@@ -407,6 +408,15 @@ class Machine:
             val = evaluate(ins.term(), NUMPY, {"x": x.astype(np.int64)})
             self.put(ins.out, val, ins.dtype, ins.name)
             self._cycles += -(-x.size // sch.mac_n)
+        elif isinstance(ins, Move):
+            x = self.get("sram", ins.x, ins.name)
+            c.read("sram", x.nbytes)
+            try:
+                val = ins.compute(x)
+            except ValueError as e:
+                raise SimulatorError(f"{ins.name}: {e}") from None
+            self.put(ins.out, val, ins.dtype, ins.name)
+            self._cycles += -(-val.size // sch.mac_n)
         elif isinstance(ins, HostCall):
             self._host(ins.step)
         else:

@@ -80,6 +80,8 @@ class StandaloneCaps:
     functions: frozenset[str]
     requant_scheme: str
     clip: bool
+    # data movement (a strided gather: Reshape, Transpose) on the NPU; False: on the host
+    moves: bool = False
 
 
 @dataclass(frozen=True)
@@ -362,6 +364,7 @@ def parse_target(data: dict[str, Any], path: str = "<memory>") -> Target:
         st.choices("functions", FUNCTIONS),
         st.choice("requant_scheme", REQUANT_SCHEMES),
         st.get("clip", bool),
+        st.get("moves", bool, False),
     )
     st.done()
     schedule = _schedule(top.get("schedule", dict, {}))

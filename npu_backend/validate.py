@@ -19,7 +19,16 @@ from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.lut import FUNCTIONS, check_table
 
-from .lowered import HostKernel, HostOnnx, NpuClip, NpuLut, NpuMatMul, NpuRequant, Step
+from .lowered import (
+    HostKernel,
+    HostOnnx,
+    NpuClip,
+    NpuLut,
+    NpuMatMul,
+    NpuMove,
+    NpuRequant,
+    Step,
+)
 from .postprocess import AddParams, LutParams, PostProcess, RequantParams, posts_of
 from .target import ComputeCaps, Target
 
@@ -369,6 +378,20 @@ def validate_step(step: Step, target: Target) -> list[ValidationIssue]:
             ]
         if step.lo > step.hi:
             return [ValidationIssue("incomplete_parameters", step.name, "clip lo > hi")]
+        return []
+    if isinstance(step, NpuMove):
+        if not target.standalone.moves:
+            return [
+                ValidationIssue(
+                    "unsupported_op", step.name, "no data movement unit; keep it on the host"
+                )
+            ]
+        if (
+            len(step.shape) != len(step.strides)
+            or step.offset < 0
+            or min(step.strides, default=0) < 0
+        ):
+            return [ValidationIssue("incomplete_parameters", step.name, "malformed gather")]
         return []
     if isinstance(step, HostOnnx):
         if not step.model or not step.outputs:

@@ -81,12 +81,14 @@ def conv_chain(
     spatial: tuple[int, int] = (6, 5),
     pool: bool = False,
     expose: int | None = None,
+    flatten: bool = False,
     seed: int = 0,
 ) -> onnx.ModelProto:
     """int8 x [1, C, *spatial] -> QLinearConv 'c0', 'c1', ... ("3x3": pads 1, "1x1",
     "dw": depthwise 3x3 pads 1; every one keeps C channels and the spatial size) -> an
     optional QLinearGlobalAveragePool 'gap' -> y; `expose=k` makes conv k's output a
-    graph output too (a host reader of the NCHW tensor)."""
+    graph output too (a host reader of the NCHW tensor); `flatten`: a Flatten after the
+    pool."""
     rng = np.random.default_rng(seed)
     inits = [
         _c("s", 0.02, np.float32),
@@ -120,12 +122,15 @@ def conv_chain(
             oh.make_node(
                 "QLinearGlobalAveragePool",
                 [prev, "s", "z", "s", "z"],
-                ["y"],
+                ["p" if flatten else "y"],
                 domain="com.microsoft",
                 name="gap",
             )
         )
         y_shape = [1, C, 1, 1]
+        if flatten:
+            nodes.append(oh.make_node("Flatten", ["p"], ["y"], name="flat"))
+            y_shape = [1, C]
     else:
         nodes[-1].output[0] = "y"
         y_shape = shape

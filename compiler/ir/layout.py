@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from npu_backend.moves import gather_index_term
 from prover.terms import Const, Term, Var, op
 
 from .graph import Graph, Node, Value
@@ -110,3 +111,23 @@ def transpose_chain_terms(
         prev = name
     before, _, size = index_map_terms(g, tuple(src_shape), ops)
     return before, tuple(_coords(Var("f"), tuple(src_shape))), size
+
+
+def move_terms(
+    src_shape: tuple[int, ...],
+    node: Node,
+    out_shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    offset: int,
+) -> tuple[tuple[Term, ...], tuple[Term, ...], int]:
+    """(before, after, size) of a layout node (`reshape`, `transpose`, `identity`) against
+    the NPU's strided gather (`npu_backend.moves`): the source coordinates of output element
+    `f` by the node's meaning vs those of the flat element the gather reads."""
+    g = Graph({"out": Value("out", "int8", tuple(out_shape))}, [], [], [])
+    ops = [] if node.op == "identity" else [Node("out", node.op, ["src"], ["out"], node.attrs)]
+    if ops:
+        before, _, size = index_map_terms(g, tuple(src_shape), ops)
+    else:
+        before, size = tuple(_coords(Var("f"), tuple(src_shape))), int(np.prod(src_shape))
+    flat = gather_index_term(tuple(out_shape), tuple(strides), int(offset))
+    return before, tuple(_coords(flat, tuple(src_shape))), size

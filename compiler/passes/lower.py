@@ -27,7 +27,7 @@ from compiler.ir.accumulator import acc_range
 from compiler.ir.context import Context
 from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, npu_function, requant_params
 from compiler.ir.graph import Graph, Node, Value
-from compiler.ir.layout import transpose_chain_terms
+from compiler.ir.layout import move_terms, transpose_chain_terms
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import node_term, requant_groups, requant_scale, requant_term
 from compiler.ir.site import Diagnostic
@@ -42,9 +42,12 @@ from npu_backend.lowered import (
     LoweredModel,
     NpuClip,
     NpuLut,
+    NpuMatMul,
+    NpuMove,
     NpuRequant,
     TensorSpec,
 )
+from npu_backend.moves import row_major, transpose_strides
 from npu_backend.postprocess import LutParams, PostProcess
 from npu_backend.target import requant_from_scale
 from npu_backend.validate import validate_step, window_issues
@@ -75,6 +78,11 @@ def _one_node_step(name: str, node, x: Value, consts: dict, y: Value, n: Node) -
     return HostOnnx(name, m.SerializeToString(), (x.name,), (y.name,), spec, tuple(n.origin))
 
 
+# types the NPU stores and moves; the NPU's steps
+MOVABLE = ("int8", "uint8", "int16", "int32")
+NPU_STEPS = (NpuMatMul, NpuLut, NpuRequant, NpuClip, NpuMove)
+
+
 def _step_inputs(st) -> tuple[str, ...]:
     if isinstance(st, HostOnnx | HostKernel):
         return tuple(st.inputs)
@@ -95,7 +103,7 @@ class Lowerer:
         self.steps: list = []
         self.consts: dict[str, np.ndarray] = {}
         # a layout transpose after an NPU op: its output -> (NPU output, perm, step)
-        self.moves: dict[str, tuple[str, tuple[int, ...], HostOnnx]] = {}
+        self.moves: dict[str, tuple[str, tuple[int, ...], HostOnnx | NpuMove]] = {}
         self.kept: set[str] = set()  # values some NPU op read in the NPU's layout instead
         self.shapes: dict[str, tuple[int, ...]] = {}
 
@@ -279,9 +287,44 @@ class Lowerer:
             live |= set(_step_inputs(st))
         self.steps = keep[::-1]
 
-    def transpose_step(self, n: Node, x: Value, y: Value, perm) -> HostOnnx:
+    def transpose_step(self, n: Node, x: Value, y: Value, perm) -> HostOnnx | NpuMove:
+        """The layout transpose `x` -> `y` around an NPU op: an NPU gather where the target
+        moves data (its index map proven), else a host Transpose."""
+        t = Node(f"{y.name}.transpose", "transpose", [x.name], [y.name], {"perm": tuple(perm)})
+        mv = self.npu_move(t, x, y, n.origin)
+        if mv is not None:
+            return mv
         node = oh.make_node("Transpose", [x.name], [y.name], perm=list(perm))
         return _one_node_step(f"{y.name}.transpose", node, x, {}, y, n)
+
+    def npu_move(self, n: Node, x: Value, y: Value, origin: tuple[str, ...]) -> NpuMove | None:
+        """The NPU gather computing layout node `n` (`x` -> `y`), if the target moves data,
+        the type is one it stores, and the gather's index map is proven to be the node's;
+        else None (with a diagnostic when the proof failed)."""
+        if not self.t.standalone.moves or x.dtype not in MOVABLE:
+            return None
+        if n.op == "transpose":
+            strides = transpose_strides(tuple(x.shape), tuple(n.attrs["perm"]))
+        else:  # reshape, identity: the source's row-major order under the output's shape
+            strides = row_major(tuple(y.shape))
+        before, after, size = move_terms(tuple(x.shape), n, tuple(y.shape), strides, 0)
+        ob = Obligation(
+            "index_map", before, after, {"f": (0, max(size - 1, 0))}, Policy(0),
+            note=f"move {n.name}",
+        )  # fmt: skip
+        v = prove.check(ob, self.ctx)
+        if isinstance(v, Exception) or v.status != Status.PROVEN:
+            why = v if isinstance(v, Exception) else v.reason
+            self.ctx.state.diagnostics.append(
+                Diagnostic(
+                    ReasonCode.LAYOUT_MISMATCH,
+                    list(origin),
+                    f"{', '.join(origin)}: the NPU gather's index map is not proven: {why}",
+                )
+            )
+            return None
+        step = NpuMove(n.name, x.name, y.name, tuple(y.shape), strides, 0, y.dtype, origin)
+        return None if self.issues(step, (x, y)) else step
 
     def lut(self, n: Node) -> None:
         a = n.attrs
@@ -404,15 +447,31 @@ class Lowerer:
         )
         self.steps.append(self.host_onnx(n, m))
 
-    def reshape_step(self, n: Node, x: Value, y: Value) -> HostOnnx:
+    def reshape_step(self, n: Node, x: Value, y: Value) -> HostOnnx | NpuMove:
+        """The reshape `x` -> `y` after an NPU op (leading unit dims): an NPU gather where
+        the target moves data (index map proven), else a host Reshape."""
+        r = Node(f"{n.name}.reshape", "reshape", [x.name], [y.name], {"shape": tuple(y.shape)})
+        mv = self.npu_move(r, x, y, n.origin)
+        if mv is not None:
+            return mv
         shape_name = f"{y.name}.shape"
         node = oh.make_node("Reshape", [x.name, shape_name], [y.name])
         consts = {shape_name: np.asarray(y.shape, dtype=np.int64)}
         return _one_node_step(f"{n.name}.reshape", node, x, consts, y, n)
 
+    def on_npu(self, name: str) -> bool:
+        """Whether an NPU step lowered so far produces `name`."""
+        return any(isinstance(st, NPU_STEPS) and name in _step_outputs(st) for st in self.steps)
+
     def layout(self, n: Node) -> None:
-        """Reshape/Transpose/Identity run on the host as a one-node ONNX model."""
+        """Reshape/Transpose/Identity of an NPU result: an NPU gather (`npu_move`); any
+        other runs on the host as a one-node ONNX model."""
         x, y = self.g.values[n.inputs[0]], self.g.values[n.output]
+        if self.on_npu(x.name):
+            mv = self.npu_move(n, x, y, n.origin)
+            if mv is not None:
+                self.steps.append(mv)
+                return
         consts = {}
         if n.op == "reshape":
             consts[f"{n.name}.shape"] = np.asarray(y.shape, dtype=np.int64)
