@@ -41,6 +41,7 @@ from .isa import (
     HostCall,
     Instruction,
     MatMul,
+    MaxPool,
     Move,
     ParamLoad,
     Requant,
@@ -57,6 +58,7 @@ from .lowered import (
     NpuClip,
     NpuLut,
     NpuMatMul,
+    NpuMaxPool,
     NpuMove,
     NpuRequant,
     Step,
@@ -115,7 +117,7 @@ def memory_issues(
     wmem_names: list[str | None]
     if isinstance(step, NpuMatMul):
         sram_names, wmem_names = [step.a, step.out], [step.w, step.bias]
-    elif isinstance(step, NpuLut | NpuRequant | NpuClip | NpuMove):
+    elif isinstance(step, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         sram_names, wmem_names = [step.x, step.out], []
     else:
         return []
@@ -269,6 +271,15 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         elif isinstance(st, NpuClip):
             x = need(st.x, st)
             specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), x.shape)
+        elif isinstance(st, NpuMaxPool):
+            x = need(st.x, st)
+            if np.dtype(x.dtype) != np.dtype(storage_dtype(st.dtype)):
+                raise CodegenError(f"{st.name}: pools {x.dtype} {st.x!r} as {st.dtype}")
+            try:
+                sp = st.window.out_spatial(tuple(x.shape[1:-1]))
+            except KernelError as e:
+                raise CodegenError(f"{st.name}: {e}") from None
+            specs[st.out] = TensorSpec(st.out, x.dtype, (x.shape[0], *sp, x.shape[-1]))
         elif isinstance(st, NpuMove):
             x = need(st.x, st)
             if np.dtype(x.dtype) != np.dtype(storage_dtype(st.dtype)):
@@ -321,7 +332,7 @@ def _check_operands(st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarra
 def _npu_inputs(st: Step) -> list[str]:
     if isinstance(st, NpuMatMul):
         return [st.a]
-    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove):
+    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         return [st.x]
     return []
 
@@ -731,6 +742,9 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         elif isinstance(st, NpuClip):
             x_addr, out_addr = operands(st.x, st.out)
             prog.append(Clip(st.name, st.x, st.out, x_addr, out_addr, st.lo, st.hi, st.dtype))
+        elif isinstance(st, NpuMaxPool):
+            x_addr, out_addr = operands(st.x, st.out)
+            prog.append(MaxPool(st.name, st.x, st.out, x_addr, out_addr, st.window, st.dtype))
         elif isinstance(st, NpuMove):
             x_addr, out_addr = operands(st.x, st.out)
             prog.append(

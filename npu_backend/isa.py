@@ -23,6 +23,7 @@ import numpy as np
 
 from prover.conv import Window, conv_acc
 from prover.domain import NUMPY
+from prover.pool import max_pool
 from prover.terms import Term, Var, evaluate, op
 
 from .exact_matmul import exact_matmul
@@ -234,6 +235,24 @@ class Move:
 
 
 @dataclass(frozen=True)
+class MaxPool:
+    """out = the largest element of each window of channels-last x (`prover.pool.max_pool`;
+    padding reads the type's minimum)."""
+
+    name: str
+    x: str
+    out: str
+    x_addr: int
+    out_addr: int
+    window: Window
+    dtype: str
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        lo = int(np.iinfo(np.dtype(self.dtype)).min)
+        return max_pool(np.asarray(x, dtype=np.int64), self.window, lo)
+
+
+@dataclass(frozen=True)
 class HostCall:
     """Run a host step (integer kernel term, or an ONNX subgraph in ONNX Runtime) on dram tensors."""
 
@@ -242,7 +261,17 @@ class HostCall:
 
 
 Instruction = (
-    DmaIn | DmaOut | TableLoad | ParamLoad | MatMul | Activation | Requant | Clip | Move | HostCall
+    DmaIn
+    | DmaOut
+    | TableLoad
+    | ParamLoad
+    | MatMul
+    | Activation
+    | Requant
+    | Clip
+    | Move
+    | MaxPool
+    | HostCall
 )
 OPCODES: dict[str, type] = {
     c.__name__: c
@@ -256,6 +285,7 @@ OPCODES: dict[str, type] = {
         Requant,
         Clip,
         Move,
+        MaxPool,
         HostCall,
     )
 }

@@ -13,6 +13,7 @@ NPU steps:
 - `NpuLut`: standalone activation (table lookup).
 - `NpuRequant`, `NpuClip`: standalone elementwise integer ops.
 - `NpuMove`: data movement (a strided gather: reshape, transpose).
+- `NpuMaxPool`: the largest element of each window (an integer MaxPool).
 
 Host steps:
 - `HostKernel`: an elementwise integer op run on the host with the kernel's
@@ -190,6 +191,21 @@ class NpuMove:
     onnx_nodes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, kw_only=True)
+class NpuMaxPool:
+    """The largest element of each window of channels-last `x` [N, *spatial, C] into `out`
+    [N, *out_spatial, C] (`prover.pool.max_pool`: padding reads the type's minimum, never a
+    window's maximum), on the `compute` unit ("Pool"), stored as `dtype`."""
+
+    name: str
+    x: str
+    out: str
+    window: Window
+    dtype: str
+    onnx_nodes: tuple[str, ...] = ()
+    compute: str = "Pool"
+
+
 @dataclass(frozen=True)
 class HostKernel:
     """Elementwise integer op on the host: out = term(inputs...), stored as `out_dtype`.
@@ -230,7 +246,7 @@ class HostOnnx:
     ort_level: str = "off"
 
 
-NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip | NpuMove
+NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool
 HostStep = HostKernel | HostOnnx
 Step = NpuStep | HostStep
 
@@ -289,6 +305,7 @@ __all__ = [
     "NpuRequant",
     "NpuClip",
     "NpuMove",
+    "NpuMaxPool",
     "HostKernel",
     "HostOnnx",
     "NpuStep",

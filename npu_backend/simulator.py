@@ -53,6 +53,7 @@ from .isa import (
     DmaOut,
     HostCall,
     MatMul,
+    MaxPool,
     Move,
     ParamLoad,
     Requant,
@@ -212,7 +213,7 @@ def _events(ins: Any) -> list[tuple[str, str, str]]:
         ev = [("sram", ins.a, "r"), ("wmem", ins.w, "r")]
         ev += [("wmem", ins.bias, "r")] if ins.bias is not None else []
         return ev + [("sram", ins.out, "w")]
-    if isinstance(ins, Activation | Requant | Clip | Move):
+    if isinstance(ins, Activation | Requant | Clip | Move | MaxPool):
         return [("sram", ins.x, "r"), ("sram", ins.out, "w")]
     return []
 
@@ -408,6 +409,16 @@ class Machine:
             val = evaluate(ins.term(), NUMPY, {"x": x.astype(np.int64)})
             self.put(ins.out, val, ins.dtype, ins.name)
             self._cycles += -(-x.size // sch.mac_n)
+        elif isinstance(ins, MaxPool):
+            x = self.get("sram", ins.x, ins.name)
+            c.read("sram", x.nbytes)
+            try:
+                val = ins.compute(x)
+            except KernelError as e:
+                raise SimulatorError(f"{ins.name}: {e}") from None
+            self.put(ins.out, val, ins.dtype, ins.name)
+            taps = int(np.prod(ins.window.kernel))
+            self._cycles += -(-val.size * taps // sch.mac_n)
         elif isinstance(ins, Move):
             x = self.get("sram", ins.x, ins.name)
             c.read("sram", x.nbytes)

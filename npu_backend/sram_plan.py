@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .lowered import NpuClip, NpuLut, NpuMatMul, NpuMove, NpuRequant, Step
+from .lowered import NpuClip, NpuLut, NpuMatMul, NpuMaxPool, NpuMove, NpuRequant, Step
 from .schedule import ALIGN
 
 
@@ -25,7 +25,7 @@ def _in_sram(st: Step, tiled: bool) -> tuple[list[str], str | None]:
     """(inputs read from sram, output written to sram) of a step placed in sram."""
     if isinstance(st, NpuMatMul):
         return ([], None) if tiled else ([st.a], st.out)
-    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove):
+    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         return [st.x], st.out
     return [], None
 

@@ -63,6 +63,8 @@ class ComputeCaps:
     window_strides: frozenset[int] = frozenset()
     window_dilations: frozenset[int] = frozenset()
     window_groups: frozenset[str] = frozenset()
+    # the unit also takes the largest element of each window (an integer MaxPool)
+    max_pool: bool = False
 
 
 SYNTHESIS_PARAMS = ("multiplier", "shift", "zero_point", "table")
@@ -303,6 +305,7 @@ def _compute(op: str, data: Any) -> ComputeCaps:
         window_strides=s.choices("window_strides", range(1, 64), int, frozenset()),
         window_dilations=s.choices("window_dilations", range(1, 64), int, frozenset()),
         window_groups=s.choices("window_groups", WINDOW_GROUPS, default=frozenset()),
+        max_pool=s.get("max_pool", bool, False),
     )
     s.done()
     if caps.synthesis and caps.requant_scheme not in ("fixed_double", "fixed_single"):

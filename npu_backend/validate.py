@@ -25,6 +25,7 @@ from .lowered import (
     NpuClip,
     NpuLut,
     NpuMatMul,
+    NpuMaxPool,
     NpuMove,
     NpuRequant,
     Step,
@@ -318,7 +319,7 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
 
 
 def window_issues(
-    step: NpuMatMul, target: Target, caps: ComputeCaps | None = None
+    step: NpuMatMul | NpuMaxPool, target: Target, caps: ComputeCaps | None = None
 ) -> list[ValidationIssue]:
     """A conv over a window the compute path does not compute (`window_*` in the target)."""
     win = step.window
@@ -379,6 +380,17 @@ def validate_step(step: Step, target: Target) -> list[ValidationIssue]:
         if step.lo > step.hi:
             return [ValidationIssue("incomplete_parameters", step.name, "clip lo > hi")]
         return []
+    if isinstance(step, NpuMaxPool):
+        caps = target.compute(step.compute)
+        if caps is None or not caps.max_pool:
+            return [
+                ValidationIssue(
+                    "unsupported_function",
+                    step.name,
+                    f"target {target.name!r} has no {step.compute} unit taking a window's maximum",
+                )
+            ]
+        return window_issues(step, target, caps)
     if isinstance(step, NpuMove):
         if not target.standalone.moves:
             return [

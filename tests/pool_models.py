@@ -85,7 +85,8 @@ def conv_chain(
     seed: int = 0,
 ) -> onnx.ModelProto:
     """int8 x [1, C, *spatial] -> QLinearConv 'c0', 'c1', ... ("3x3": pads 1, "1x1",
-    "dw": depthwise 3x3 pads 1; every one keeps C channels and the spatial size) -> an
+    "dw": depthwise 3x3 pads 1, "mp": a MaxPool 3x3 pads 1; every one keeps C channels and
+    the spatial size) -> an
     optional QLinearGlobalAveragePool 'gap' -> y; `expose=k` makes conv k's output a
     graph output too (a host reader of the NCHW tensor); `flatten`: a Flatten after the
     pool."""
@@ -98,6 +99,11 @@ def conv_chain(
     ]
     nodes, prev = [], "x"
     for k, kind in enumerate(convs):
+        if kind == "mp":  # MaxPool 3x3, pads 1: the spatial size kept
+            mp = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+            nodes.append(oh.make_node("MaxPool", [prev], [f"c{k}_out"], name=f"c{k}", **mp))
+            prev = f"c{k}_out"
+            continue
         kernel = (1, 1) if kind == "1x1" else (3, 3)
         group = C if kind == "dw" else 1
         W = rng.integers(-127, 128, size=(C, C // group, *kernel))
@@ -143,3 +149,28 @@ def conv_chain(
     )
     m.ir_version = 8
     return m
+
+
+def maxpool(
+    shape: tuple[int, ...] = (1, 3, 7, 7),
+    dtype: str = "uint8",
+    *,
+    indices: bool = False,
+    opset: int = 17,
+    **attrs,
+) -> onnx.ModelProto:
+    """x `shape` -> MaxPool 'mp' (`attrs`: kernel_shape, strides, pads, ...) -> y (and the
+    Indices output `idx` as a graph output with `indices`)."""
+    et = TPS[dtype]
+    outs = ["y", "idx"] if indices else ["y"]
+    node = oh.make_node("MaxPool", ["x"], outs, name="mp", **attrs)
+    g = oh.make_graph(
+        [node],
+        "mp",
+        [oh.make_tensor_value_info("x", et, list(shape))],
+        [oh.make_tensor_value_info("y", et, None)]
+        + ([oh.make_tensor_value_info("idx", TP.INT64, None)] if indices else []),
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)

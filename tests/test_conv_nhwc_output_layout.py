@@ -101,5 +101,8 @@ def test_nhwc_output_gets_a_transpose_even_when_shapes_coincide():
     # NCHW -> NHWC before, NHWC -> NCHW after (NPU gathers: the target moves data)
     assert names == ["NpuMove", "NpuMatMul", "NpuMove"], names
     assert [s.strides for s in r.lowered.steps if type(s).__name__ == "NpuMove"][1] == (
-        27, 1, 9, 3,
+        27,
+        1,
+        9,
+        3,
     )  # out[n, c, h, w] reads the NHWC result at c + 3 w + 9 h, not a reshape's c*9 + ...

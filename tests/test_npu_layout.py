@@ -16,7 +16,7 @@ from compiler.api import compile_model
 from compiler.ir.layout import transpose_chain_terms
 from compiler.ort.tables import session
 from npu_backend import codegen, simulator
-from npu_backend.lowered import HostOnnx, NpuMatMul, NpuMove
+from npu_backend.lowered import HostOnnx, NpuMatMul, NpuMaxPool, NpuMove
 from npu_backend.target import load_target
 from prover.api import check
 from prover.obligation import Obligation
@@ -52,18 +52,24 @@ def _equal(m, r, target=FLOAT) -> None:
 @pytest.mark.parametrize("target", [FLOAT, NO_MOVES], ids=["moves", "no_moves"])
 @pytest.mark.parametrize(
     "convs, pool",
-    [(("3x3", "1x1", "dw"), False), (("1x1", "3x3"), True), (("dw",), True)],
+    [
+        (("3x3", "1x1", "dw"), False),
+        (("1x1", "3x3"), True),
+        (("dw",), True),
+        (("3x3", "mp", "1x1"), True),
+    ],
 )
 def test_consecutive_npu_ops_keep_one_layout(convs, pool, target):
     m = conv_chain(convs, pool=pool)
     r = compile_model(m, "bitwise", target)
-    mms = [s for s in r.lowered.steps if isinstance(s, NpuMatMul)]
+    mms = [s for s in r.lowered.steps if isinstance(s, NpuMatMul | NpuMaxPool)]
     assert len(mms) == len(convs) + pool, r.diagnostics
     # only where data crosses: the graph input in, the result out
     assert len(_transposes(r)) == 2, [s.name for s in r.lowered.steps]
     assert len(_host(r)) == (0 if target is FLOAT else 2)
     for prev, nxt in zip(mms, mms[1:], strict=False):
-        assert nxt.a == prev.out  # channels-last, straight from the NPU op before
+        # channels-last, straight from the NPU op before
+        assert (nxt.x if isinstance(nxt, NpuMaxPool) else nxt.a) == prev.out
     _equal(m, r, target)
 
 

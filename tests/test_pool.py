@@ -1,6 +1,7 @@
-"""QLinearGlobalAveragePool on the NPU's Pool unit: ORT's MLAS kernel (exact int32 image sum
-minus zero point times size, one float32 requantization by x_scale / (y_scale * size)) is a
-depthwise all-ones conv over the whole image; the program equals ORT bit for bit."""
+"""Pools on the NPU's Pool unit, equal to ORT bit for bit. QLinearGlobalAveragePool: ORT's
+MLAS kernel (exact int32 image sum minus zero point times size, one float32 requantization
+by x_scale / (y_scale * size)) is a depthwise all-ones conv over the whole image. MaxPool of
+int8/uint8: each window's largest element, padding never the maximum."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from pool_models import gap, pool_inputs
+from pool_models import gap, maxpool, pool_inputs
 from sim_helpers import corrupt_npu_results
 
 from compiler.api import compile_model
@@ -16,7 +17,7 @@ from compiler.errors import FrontendError
 from compiler.ir.semantics import run_graph
 from compiler.ort.tables import session
 from npu_backend import codegen, simulator
-from npu_backend.lowered import NpuMatMul
+from npu_backend.lowered import NpuMatMul, NpuMaxPool
 from npu_backend.target import load_target
 
 FLOAT = load_target("npu_backend/targets/npu_float.toml")
@@ -103,4 +104,68 @@ def test_corrupted_pool_is_caught(monkeypatch):
     inp = pool_inputs(m, 0)
     corrupt_npu_results(monkeypatch)
     ref = session(m).run(None, inp)[0]
+    assert not np.array_equal(ref, simulator.run(prog, inp)[0]["y"])
+
+
+MAXPOOL_CASES = {
+    "resnet_3x3_s2_p1": dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    "s8_asym_pads": dict(dtype="int8", shape=(2, 4, 9, 6), kernel_shape=[2, 3], strides=[2, 1],
+                         pads=[0, 1, 1, 0]),
+    "ceil_mode": dict(shape=(1, 3, 13, 13), kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    "ceil_mode_pads": dict(dtype="int8", shape=(1, 2, 6, 6), kernel_shape=[2, 2],
+                           strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1),
+    "dilations": dict(shape=(1, 2, 10, 10), kernel_shape=[3, 3], strides=[3, 3],
+                      pads=[1, 1, 1, 1], dilations=[2, 2]),
+    "same_upper": dict(dtype="int8", shape=(1, 3, 8, 7), kernel_shape=[3, 3], strides=[2, 2],
+                       auto_pad="SAME_UPPER"),
+    "pool1d": dict(shape=(1, 2, 10), kernel_shape=[3], strides=[2], pads=[1, 1], ceil_mode=1),
+    "opset12": dict(opset=12, kernel_shape=[2, 2], strides=[2, 2]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(MAXPOOL_CASES))
+def test_integer_max_pool_on_the_npu_equals_onnxruntime(name):
+    r = _check_equal(maxpool(**MAXPOOL_CASES[name]))
+    assert [type(s).__name__ for s in r.lowered.steps] == ["NpuMove", "NpuMaxPool", "NpuMove"]
+    assert not r.diagnostics
+
+
+def test_max_pool_the_target_lacks_stays_on_the_host_named():
+    m = maxpool(shape=(1, 2, 9, 9), kernel_shape=[9, 9])  # npu_fixed's windows reach 7
+    r = _check_equal(m, FIXED)
+    assert not [s for s in r.lowered.steps if isinstance(s, NpuMaxPool)]
+    assert {d.code.value for d in r.diagnostics} == {"unsupported_conv_window"}
+    no_max = dataclasses.replace(
+        FLOAT,
+        computes=tuple(
+            dataclasses.replace(c, max_pool=False) if c.op == "Pool" else c for c in FLOAT.computes
+        ),
+    )
+    r = _check_equal(maxpool(kernel_shape=[2, 2]), no_max)
+    assert {d.code.value for d in r.diagnostics} == {"unsupported_function"}
+
+
+def test_max_pool_with_indices_read_and_float_max_pool_run_on_the_host():
+    m = maxpool(kernel_shape=[2, 2], indices=True)
+    r = compile_model(m, "bitwise", FLOAT)
+    assert [type(s).__name__ for s in r.lowered.steps] == ["HostOnnx"]
+    assert any("Indices" in d.message for d in r.diagnostics)
+    prog = codegen.generate(r.lowered, FLOAT)
+    inp = pool_inputs(m, 0)
+    got = simulator.run(prog, inp)[0]
+    for o, want in zip(m.graph.output, session(m).run(None, inp), strict=True):
+        np.testing.assert_array_equal(want, got[o.name])
+
+
+def test_corrupted_max_pool_is_caught(monkeypatch):
+    from npu_backend import isa
+
+    m = maxpool(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    r = compile_model(m, "bitwise", FLOAT)
+    prog = codegen.generate(r.lowered, FLOAT)
+    inp = pool_inputs(m, 0)
+    ref = session(m).run(None, inp)[0]
+    real = isa.MaxPool.compute
+    # every result replaced by 1: the comparison with ORT must see it
+    monkeypatch.setattr(isa.MaxPool, "compute", lambda self, x: real(self, x) * 0 + 1)
     assert not np.array_equal(ref, simulator.run(prog, inp)[0]["y"])

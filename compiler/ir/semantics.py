@@ -18,6 +18,7 @@ from prover.conv import any_pair_saturable, conv_acc
 from prover.domain import NUMPY
 from prover.matmul import matmul_acc
 from prover.pair_saturation import pair_saturating_acc
+from prover.pool import max_pool
 from prover.qlinear_binary import (
     QLinearBinaryParams,
     SpanMode,
@@ -226,6 +227,9 @@ def eval_node(
         return [np.reshape(from_natural(node, y), graph.values[node.output].shape)]
     if node.op == "qlinear_binary":
         return [qlinear_binary_eval(node, x, np.asarray(a["const"], dtype=np.int64))]
+    if node.op == "max_pool":
+        lo = int(np.iinfo(np.dtype(graph.values[node.output].dtype)).min)
+        return [from_natural(node, max_pool(to_natural(node, x).astype(np.int64), a["window"], lo))]
     if node.op == "identity":
         return [x]  # any type (a removed Cast/Dropout on a float value too)
     if node.op == "reshape":

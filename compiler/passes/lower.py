@@ -43,6 +43,7 @@ from npu_backend.lowered import (
     NpuClip,
     NpuLut,
     NpuMatMul,
+    NpuMaxPool,
     NpuMove,
     NpuRequant,
     TensorSpec,
@@ -80,7 +81,7 @@ def _one_node_step(name: str, node, x: Value, consts: dict, y: Value, n: Node) -
 
 # types the NPU stores and moves; the NPU's steps
 MOVABLE = ("int8", "uint8", "int16", "int32")
-NPU_STEPS = (NpuMatMul, NpuLut, NpuRequant, NpuClip, NpuMove)
+NPU_STEPS = (NpuMatMul, NpuLut, NpuRequant, NpuClip, NpuMove, NpuMaxPool)
 
 
 def _step_inputs(st) -> tuple[str, ...]:
@@ -286,6 +287,35 @@ class Lowerer:
             keep.append(st)
             live |= set(_step_inputs(st))
         self.steps = keep[::-1]
+
+    def max_pool(self, n: Node) -> None:
+        """An integer MaxPool on the Pool unit, channels-last (reading an NPU op's own layout
+        where it can: `kept_layout`), else the original node on the host with the reason."""
+        x, y = self.g.values[n.inputs[0]], self.g.values[n.output]
+        r = len(y.shape) - 2
+        to_last, to_first = (0, *range(2, r + 2), 1), (0, r + 1, *range(1, r + 1))
+        nat_in = Value(f"{x.name}.nhwc", x.dtype, tuple(x.shape[i] for i in to_last))
+        nat_out = Value(f"{y.name}.natural", y.dtype, tuple(y.shape[i] for i in to_last))
+        step = NpuMaxPool(
+            name=n.name, x=nat_in.name, out=nat_out.name, window=n.attrs["window"],
+            dtype=y.dtype, onnx_nodes=tuple(n.origin),
+        )  # fmt: skip
+        issues = self.issues(step, (nat_in, nat_out))
+        if issues:
+            code, msg = ReasonCode(issues[0].code), issues[0].message
+            self.diag(n, code, f"{', '.join(n.origin)} stays on the host: {msg}")
+            self.steps.extend(self.host_origin(n))
+            return
+        kept = self.kept_layout(n, x, nat_in, to_last)
+        if kept is None:
+            self.steps.append(self.transpose_step(n, x, nat_in, to_last))
+        else:
+            step = dataclasses.replace(step, x=kept)
+        self.steps.append(step)
+        self.shapes[step.out] = tuple(nat_out.shape)
+        t = self.transpose_step(n, nat_out, y, to_first)
+        self.moves[y.name] = (nat_out.name, to_first, t)
+        self.steps.append(t)
 
     def transpose_step(self, n: Node, x: Value, y: Value, perm) -> HostOnnx | NpuMove:
         """The layout transpose `x` -> `y` around an NPU op: an NPU gather where the target
@@ -551,6 +581,8 @@ class Lowerer:
                 self.clip(n)
             elif n.op == "qlinear_binary":
                 self.qlinear_binary(n)
+            elif n.op == "max_pool":
+                self.max_pool(n)
             elif n.op in ("reshape", "transpose", "identity"):
                 self.layout(n)
             elif n.op == "host_onnx":

@@ -11,7 +11,14 @@ point 0, followed by the `float` requantization: the IR node is a `matmul` with 
 ORT refuses (throws at run time) an image of 2^24 elements or more and a scale outside
 [2^-32, 256): bad input here too.
 
-Versions read: QLinearGlobalAveragePool 1 (its only version; attribute `channels_last`).
+MaxPool of int8/uint8 (ONNX's meaning, which ORT computes): the largest input element of
+each window, padding never the maximum (`prover.pool`); kernel, strides, dilations, explicit
+pads or `auto_pad`, `ceil_mode` (the extra end positions are padding too), NCHW 1-D and 2-D;
+an `Indices` output that is read keeps the node on the host. Float MaxPool runs on the host.
+
+Versions read: QLinearGlobalAveragePool 1 (its only version; attribute `channels_last`);
+MaxPool 1+ (8 adds `storage_order` and `Indices`, 10 `ceil_mode` and `dilations`, 12 int8
+and uint8).
 """
 
 from __future__ import annotations
@@ -21,10 +28,13 @@ import onnx
 
 from compiler.ir.graph import Value
 from prover.conv import Window
+from prover.pool import min_reads
 
 from ..context import BuildContext
 from ..elem_types import EIGHT_BIT
 from ..registry import MS_DOMAIN, converter
+from .conv import conv_window
+from .host import float_op
 from .integer_matmul import check_acc, emit_matmul
 
 # ORT's CheckQLinearGlobalAveragePoolScaleAndSize
@@ -93,3 +103,56 @@ def qlinear_global_average_pool(ctx: BuildContext, n: onnx.NodeProto) -> None:
         requant=requant,
         window=win,
     )
+
+
+MAX_POOL_ATTRIBUTES = (
+    "auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides",
+)  # fmt: skip
+
+
+def _ceil_window(ctx: BuildContext, n: onnx.NodeProto, win: Window, spatial) -> Window:
+    """The window with `ceil_mode`'s extra output positions as end padding (ORT's sizes:
+    ceil, less a last window that would start in the end padding, where ONNX's shape
+    inference keeps it: those are refused)."""
+    r, extra = win.rank, []
+    for i in range(r):
+        span = (win.kernel[i] - 1) * win.dilations[i] + 1
+        padded = spatial[i] + win.pads[i] + win.pads[r + i]
+        out = -(-(padded - span) // win.strides[i]) + 1
+        if (out - 1) * win.strides[i] >= spatial[i] + win.pads[i]:
+            raise ctx.fail(
+                n,
+                "ceil_mode's last window starts in the end padding (ONNX's and ORT's sizes differ)",
+            )
+        extra.append(max(0, (out - 1) * win.strides[i] + span - padded))
+    pads = win.pads[:r] + tuple(win.pads[r + i] + extra[i] for i in range(r))
+    return Window(win.kernel, win.strides, win.dilations, pads, win.group, win.channels)
+
+
+@converter("", "MaxPool", since=1, attributes=MAX_POOL_ATTRIBUTES, host_fallback=True)
+def max_pool(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """MaxPool of int8/uint8: the `max_pool` node over its window (NCHW); float: the host."""
+    x = ctx.value(n, n.input[0])
+    if x.dtype not in EIGHT_BIT:
+        return float_op(ctx, n)
+    if (
+        len(n.output) > 1
+        and n.output[1]
+        and (ctx.onnx_users.get(n.output[1]) or n.output[1] in ctx.graph_outputs)
+    ):
+        return ctx.unsupported(n, "a MaxPool whose Indices output is read")
+    attrs = ctx.attrs(n)
+    if "kernel_shape" not in attrs:
+        raise ctx.bad(n, "kernel_shape is required")
+    kernel = tuple(int(k) for k in attrs["kernel_shape"])
+    spatial = tuple(x.shape[2:])
+    if len(kernel) != len(spatial) or len(spatial) not in (1, 2):
+        raise ctx.fail(n, f"only 1-D and 2-D pools are read, got input {list(x.shape)}")
+    c = int(x.shape[1])
+    win = conv_window(ctx, n, {**attrs, "group": c}, spatial, kernel, c)
+    if int(attrs.get("ceil_mode", 0)):
+        win = _ceil_window(ctx, n, win, spatial)
+    if min_reads(spatial, win) < 1:
+        raise ctx.fail(n, "a window reads only padding (ONNX gives no maximum for it)")
+    out = Value(n.output[0], x.dtype, (x.shape[0], c, *win.out_spatial(spatial)))
+    ctx.emit("max_pool", [n], [x.name], out, window=win, layout="channels_first")
