@@ -36,6 +36,7 @@ from . import sram_plan
 from .isa import (
     Activation,
     Clip,
+    Concat,
     DmaIn,
     DmaOut,
     HostCall,
@@ -56,6 +57,7 @@ from .lowered import (
     HostOnnx,
     LoweredModel,
     NpuClip,
+    NpuConcat,
     NpuLut,
     NpuMatMul,
     NpuMaxPool,
@@ -119,6 +121,8 @@ def memory_issues(
         sram_names, wmem_names = [step.a, step.out], [step.w, step.bias]
     elif isinstance(step, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         sram_names, wmem_names = [step.x, step.out], []
+    elif isinstance(step, NpuConcat):
+        sram_names, wmem_names = [*step.xs, step.out], []
     else:
         return []
     issues = _resident_issues(step.name, sram_names, wmem_names, sizes, target)
@@ -271,6 +275,18 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         elif isinstance(st, NpuClip):
             x = need(st.x, st)
             specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), x.shape)
+        elif isinstance(st, NpuConcat):
+            parts = [need(x, st) for x in st.xs]
+            joined = list(parts[0].shape)
+            rest = [d for i, d in enumerate(joined) if i != st.axis]
+            for p in parts:
+                same = len(p.shape) == len(joined) and rest == [
+                    d for i, d in enumerate(p.shape) if i != st.axis
+                ]
+                if not same or np.dtype(p.dtype) != np.dtype(storage_dtype(st.dtype)):
+                    raise CodegenError(f"{st.name}: input {p.name!r} {p.shape} does not join")
+            joined[st.axis] = sum(p.shape[st.axis] for p in parts)
+            specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), tuple(joined))
         elif isinstance(st, NpuMaxPool):
             x = need(st.x, st)
             if np.dtype(x.dtype) != np.dtype(storage_dtype(st.dtype)):
@@ -334,6 +350,8 @@ def _npu_inputs(st: Step) -> list[str]:
         return [st.a]
     if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         return [st.x]
+    if isinstance(st, NpuConcat):
+        return list(st.xs)
     return []
 
 
@@ -742,6 +760,21 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         elif isinstance(st, NpuClip):
             x_addr, out_addr = operands(st.x, st.out)
             prog.append(Clip(st.name, st.x, st.out, x_addr, out_addr, st.lo, st.hi, st.dtype))
+        elif isinstance(st, NpuConcat):
+            keep = {*st.xs, st.out}
+            for x in st.xs:
+                if x not in in_sram:
+                    if x not in in_dram:
+                        raise CodegenError(f"tensor {x!r} is neither in dram nor in sram")
+                    a = sram_alloc(x, keep)
+                    prog.append(DmaIn(x, "sram", a, nbytes(spec(x))))
+                    in_sram.add(x)
+            out_addr = sram_alloc(st.out, keep)
+            in_sram.add(st.out)
+            addrs = [sram.blocks[x][0] for x in st.xs]  # none moved: all were kept
+            prog.append(
+                Concat(st.name, tuple(st.xs), st.out, tuple(addrs), out_addr, st.axis, st.dtype)
+            )
         elif isinstance(st, NpuMaxPool):
             x_addr, out_addr = operands(st.x, st.out)
             prog.append(MaxPool(st.name, st.x, st.out, x_addr, out_addr, st.window, st.dtype))

@@ -235,6 +235,22 @@ class Move:
 
 
 @dataclass(frozen=True)
+class Concat:
+    """out = the tensors `xs` joined along `axis`."""
+
+    name: str
+    xs: tuple[str, ...]
+    out: str
+    x_addrs: tuple[int, ...]
+    out_addr: int
+    axis: int
+    dtype: str
+
+    def compute(self, xs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.asarray(x) for x in xs], axis=int(self.axis))
+
+
+@dataclass(frozen=True)
 class MaxPool:
     """out = the largest element of each window of channels-last x (`prover.pool.max_pool`;
     padding reads the type's minimum)."""
@@ -271,6 +287,7 @@ Instruction = (
     | Clip
     | Move
     | MaxPool
+    | Concat
     | HostCall
 )
 OPCODES: dict[str, type] = {
@@ -286,6 +303,7 @@ OPCODES: dict[str, type] = {
         Clip,
         Move,
         MaxPool,
+        Concat,
         HostCall,
     )
 }

@@ -32,7 +32,7 @@ from prover.terms import Var, op
 
 from .codegen import CodegenError, generate, infer_specs, memory_issues, nbytes
 from .input_ranges import index_ranges
-from .isa import Activation, Clip, DmaOut, HostCall, MatMul, MaxPool, Move, Requant
+from .isa import Activation, Clip, Concat, DmaOut, HostCall, MatMul, MaxPool, Move, Requant
 from .lowered import HostKernel, LoweredModel, NpuLut, NpuMatMul, Step, TensorSpec, unfuse
 from .postprocess import posts_of
 from .program import Program
@@ -271,7 +271,7 @@ def unfuse_all(
 
 # --- per-instruction attribution --------------------------------------------------------
 
-_COMPUTE = (MatMul, Activation, Requant, Clip, Move, MaxPool, HostCall)
+_COMPUTE = (MatMul, Activation, Requant, Clip, Move, MaxPool, Concat, HostCall)
 
 
 def _step_of(name: str, steps: set[str]) -> str | None:

@@ -14,6 +14,7 @@ NPU steps:
 - `NpuRequant`, `NpuClip`: standalone elementwise integer ops.
 - `NpuMove`: data movement (a strided gather: reshape, transpose).
 - `NpuMaxPool`: the largest element of each window (an integer MaxPool).
+- `NpuConcat`: data movement joining several tensors along one axis.
 
 Host steps:
 - `HostKernel`: an elementwise integer op run on the host with the kernel's
@@ -191,6 +192,19 @@ class NpuMove:
     onnx_nodes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class NpuConcat:
+    """Data movement on the NPU: `out` = the inputs `xs` joined along `axis` (each input's
+    elements copied in row-major order into its slab of `out`), stored as `dtype`."""
+
+    name: str
+    xs: tuple[str, ...]
+    out: str
+    axis: int
+    dtype: str
+    onnx_nodes: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class NpuMaxPool:
     """The largest element of each window of channels-last `x` [N, *spatial, C] into `out`
@@ -246,7 +260,7 @@ class HostOnnx:
     ort_level: str = "off"
 
 
-NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool
+NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool | NpuConcat
 HostStep = HostKernel | HostOnnx
 Step = NpuStep | HostStep
 
@@ -306,6 +320,7 @@ __all__ = [
     "NpuClip",
     "NpuMove",
     "NpuMaxPool",
+    "NpuConcat",
     "HostKernel",
     "HostOnnx",
     "NpuStep",

@@ -49,6 +49,7 @@ from .isa import (
     MEMORY_NAMES,
     Activation,
     Clip,
+    Concat,
     DmaIn,
     DmaOut,
     HostCall,
@@ -215,6 +216,8 @@ def _events(ins: Any) -> list[tuple[str, str, str]]:
         return ev + [("sram", ins.out, "w")]
     if isinstance(ins, Activation | Requant | Clip | Move | MaxPool):
         return [("sram", ins.x, "r"), ("sram", ins.out, "w")]
+    if isinstance(ins, Concat):
+        return [("sram", x, "r") for x in ins.xs] + [("sram", ins.out, "w")]
     return []
 
 
@@ -409,6 +412,13 @@ class Machine:
             val = evaluate(ins.term(), NUMPY, {"x": x.astype(np.int64)})
             self.put(ins.out, val, ins.dtype, ins.name)
             self._cycles += -(-x.size // sch.mac_n)
+        elif isinstance(ins, Concat):
+            xs = [self.get("sram", x, ins.name) for x in ins.xs]
+            for x in xs:
+                c.read("sram", x.nbytes)
+            val = ins.compute(xs)
+            self.put(ins.out, val, ins.dtype, ins.name)
+            self._cycles += -(-val.size // sch.mac_n)
         elif isinstance(ins, MaxPool):
             x = self.get("sram", ins.x, ins.name)
             c.read("sram", x.nbytes)

@@ -17,7 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .lowered import NpuClip, NpuLut, NpuMatMul, NpuMaxPool, NpuMove, NpuRequant, Step
+from .lowered import (
+    NpuClip,
+    NpuConcat,
+    NpuLut,
+    NpuMatMul,
+    NpuMaxPool,
+    NpuMove,
+    NpuRequant,
+    Step,
+)
 from .schedule import ALIGN
 
 
@@ -27,6 +36,8 @@ def _in_sram(st: Step, tiled: bool) -> tuple[list[str], str | None]:
         return ([], None) if tiled else ([st.a], st.out)
     if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         return [st.x], st.out
+    if isinstance(st, NpuConcat):
+        return list(st.xs), st.out
     return [], None
 
 

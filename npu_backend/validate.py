@@ -23,6 +23,7 @@ from .lowered import (
     HostKernel,
     HostOnnx,
     NpuClip,
+    NpuConcat,
     NpuLut,
     NpuMatMul,
     NpuMaxPool,
@@ -391,6 +392,18 @@ def validate_step(step: Step, target: Target) -> list[ValidationIssue]:
                 )
             ]
         return window_issues(step, target, caps)
+    if isinstance(step, NpuConcat):
+        if not target.standalone.moves:
+            return [
+                ValidationIssue(
+                    "unsupported_op", step.name, "no data movement unit; keep it on the host"
+                )
+            ]
+        return (
+            []
+            if step.xs and step.axis >= 0
+            else [ValidationIssue("incomplete_parameters", step.name, "malformed concat")]
+        )
     if isinstance(step, NpuMove):
         if not target.standalone.moves:
             return [

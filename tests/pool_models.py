@@ -174,3 +174,76 @@ def maxpool(
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)])
     m.ir_version = 8
     return onnx.shape_inference.infer_shapes(m)
+
+
+def qconcat(
+    shapes: tuple[tuple[int, ...], ...] = ((1, 3, 4, 5), (1, 2, 4, 5)),
+    params: tuple[tuple[float, int], ...] = ((0.02, 3), (0.05, -7)),
+    y: tuple[float, int] = (0.03, 1),
+    *,
+    axis: int = 1,
+    dtype: str = "int8",
+) -> onnx.ModelProto:
+    """Inputs x0, x1, ... (`shapes`, each with its (scale, zero point)) -> com.microsoft
+    QLinearConcat 'cat' along `axis` with output (scale, zero point) `y` -> y."""
+    et, nt = TPS[dtype], NP[dtype]
+    inits = [_c("ys", y[0], np.float32), _c("yz", y[1], nt)]
+    ins, vis = ["ys", "yz"], []
+    for i, (shape, (s, z)) in enumerate(zip(shapes, params, strict=True)):
+        inits += [_c(f"s{i}", s, np.float32), _c(f"z{i}", z, nt)]
+        ins += [f"x{i}", f"s{i}", f"z{i}"]
+        vis.append(oh.make_tensor_value_info(f"x{i}", et, list(shape)))
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    node = oh.make_node("QLinearConcat", ins, ["y"], domain="com.microsoft", axis=axis, name="cat")
+    g = oh.make_graph([node], "cat", vis, [oh.make_tensor_value_info("y", et, out)], inits)
+    m = oh.make_model(
+        g, opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("com.microsoft", 1)]
+    )
+    m.ir_version = 8
+    return m
+
+
+def fire(C: int = 4, spatial: tuple[int, int] = (5, 6), seed: int = 0) -> onnx.ModelProto:
+    """A SqueezeNet fire module: int8 x -> 1x1 'sq' -> (1x1 'e1', 3x3 'e3', each with its
+    own output scale) -> QLinearConcat 'cat' (another scale) -> 1x1 'out' -> y."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        _c("s", 0.02, np.float32), _c("z", 1, np.int8), _c("ws", 0.01, np.float32),
+        _c("wz", 0, np.int8), _c("s1", 0.031, np.float32), _c("z1", -5, np.int8),
+        _c("s3", 0.047, np.float32), _c("z3", 9, np.int8),
+    ]  # fmt: skip
+
+    def conv(name, x, c_in, c_out, k, out_s, out_z):
+        inits.append(_c(f"W{name}", rng.integers(-127, 128, size=(c_out, c_in, k, k)), np.int8))
+        pads = {"pads": [1, 1, 1, 1]} if k == 3 else {}
+        return oh.make_node(
+            "QLinearConv", [x, *x_q[x], f"W{name}", "ws", "wz", out_s, out_z], [name],
+            name=name, kernel_shape=[k, k], **pads,
+        )  # fmt: skip
+
+    x_q = {"x": ("s", "z"), "sq": ("s", "z"), "e1": ("s1", "z1"), "e3": ("s3", "z3")}
+    x_q["cat"] = ("s", "z")
+    nodes = [
+        conv("sq", "x", C, C, 1, "s", "z"),
+        conv("e1", "sq", C, C, 1, "s1", "z1"),
+        conv("e3", "sq", C, C, 3, "s3", "z3"),
+        oh.make_node(
+            "QLinearConcat", ["s", "z", "e1", "s1", "z1", "e3", "s3", "z3"], ["cat"],
+            domain="com.microsoft", axis=1, name="cat",
+        ),
+        conv("y", "cat", 2 * C, C, 1, "s", "z"),
+    ]  # fmt: skip
+    shape = [1, C, *spatial]
+    g = oh.make_graph(
+        nodes,
+        "fire",
+        [oh.make_tensor_value_info("x", TP.INT8, shape)],
+        [oh.make_tensor_value_info("y", TP.INT8, shape)],
+        inits,
+    )
+    m = oh.make_model(
+        g, opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("com.microsoft", 1)]
+    )
+    m.ir_version = 8
+    return m

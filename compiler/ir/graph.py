@@ -8,6 +8,7 @@ Every op's meaning is a kernel primitive (see `compiler.ir.semantics`):
 | `requantize` | `requant_double` / `requant_single` / `requant_float` |
 | `clip` | `clip(lo, hi)` |
 | `lut` | `lut(table)`: table in `offset` index order, one entry per input value |
+| `concat` | its inputs joined along `axis` (values unchanged) |
 | `max_pool` | `prover.pool.max_pool` over its `window` (channels-first `layout`), padding never the max |
 | `reshape`, `transpose`, `identity` | layout only: values unchanged, element positions moved |
 | `fused` | a `matmul` whose epilogue (requantize, clip, table) runs in the NPU postprocessor |
@@ -30,6 +31,7 @@ OPS = (
     "clip",
     "lut",
     "max_pool",
+    "concat",
     "reshape",
     "transpose",
     "identity",

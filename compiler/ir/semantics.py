@@ -209,6 +209,8 @@ def eval_node(
             f"node '{node.name}': no evaluator registered for host_onnx "
             "(import compiler.ort.host first)"
         )
+    if node.op == "concat":
+        return [np.concatenate([np.asarray(env[i]) for i in node.inputs], axis=int(a["axis"]))]
     x = np.asarray(env[node.inputs[0]])
     if node.op in ("matmul", "fused"):
         acc = matmul_acc_of(node, to_natural(node, x), reference)

@@ -27,13 +27,13 @@ from compiler.ir.accumulator import acc_range
 from compiler.ir.context import Context
 from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, npu_function, requant_params
 from compiler.ir.graph import Graph, Node, Value
-from compiler.ir.layout import move_terms, transpose_chain_terms
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import node_term, requant_groups, requant_scale, requant_term
 from compiler.ir.site import Diagnostic
 from compiler.ort.host import host_model, submodel
 from compiler.proving import prove
 from compiler.proving.divergence import lowering_block
+from compiler.proving.moves import NPU_STEPS, LayoutLowering, one_node_step, step_outputs
 from compiler.proving.prove import components
 from npu_backend.codegen import memory_issues, storage_dtype
 from npu_backend.lowered import (
@@ -42,13 +42,10 @@ from npu_backend.lowered import (
     LoweredModel,
     NpuClip,
     NpuLut,
-    NpuMatMul,
-    NpuMaxPool,
     NpuMove,
     NpuRequant,
     TensorSpec,
 )
-from npu_backend.moves import row_major, transpose_strides
 from npu_backend.postprocess import LutParams, PostProcess
 from npu_backend.target import requant_from_scale
 from npu_backend.validate import validate_step, window_issues
@@ -56,7 +53,6 @@ from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, build_lut, reorder_table
 from prover.obligation import Obligation
-from prover.policy import Policy
 from prover.terms import Var, op
 from prover.verdict import ReasonCode, Status
 
@@ -72,33 +68,11 @@ def _step_tensors(step) -> tuple[str, ...]:
     return tuple(getattr(step, k) for k in names if getattr(step, k, None) is not None)
 
 
-def _one_node_step(name: str, node, x: Value, consts: dict, y: Value, n: Node) -> HostOnnx:
-    """A host step running one ONNX node from `x` to `y` (a layout step around an NPU op)."""
-    m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17})
-    spec = (TensorSpec(y.name, y.dtype, tuple(y.shape)),)
-    return HostOnnx(name, m.SerializeToString(), (x.name,), (y.name,), spec, tuple(n.origin))
-
-
-# types the NPU stores and moves; the NPU's steps
-MOVABLE = ("int8", "uint8", "int16", "int32")
-NPU_STEPS = (NpuMatMul, NpuLut, NpuRequant, NpuClip, NpuMove, NpuMaxPool)
-
-
-def _step_inputs(st) -> tuple[str, ...]:
-    if isinstance(st, HostOnnx | HostKernel):
-        return tuple(st.inputs)
-    return tuple(getattr(st, k) for k in ("a", "x") if getattr(st, k, None) is not None)
-
-
-def _step_outputs(st) -> tuple[str, ...]:
-    return tuple(st.outputs) if isinstance(st, HostOnnx) else (st.out,)
-
-
 # ONNX ops cleanup may bypass (plus Constant): a host fallback re-includes them.
 _VALUE_PRESERVING = ("Identity", "Reshape", "Transpose", "Constant")
 
 
-class Lowerer:
+class Lowerer(LayoutLowering):
     def __init__(self, g: Graph, ctx: Context) -> None:
         self.g, self.ctx, self.t = g, ctx, ctx.config.target
         self.steps: list = []
@@ -254,108 +228,6 @@ class Lowerer:
             if out is not y:
                 self.steps.append(self.reshape_step(n, out, y))
 
-    def kept_layout(self, n: Node, x: Value, nat_in: Value, perm: tuple[int, ...]) -> str | None:
-        """The NPU tensor holding `x` already permuted by `perm` (an NPU op's natural output
-        that a layout transpose made `x`), if the index map from it through that transpose
-        and `perm` is proven the identity; else None (the transpose is emitted)."""
-        move = self.moves.get(x.name)
-        if move is None:
-            return None
-        src, first, _ = move
-        if tuple(self.shapes.get(src, ())) != tuple(nat_in.shape):
-            return None
-        before, after, size = transpose_chain_terms(nat_in.shape, [first, perm])
-        ob = Obligation(
-            "index_map", before, after, {"f": (0, size - 1)}, Policy(0), note=f"layout {n.name}"
-        )
-        v = prove.check(ob, self.ctx)
-        if isinstance(v, Exception) or v.status != Status.PROVEN:
-            return None
-        self.kept.add(x.name)
-        return src
-
-    def drop_dead_moves(self) -> None:
-        """Remove the layout transposes after NPU ops whose result nothing reads any more
-        (every reader takes the NPU's own layout, `kept_layout`)."""
-        live = set(self.g.outputs)
-        keep: list = []
-        dead = {id(t) for name, (_, _, t) in self.moves.items() if name in self.kept}
-        for st in reversed(self.steps):
-            outs = set(_step_outputs(st))
-            if id(st) in dead and not outs & live:
-                continue
-            keep.append(st)
-            live |= set(_step_inputs(st))
-        self.steps = keep[::-1]
-
-    def max_pool(self, n: Node) -> None:
-        """An integer MaxPool on the Pool unit, channels-last (reading an NPU op's own layout
-        where it can: `kept_layout`), else the original node on the host with the reason."""
-        x, y = self.g.values[n.inputs[0]], self.g.values[n.output]
-        r = len(y.shape) - 2
-        to_last, to_first = (0, *range(2, r + 2), 1), (0, r + 1, *range(1, r + 1))
-        nat_in = Value(f"{x.name}.nhwc", x.dtype, tuple(x.shape[i] for i in to_last))
-        nat_out = Value(f"{y.name}.natural", y.dtype, tuple(y.shape[i] for i in to_last))
-        step = NpuMaxPool(
-            name=n.name, x=nat_in.name, out=nat_out.name, window=n.attrs["window"],
-            dtype=y.dtype, onnx_nodes=tuple(n.origin),
-        )  # fmt: skip
-        issues = self.issues(step, (nat_in, nat_out))
-        if issues:
-            code, msg = ReasonCode(issues[0].code), issues[0].message
-            self.diag(n, code, f"{', '.join(n.origin)} stays on the host: {msg}")
-            self.steps.extend(self.host_origin(n))
-            return
-        kept = self.kept_layout(n, x, nat_in, to_last)
-        if kept is None:
-            self.steps.append(self.transpose_step(n, x, nat_in, to_last))
-        else:
-            step = dataclasses.replace(step, x=kept)
-        self.steps.append(step)
-        self.shapes[step.out] = tuple(nat_out.shape)
-        t = self.transpose_step(n, nat_out, y, to_first)
-        self.moves[y.name] = (nat_out.name, to_first, t)
-        self.steps.append(t)
-
-    def transpose_step(self, n: Node, x: Value, y: Value, perm) -> HostOnnx | NpuMove:
-        """The layout transpose `x` -> `y` around an NPU op: an NPU gather where the target
-        moves data (its index map proven), else a host Transpose."""
-        t = Node(f"{y.name}.transpose", "transpose", [x.name], [y.name], {"perm": tuple(perm)})
-        mv = self.npu_move(t, x, y, n.origin)
-        if mv is not None:
-            return mv
-        node = oh.make_node("Transpose", [x.name], [y.name], perm=list(perm))
-        return _one_node_step(f"{y.name}.transpose", node, x, {}, y, n)
-
-    def npu_move(self, n: Node, x: Value, y: Value, origin: tuple[str, ...]) -> NpuMove | None:
-        """The NPU gather computing layout node `n` (`x` -> `y`), if the target moves data,
-        the type is one it stores, and the gather's index map is proven to be the node's;
-        else None (with a diagnostic when the proof failed)."""
-        if not self.t.standalone.moves or x.dtype not in MOVABLE:
-            return None
-        if n.op == "transpose":
-            strides = transpose_strides(tuple(x.shape), tuple(n.attrs["perm"]))
-        else:  # reshape, identity: the source's row-major order under the output's shape
-            strides = row_major(tuple(y.shape))
-        before, after, size = move_terms(tuple(x.shape), n, tuple(y.shape), strides, 0)
-        ob = Obligation(
-            "index_map", before, after, {"f": (0, max(size - 1, 0))}, Policy(0),
-            note=f"move {n.name}",
-        )  # fmt: skip
-        v = prove.check(ob, self.ctx)
-        if isinstance(v, Exception) or v.status != Status.PROVEN:
-            why = v if isinstance(v, Exception) else v.reason
-            self.ctx.state.diagnostics.append(
-                Diagnostic(
-                    ReasonCode.LAYOUT_MISMATCH,
-                    list(origin),
-                    f"{', '.join(origin)}: the NPU gather's index map is not proven: {why}",
-                )
-            )
-            return None
-        step = NpuMove(n.name, x.name, y.name, tuple(y.shape), strides, 0, y.dtype, origin)
-        return None if self.issues(step, (x, y)) else step
-
     def lut(self, n: Node) -> None:
         a = n.attrs
         if a.get("table") is None:
@@ -393,6 +265,8 @@ class Lowerer:
             n, "table", node_term(n, Var("x")), lp.term(Var("x")), {"x": (it.min, it.max)}
         )
         step = NpuLut.from_params(n.name, n.inputs[0], n.output, lp, function, n.origin)
+        if ok and not self.issues(step) and self.in_npu_layout(n, step):
+            return
         self.npu_or_host(n, step, ok, code, msg, host)
 
     def requantize(self, n: Node) -> None:
@@ -487,11 +361,11 @@ class Lowerer:
         shape_name = f"{y.name}.shape"
         node = oh.make_node("Reshape", [x.name, shape_name], [y.name])
         consts = {shape_name: np.asarray(y.shape, dtype=np.int64)}
-        return _one_node_step(f"{n.name}.reshape", node, x, consts, y, n)
+        return one_node_step(f"{n.name}.reshape", node, x, consts, y, n)
 
     def on_npu(self, name: str) -> bool:
         """Whether an NPU step lowered so far produces `name`."""
-        return any(isinstance(st, NPU_STEPS) and name in _step_outputs(st) for st in self.steps)
+        return any(isinstance(st, NPU_STEPS) and name in step_outputs(st) for st in self.steps)
 
     def layout(self, n: Node) -> None:
         """Reshape/Transpose/Identity of an NPU result: an NPU gather (`npu_move`); any
@@ -583,6 +457,8 @@ class Lowerer:
                 self.qlinear_binary(n)
             elif n.op == "max_pool":
                 self.max_pool(n)
+            elif n.op == "concat":
+                self.concat(n)
             elif n.op in ("reshape", "transpose", "identity"):
                 self.layout(n)
             elif n.op == "host_onnx":

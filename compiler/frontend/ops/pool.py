@@ -16,7 +16,13 @@ each window, padding never the maximum (`prover.pool`); kernel, strides, dilatio
 pads or `auto_pad`, `ceil_mode` (the extra end positions are padding too), NCHW 1-D and 2-D;
 an `Indices` output that is read keeps the node on the host. Float MaxPool runs on the host.
 
+com.microsoft QLinearConcat: each input whose (scale, zero point) differ from the output's is
+first mapped through ORT's 256-entry table (`QlinearBuildLookupTable` with the identity:
+dequantize in float32, divide by y_scale, round half to even, add y_zero_point, saturate),
+a `lut` node of function `identity`; then one `concat` node.
+
 Versions read: QLinearGlobalAveragePool 1 (its only version; attribute `channels_last`);
+QLinearConcat 1 (attribute `axis`);
 MaxPool 1+ (8 adds `storage_order` and `Indices`, 10 `ceil_mode` and `dilations`, 12 int8
 and uint8).
 """
@@ -28,6 +34,7 @@ import onnx
 
 from compiler.ir.graph import Value
 from prover.conv import Window
+from prover.inttypes import int_type
 from prover.pool import min_reads
 
 from ..context import BuildContext
@@ -156,3 +163,66 @@ def max_pool(ctx: BuildContext, n: onnx.NodeProto) -> None:
         raise ctx.fail(n, "a window reads only padding (ONNX gives no maximum for it)")
     out = Value(n.output[0], x.dtype, (x.shape[0], c, *win.out_spatial(spatial)))
     ctx.emit("max_pool", [n], [x.name], out, window=win, layout="channels_first")
+
+
+def requant_table(dtype: str, x_scale: float, x_zp: int, y_scale: float, y_zp: int) -> tuple:
+    """ORT's QLinearConcat table of one input (offset order: entry i is code min + i)."""
+    t = int_type(dtype)
+    x = np.arange(t.min, t.max + 1, dtype=np.int64)
+    with np.errstate(all="ignore"):
+        deq = np.float32(x_scale) * (x - int(x_zp)).astype(np.float32)
+        q = np.rint(deq / np.float32(y_scale))
+    return tuple(int(v) for v in np.clip(q.astype(np.float64) + int(y_zp), t.min, t.max))
+
+
+@converter(MS_DOMAIN, "QLinearConcat", since=1, attributes=("axis",), host_fallback=True)
+def qlinear_concat(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """QLinearConcat with constant scales and zero points: per input ORT's requantization
+    table (a `lut`, left out where it is the identity), then `concat` along `axis`."""
+    if len(n.input) < 5 or (len(n.input) - 2) % 3:
+        raise ctx.bad(
+            n, "inputs must be y_scale, y_zero_point, then (x, scale, zero point) triples"
+        )
+    axis = int(ctx.attrs(n).get("axis", 0))
+    ctx.positive_scales(n, {i: "scale" for i in range(0, len(n.input), 3)})
+    ctx.float32_scales(n, {i: "scale" for i in range(0, len(n.input), 3)})
+    ys = ctx.scalar(n, 0, "y_scale")
+    yz_arr = ctx.const(n, 1, "y_zero_point")
+    dt = yz_arr.dtype.name
+    if dt not in EIGHT_BIT:
+        raise ctx.bad(n, f"y_zero_point has type {dt}; supported: int8, uint8")
+    yz = int(yz_arr.reshape(-1)[0])
+    parts, shape0 = [], None
+    for k in range(2, len(n.input), 3):
+        x = ctx.value(n, n.input[k])
+        z = ctx.const(n, k + 2, "zero point")
+        if x.dtype != dt or z.dtype.name != dt or z.size != 1:
+            raise ctx.bad(n, f"input '{x.name}' and its zero point must be one {dt} value")
+        r = len(x.shape)
+        if shape0 is None:
+            shape0 = x.shape
+            if not -r <= axis < r:
+                raise ctx.bad(n, f"axis {axis} is outside a rank-{r} tensor")
+            axis %= r
+        elif len(x.shape) != len(shape0) or any(
+            a != b for i, (a, b) in enumerate(zip(x.shape, shape0, strict=True)) if i != axis
+        ):
+            raise ctx.bad(n, f"input shapes {list(shape0)} and {list(x.shape)} do not concatenate")
+        xs = ctx.scalar(n, k + 1, "scale")
+        table = requant_table(dt, xs, int(z.reshape(()).item()), ys, yz)
+        if table == tuple(range(int_type(dt).min, int_type(dt).max + 1)):
+            parts.append(x)
+            continue
+        rq = Value(ctx.new_name(f"{n.output[0]}.in{(k - 2) // 3}"), dt, x.shape)
+        ctx.emit(
+            "lut", [n], [x.name], rq, table=table, in_type=dt, out_type=dt,
+            function="identity", in_scale=xs, in_zp=int(z.reshape(()).item()),
+            out_scale=ys, out_zp=yz, source="qlinear_concat",
+        )  # fmt: skip
+        parts.append(rq)
+    assert shape0 is not None
+    out_shape = list(shape0)
+    out_shape[axis] = sum(p.shape[axis] for p in parts)
+    ctx.emit(
+        "concat", [n], [p.name for p in parts], Value(n.output[0], dt, tuple(out_shape)), axis=axis
+    )
