@@ -300,9 +300,11 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
             x = need(st.x, st)
             if np.dtype(x.dtype) != np.dtype(storage_dtype(st.dtype)):
                 raise CodegenError(f"{st.name}: moves {x.dtype} {st.x!r} as {st.dtype}")
-            last = st.offset + sum((d - 1) * s for d, s in zip(st.shape, st.strides, strict=True))
-            if int(np.prod(st.shape)) and last >= int(np.prod(x.shape)):
-                raise CodegenError(f"{st.name}: gathers element {last} of {st.x!r} {x.shape}")
+            reach = [(d - 1) * s for d, s in zip(st.shape, st.strides, strict=True)]
+            last = st.offset + sum(r for r in reach if r > 0)
+            first = st.offset + sum(r for r in reach if r < 0)
+            if int(np.prod(st.shape)) and (first < 0 or last >= int(np.prod(x.shape))):
+                raise CodegenError(f"{st.name}: gathers outside {st.x!r} {x.shape}")
             specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), tuple(st.shape))
         elif isinstance(st, HostKernel):
             known = [s for i in st.inputs if (s := specs.get(i)) is not None]

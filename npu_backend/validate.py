@@ -411,11 +411,7 @@ def validate_step(step: Step, target: Target) -> list[ValidationIssue]:
                     "unsupported_op", step.name, "no data movement unit; keep it on the host"
                 )
             ]
-        if (
-            len(step.shape) != len(step.strides)
-            or step.offset < 0
-            or min(step.strides, default=0) < 0
-        ):
+        if len(step.shape) != len(step.strides) or step.offset < 0:
             return [ValidationIssue("incomplete_parameters", step.name, "malformed gather")]
         return []
     if isinstance(step, HostOnnx):

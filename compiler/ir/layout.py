@@ -87,6 +87,11 @@ def index_map_terms(
         elif n.op == "transpose":
             inv = dict(zip(n.attrs["perm"], coords, strict=True))  # input axis -> coordinate
             coords = [inv[k] for k in range(len(coords))]
+        elif n.op == "slice":
+            coords = [
+                op("add", op("mul_const", c, c=int(k)), Const(int(s)))
+                for c, s, k in zip(coords, n.attrs["starts"], n.attrs["steps"], strict=True)
+            ]
     before = tuple(coords)
     out_shape = shapes[-1]
     r = len(strip_leading_ones(src_shape))
@@ -120,7 +125,7 @@ def move_terms(
     strides: tuple[int, ...],
     offset: int,
 ) -> tuple[tuple[Term, ...], tuple[Term, ...], int]:
-    """(before, after, size) of a layout node (`reshape`, `transpose`, `identity`) against
+    """(before, after, size) of a layout node (`reshape`, `transpose`, `slice`, `identity`) against
     the NPU's strided gather (`npu_backend.moves`): the source coordinates of output element
     `f` by the node's meaning vs those of the flat element the gather reads."""
     g = Graph({"out": Value("out", "int8", tuple(out_shape))}, [], [], [])

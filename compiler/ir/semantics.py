@@ -236,6 +236,10 @@ def eval_node(
         return [x]  # any type (a removed Cast/Dropout on a float value too)
     if node.op == "reshape":
         return [np.reshape(x, a["shape"])]
+    if node.op == "slice":
+        shape = graph.values[node.output].shape
+        idx = [s + k * np.arange(d) for s, k, d in zip(a["starts"], a["steps"], shape, strict=True)]
+        return [x[np.ix_(*idx)]]
     if node.op == "transpose":
         return [np.transpose(x, a["perm"])]
     if node.op in ELEMENTWISE:

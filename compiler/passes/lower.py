@@ -382,6 +382,16 @@ class Lowerer(LayoutLowering):
             node = oh.make_node("Reshape", [x.name, f"{n.name}.shape"], [y.name])
         elif n.op == "transpose":
             node = oh.make_node("Transpose", [x.name], [y.name], perm=list(n.attrs["perm"]))
+        elif n.op == "slice":
+            names = [f"{n.name}.{k}" for k in ("starts", "ends", "axes", "steps")]
+            st, sp = n.attrs["starts"], n.attrs["steps"]
+            ends = [
+                s + k * d if k > 0 or s + k * d >= 0 else -(2**62)
+                for s, k, d in zip(st, sp, y.shape, strict=True)
+            ]
+            for name, v in zip(names, (st, ends, range(len(st)), sp), strict=True):
+                consts[name] = np.asarray(list(v), dtype=np.int64)
+            node = oh.make_node("Slice", [x.name, *names], [y.name])
         else:
             node = oh.make_node("Identity", [x.name], [y.name])
         m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17})
@@ -459,7 +469,7 @@ class Lowerer(LayoutLowering):
                 self.max_pool(n)
             elif n.op == "concat":
                 self.concat(n)
-            elif n.op in ("reshape", "transpose", "identity"):
+            elif n.op in ("reshape", "transpose", "identity", "slice"):
                 self.layout(n)
             elif n.op == "host_onnx":
                 self.steps.append(self.host_onnx(n, host_model(n, self.g.values, self.g.opsets)))

@@ -171,11 +171,16 @@ class LayoutLowering:
         else None (with a diagnostic when the proof failed)."""
         if not self.t.standalone.moves or x.dtype not in MOVABLE:
             return None
+        offset = 0
         if n.op == "transpose":
             strides = transpose_strides(tuple(x.shape), tuple(n.attrs["perm"]))
+        elif n.op == "slice":
+            src = row_major(tuple(x.shape))
+            strides = tuple(s * int(k) for s, k in zip(src, n.attrs["steps"], strict=True))
+            offset = sum(s * int(b) for s, b in zip(src, n.attrs["starts"], strict=True))
         else:  # reshape, identity: the source's row-major order under the output's shape
             strides = row_major(tuple(y.shape))
-        before, after, size = move_terms(tuple(x.shape), n, tuple(y.shape), strides, 0)
+        before, after, size = move_terms(tuple(x.shape), n, tuple(y.shape), strides, offset)
         ob = Obligation(
             "index_map", before, after, {"f": (0, max(size - 1, 0))}, Policy(0),
             note=f"move {n.name}",
@@ -191,7 +196,7 @@ class LayoutLowering:
                 )
             )
             return None
-        step = NpuMove(n.name, x.name, y.name, tuple(y.shape), strides, 0, y.dtype, origin)
+        step = NpuMove(n.name, x.name, y.name, tuple(y.shape), strides, offset, y.dtype, origin)
         return None if self.issues(step, (x, y)) else step
 
     def in_npu_layout(self, n: Node, step: NpuLut) -> bool:

@@ -8,7 +8,9 @@ Versions read: Reshape 5+ (Reshape-1..4 take the shape as an attribute: not clai
 19 adds `saturate` and 24 `round_mode`, which only float8 targets read, never taken here);
 Dropout 7+ (1..6 have `is_test`; 12 moves training mode to input 2); Flatten 1+ (`axis`;
 negative from 11), Squeeze and Unsqueeze 1+ (`axes` an attribute up to 12, an input from
-13; negative from 11): each a `reshape` (row-major order kept).
+13; negative from 11): each a `reshape` (row-major order kept); Slice 1+ (starts, ends and
+axes attributes up to 9; constant inputs with steps from 10): a `slice` with ONNX's
+clamping, a start and a step per axis (an empty result: the host).
 """
 
 from __future__ import annotations
@@ -108,6 +110,50 @@ def unsqueeze(ctx: BuildContext, n: onnx.NodeProto) -> None:
         raise ctx.bad(n, f"axes {axes} repeat an axis")
     rest = iter(x.shape)
     _reshape_to(ctx, n, x, [1 if i in at else next(rest) for i in range(r)])
+
+
+def _slice_params(ctx: BuildContext, n: onnx.NodeProto):
+    """(starts, ends, axes, steps) of a Slice: attributes up to opset 9, inputs from 10."""
+    if _version(ctx, n) < 10:
+        a = ctx.attrs(n)
+        if "starts" not in a or "ends" not in a:
+            raise ctx.bad(n, "starts and ends are required")
+        return list(a["starts"]), list(a["ends"]), a.get("axes"), None
+    ctx.attrs(n)
+
+    def ints(i: int, what: str) -> list[int] | None:
+        c = ctx.const(n, i, what, optional=i >= 3)
+        return None if c is None else [int(v) for v in c.reshape(-1)]
+
+    return ints(1, "starts"), ints(2, "ends"), ints(3, "axes"), ints(4, "steps")
+
+
+@converter("", "Slice", since=1, attributes=("axes", "ends", "starts"))
+def slice_(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Slice with constant starts/ends/axes/steps: a `slice` node (a start and a step per
+    axis after ONNX's clamping)."""
+    x = ctx.value(n, n.input[0])
+    r = len(x.shape)
+    starts, ends, axes, steps = _slice_params(ctx, n)
+    assert starts is not None and ends is not None
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
+        raise ctx.bad(n, "starts, ends, axes and steps must have one nonzero entry per axis")
+    st, sp, dims = [0] * r, [1] * r, list(x.shape)
+    for s0, e0, a, k in zip(starts, ends, axes, steps, strict=True):
+        a = _axis(ctx, n, a, r, True)
+        d = x.shape[a]
+        s0, e0 = (s0 + d if s0 < 0 else s0), (e0 + d if e0 < 0 else e0)
+        if k > 0:
+            s0, e0 = min(max(s0, 0), d), min(max(e0, 0), d)
+        else:
+            s0, e0 = min(max(s0, 0), d - 1), min(max(e0, -1), d - 1)
+        st[a], sp[a], dims[a] = s0, k, max(0, -(-(e0 - s0) // k))
+    if 0 in dims:
+        return ctx.unsupported(n, "a Slice with an empty result")
+    out = Value(n.output[0], x.dtype, tuple(dims))
+    ctx.emit("slice", [n], [x.name], out, starts=tuple(st), steps=tuple(sp))
 
 
 @converter("", "Transpose", since=1, attributes=("perm",))
