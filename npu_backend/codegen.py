@@ -696,6 +696,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 w_addr=w_addr,
                 w_stationary=sch.w_stationary,
                 window=st.window,
+                unit="Pool" if st.compute == "Pool" else None,
             )
             prog.append(ins)
             emitted.append(ins)
@@ -733,6 +734,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     **fields,
                     structure=st.structure,
                     window=st.window,
+                    unit="Pool" if st.compute == "Pool" else None,
                 )
             )
         elif isinstance(st, NpuLut):

@@ -132,6 +132,7 @@ class MatMul:
     w_addr: int | None = None
     w_stationary: bool = False
     window: Window | None = None  # a conv over a window (`prover.conv`): `a` channels-last
+    unit: str | None = None  # "Pool": the Pool unit's window sum (a pool, not a model MAC)
 
     def accumulate(self, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         """The exact accumulator (the kernel's `matmul_acc`, fast where provably exact; a

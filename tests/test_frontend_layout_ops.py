@@ -121,3 +121,34 @@ def test_slice_of_an_npu_result_is_a_proven_npu_gather(steps):
         inp = pool_inputs(m, seed)
         ref = session(m).run(None, inp)[0]
         np.testing.assert_array_equal(ref, simulator.run(prog, inp)[0]["y"])
+
+
+def test_slice_with_ends_orts_folding_knows_is_a_slice():
+    # ends = Shape(x)[1] / 2: computed from static shapes before the run (a channel split)
+    inits = [
+        numpy_helper.from_array(np.asarray([0], np.int64), "st"),
+        numpy_helper.from_array(np.asarray([1], np.int64), "ax"),
+        numpy_helper.from_array(np.asarray(1, np.int64), "one"),
+        numpy_helper.from_array(np.asarray(2, np.int64), "two"),
+        numpy_helper.from_array(np.asarray([0], np.int64), "zero"),
+    ]
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"], name="shape"),
+        oh.make_node("Gather", ["s", "one"], ["c"], name="g"),
+        oh.make_node("Div", ["c", "two"], ["h"], name="div"),
+        oh.make_node("Unsqueeze", ["h", "zero"], ["e"], name="u"),
+        oh.make_node("Slice", ["x", "st", "e", "ax"], ["y"], name="sl"),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TP.INT8, [1, 6, 3])],
+        [oh.make_tensor_value_info("y", TP.INT8, [1, 3, 3])],
+        inits,
+    )
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 13)])
+    m.ir_version = 8
+    ir, _ = to_ir(m)
+    assert ir.nodes[-1].op == "slice"
+    x = np.random.default_rng(0).integers(-128, 128, size=(1, 6, 3)).astype(np.int8)
+    np.testing.assert_array_equal(session(m).run(None, {"x": x})[0], run_graph(ir, {"x": x})["y"])

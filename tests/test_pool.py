@@ -169,3 +169,25 @@ def test_corrupted_max_pool_is_caught(monkeypatch):
     # every result replaced by 1: the comparison with ORT must see it
     monkeypatch.setattr(isa.MaxPool, "compute", lambda self, x: real(self, x) * 0 + 1)
     assert not np.array_equal(ref, simulator.run(prog, inp)[0]["y"])
+
+
+def test_pool_program_round_trips_and_its_sums_are_no_model_macs(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from npu_backend.program import Program
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "zoo"))
+    import macs  # noqa: E402
+
+    m = gap()
+    r = compile_model(m, "bitwise", FLOAT)
+    prog = codegen.generate(r.lowered, FLOAT)
+    prog.save(tmp_path / "p.npu")
+    back = Program.load(tmp_path / "p.npu")
+    assert [i.unit for i in back.ops("MatMul")] == ["Pool"]
+    inp = pool_inputs(m, 0)
+    np.testing.assert_array_equal(
+        simulator.run(prog, inp)[0]["y"], simulator.run(back, inp)[0]["y"]
+    )
+    assert macs.program_macs(back) == (0, 0, [])

@@ -9,8 +9,9 @@ Versions read: Reshape 5+ (Reshape-1..4 take the shape as an attribute: not clai
 Dropout 7+ (1..6 have `is_test`; 12 moves training mode to input 2); Flatten 1+ (`axis`;
 negative from 11), Squeeze and Unsqueeze 1+ (`axes` an attribute up to 12, an input from
 13; negative from 11): each a `reshape` (row-major order kept); Slice 1+ (starts, ends and
-axes attributes up to 9; constant inputs with steps from 10): a `slice` with ONNX's
-clamping, a start and a step per axis (an empty result: the host).
+axes attributes up to 9; inputs with steps from 10, constant or known before the run as
+ORT's folding computes them, else the host): a `slice` with ONNX's clamping, a start and a
+step per axis (an empty result: the host).
 """
 
 from __future__ import annotations
@@ -122,13 +123,16 @@ def _slice_params(ctx: BuildContext, n: onnx.NodeProto):
     ctx.attrs(n)
 
     def ints(i: int, what: str) -> list[int] | None:
+        name = n.input[i] if i < len(n.input) else ""
+        if name and name in ctx.known:  # computed before the run, as ORT's folding does
+            return [int(v) for v in np.asarray(ctx.known[name]).reshape(-1)]
         c = ctx.const(n, i, what, optional=i >= 3)
         return None if c is None else [int(v) for v in c.reshape(-1)]
 
     return ints(1, "starts"), ints(2, "ends"), ints(3, "axes"), ints(4, "steps")
 
 
-@converter("", "Slice", since=1, attributes=("axes", "ends", "starts"))
+@converter("", "Slice", since=1, attributes=("axes", "ends", "starts"), host_fallback=True)
 def slice_(ctx: BuildContext, n: onnx.NodeProto) -> None:
     """Slice with constant starts/ends/axes/steps: a `slice` node (a start and a step per
     axis after ONNX's clamping)."""
