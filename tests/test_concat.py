@@ -65,7 +65,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n in ("s8_two_scales", "u8_zp_extremes") else pytest.param(n, marks=pytest.mark.slow)
+        for n in CASES
+    ],
+)
 def test_qlinear_concat_on_the_npu_equals_onnxruntime(name):
     r = _check_equal(qconcat(**CASES[name]))
     kinds = [type(s) for s in r.lowered.steps]
@@ -89,6 +95,7 @@ def test_fire_module_joins_in_the_npu_layout():
     assert not [s for s in r.lowered.steps if isinstance(s, HostOnnx)]
 
 
+@pytest.mark.slow
 def test_concat_without_a_data_movement_unit_stays_on_the_host_named():
     r = _check_equal(qconcat(), NO_MOVES)
     assert isinstance(r.lowered.steps[-1], HostOnnx)

@@ -55,7 +55,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("op, shape, opset, attrs, axes", CASES)
+@pytest.mark.parametrize(
+    "op, shape, opset, attrs, axes",
+    [
+        c if k in (0, 5, 9) else pytest.param(*c, marks=pytest.mark.slow)
+        for k, c in enumerate(CASES)
+    ],
+)
 def test_layout_op_is_a_reshape_equal_to_onnxruntime(op, shape, opset, attrs, axes):
     m = _model(op, shape, opset, attrs, axes)
     g, _ = to_ir(m)
@@ -81,7 +87,10 @@ SLICES = [
 ]
 
 
-@pytest.mark.parametrize("shape, opset, attrs, inputs", SLICES)
+@pytest.mark.parametrize(
+    "shape, opset, attrs, inputs",
+    [c if k in (0, 1) else pytest.param(*c, marks=pytest.mark.slow) for k, c in enumerate(SLICES)],
+)
 def test_slice_equals_onnxruntime(shape, opset, attrs, inputs):
     m = _model("Slice", shape, opset, attrs, inputs=inputs)
     g, _ = to_ir(m)
@@ -94,7 +103,9 @@ def test_slice_equals_onnxruntime(shape, opset, attrs, inputs):
     np.testing.assert_array_equal(ref, simulator.run(prog, {"x": x})[0]["y"])
 
 
-@pytest.mark.parametrize("steps", [[1, 1, 2, 1], [1, 2, -1, 1]])
+@pytest.mark.parametrize(
+    "steps", [[1, 2, -1, 1], pytest.param([1, 1, 2, 1], marks=pytest.mark.slow)]
+)
 def test_slice_of_an_npu_result_is_a_proven_npu_gather(steps):
     from pool_models import conv_chain, pool_inputs
 

@@ -49,14 +49,25 @@ def _equal(m, r, target=FLOAT) -> None:
             np.testing.assert_array_equal(v, got[o.name])
 
 
-@pytest.mark.parametrize("target", [FLOAT, NO_MOVES], ids=["moves", "no_moves"])
 @pytest.mark.parametrize(
-    "convs, pool",
+    "convs, pool, target",
     [
-        (("3x3", "1x1", "dw"), False),
-        (("1x1", "3x3"), True),
-        (("dw",), True),
-        (("3x3", "mp", "1x1"), True),
+        (("3x3", "1x1", "dw"), False, FLOAT),
+        (("3x3", "mp", "1x1"), True, FLOAT),
+        (("3x3", "1x1", "dw"), False, NO_MOVES),
+        pytest.param(("1x1", "3x3"), True, FLOAT, marks=pytest.mark.slow),
+        pytest.param(("dw",), True, FLOAT, marks=pytest.mark.slow),
+        pytest.param(("1x1", "3x3"), True, NO_MOVES, marks=pytest.mark.slow),
+        pytest.param(("3x3", "mp", "1x1"), True, NO_MOVES, marks=pytest.mark.slow),
+    ],
+    ids=[
+        "chain",
+        "chain_maxpool_pool",
+        "chain_no_moves",
+        "pool",
+        "dw_pool",
+        "pool_no_moves",
+        "maxpool_no_moves",
     ],
 )
 def test_consecutive_npu_ops_keep_one_layout(convs, pool, target):
@@ -82,6 +93,7 @@ def test_a_host_reader_keeps_its_transpose_and_the_npu_reads_its_own_layout():
     _equal(m, r)
 
 
+@pytest.mark.slow
 def test_a_flatten_of_an_npu_result_is_an_npu_gather():
     m = conv_chain(("3x3",), pool=True, flatten=True)
     r = compile_model(m, "bitwise", FLOAT)
@@ -141,6 +153,7 @@ def test_layout_index_maps_are_proven_and_a_wrong_one_refuted():
     assert verdict([to_last, to_last]) == Status.REFUTED
 
 
+@pytest.mark.slow
 def test_program_file_with_gathers_round_trips(tmp_path):
     from npu_backend.program import Program
 

@@ -53,7 +53,12 @@ def _check_equal(m, target=FLOAT):
     return r
 
 
-@pytest.mark.parametrize("name", list(CASES))
+def _sample(names, default):
+    """Every case, those not in `default` under -m slow (the default run keeps a sample)."""
+    return [n if n in default else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
+@pytest.mark.parametrize("name", _sample(CASES, ("s8_zp_extremes", "half_steps", "channels_last")))
 def test_global_average_pool_on_the_npu_equals_onnxruntime(name):
     r = _check_equal(gap(**CASES[name]))
     assert len(_pool_steps(r)) == 1, r.diagnostics
@@ -74,6 +79,7 @@ def test_pool_the_target_lacks_stays_on_the_host_named():
     assert any("no Pool unit" in d.message for d in r.diagnostics)
 
 
+@pytest.mark.slow
 def test_fixed_point_pool_requantization_is_an_obligation():
     # npu_fixed requantizes in fixed point: placed only where that is proven equal to ORT's
     # float32 scale; either way the program equals ORT
@@ -85,7 +91,9 @@ def test_fixed_point_pool_requantization_is_an_obligation():
     "kw, what",
     [
         (dict(x_scale=1e-12), "scales"),  # x_scale / (y_scale * 49) under 2^-32
-        (dict(x_scale=300.0, y_scale=0.01, shape=(1, 2, 1, 1)), "scales"),  # >= 256
+        pytest.param(
+            dict(x_scale=300.0, y_scale=0.01, shape=(1, 2, 1, 1)), "scales", marks=pytest.mark.slow
+        ),  # >= 256
     ],
 )
 def test_scales_orts_kernel_refuses_are_bad_input(kw, what):
@@ -123,7 +131,7 @@ MAXPOOL_CASES = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(MAXPOOL_CASES))
+@pytest.mark.parametrize("name", _sample(MAXPOOL_CASES, ("resnet_3x3_s2_p1", "ceil_mode_pads")))
 def test_integer_max_pool_on_the_npu_equals_onnxruntime(name):
     r = _check_equal(maxpool(**MAXPOOL_CASES[name]))
     assert [type(s).__name__ for s in r.lowered.steps] == ["NpuMove", "NpuMaxPool", "NpuMove"]
@@ -145,6 +153,7 @@ def test_max_pool_the_target_lacks_stays_on_the_host_named():
     assert {d.code.value for d in r.diagnostics} == {"unsupported_function"}
 
 
+@pytest.mark.slow
 def test_max_pool_with_indices_read_and_float_max_pool_run_on_the_host():
     m = maxpool(kernel_shape=[2, 2], indices=True)
     r = compile_model(m, "bitwise", FLOAT)
@@ -157,6 +166,7 @@ def test_max_pool_with_indices_read_and_float_max_pool_run_on_the_host():
         np.testing.assert_array_equal(want, got[o.name])
 
 
+@pytest.mark.slow
 def test_corrupted_max_pool_is_caught(monkeypatch):
     from npu_backend import isa
 
@@ -171,6 +181,7 @@ def test_corrupted_max_pool_is_caught(monkeypatch):
     assert not np.array_equal(ref, simulator.run(prog, inp)[0]["y"])
 
 
+@pytest.mark.slow
 def test_pool_program_round_trips_and_its_sums_are_no_model_macs(tmp_path):
     import sys
     from pathlib import Path
