@@ -112,3 +112,23 @@ def test_corrupted_concat_is_caught(monkeypatch):
     ref = session(m).run(None, inp)[0]
     corrupt_npu_results(monkeypatch)
     assert not np.array_equal(ref, simulator.run(prog, inp)[0]["y"])
+
+
+@pytest.mark.slow
+def test_fire_module_and_pools_through_npuc_compile_and_run_equal_onnxruntime(tmp_path):
+    import onnx
+    from cli_helpers import assert_run_equals_ort, npuc
+    from pool_models import conv_chain
+
+    for name, m in (
+        ("fire", fire()),
+        ("chain", conv_chain(("3x3", "mp"), pool=True, flatten=True)),
+    ):
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(m, path)
+        prog = tmp_path / f"{name}.npu"
+        p = npuc("compile", str(path), "-o", str(prog), "--proofs-mode", "off", "--no-progress")
+        assert p.returncode == 0, p.stderr
+        inputs = _feeds(m, 1)
+        np.savez(tmp_path / "in.npz", **inputs)
+        assert_run_equals_ort(prog, tmp_path / "in.npz", path, inputs, tmp_path / "out.npz")
