@@ -202,3 +202,29 @@ def test_pool_program_round_trips_and_its_sums_are_no_model_macs(tmp_path):
         simulator.run(prog, inp)[0]["y"], simulator.run(back, inp)[0]["y"]
     )
     assert macs.program_macs(back) == (0, 0, [])
+
+
+def test_qlinear_average_pool_is_hosted_by_name_and_equals_onnxruntime():
+    from onnx import TensorProto as TP
+    from onnx import helper as oh
+    from onnx import numpy_helper as nh
+
+    node = oh.make_node(
+        "QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft",
+        kernel_shape=[2, 2], count_include_pad=1, name="ap",
+    )  # fmt: skip
+    inits = [
+        nh.from_array(np.float32(0.5), "xs"), nh.from_array(np.uint8(197), "xz"),
+        nh.from_array(np.float32(1.0), "ys"), nh.from_array(np.uint8(211), "yz"),
+    ]  # fmt: skip
+    g = oh.make_graph(
+        [node], "ap", [oh.make_tensor_value_info("x", TP.UINT8, [1, 2, 5, 5])],
+        [oh.make_tensor_value_info("y", TP.UINT8, [1, 2, 4, 4])], inits,
+    )  # fmt: skip
+    m = oh.make_model(
+        g, opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("com.microsoft", 1)]
+    )
+    m.ir_version = 8
+    r = _check_equal(m)
+    assert [type(s).__name__ for s in r.lowered.steps] == ["HostOnnx"]
+    assert any("float32" in d.message and d.code.value == "unsupported_op" for d in r.diagnostics)

@@ -21,7 +21,13 @@ first mapped through ORT's 256-entry table (`QlinearBuildLookupTable` with the i
 dequantize in float32, divide by y_scale, round half to even, add y_zero_point, saturate),
 a `lut` node of function `identity`; then one `concat` node.
 
+com.microsoft QLinearAveragePool runs on the host: ORT sums the dequantized float32 values
+of each window, divides in float32 and rounds after adding the output zero point
+(`quantize_value` in qlinear_pool.cc), which no integer window sum with one requantization
+equals (measured: rounding half-steps differ), so it has no exact NPU form here.
+
 Versions read: QLinearGlobalAveragePool 1 (its only version; attribute `channels_last`);
+QLinearAveragePool 1 (hosted, by name);
 QLinearConcat 1 (attribute `axis`);
 MaxPool 1+ (8 adds `storage_order` and `Indices`, 10 `ceil_mode` and `dilations`, 12 int8
 and uint8).
@@ -225,4 +231,14 @@ def qlinear_concat(ctx: BuildContext, n: onnx.NodeProto) -> None:
     out_shape[axis] = sum(p.shape[axis] for p in parts)
     ctx.emit(
         "concat", [n], [p.name for p in parts], Value(n.output[0], dt, tuple(out_shape)), axis=axis
+    )
+
+
+@converter(MS_DOMAIN, "QLinearAveragePool", since=1)
+def qlinear_average_pool(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """QLinearAveragePool: the host (ORT's float32 window average has no integer form)."""
+    ctx.unsupported(
+        n,
+        "ONNX Runtime averages the dequantized float32 values and rounds after adding the "
+        "output zero point; no integer window sum with one requantization equals it",
     )
