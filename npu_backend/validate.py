@@ -43,6 +43,7 @@ CODES = (
     "intervening_clip",
     "layout_mismatch",
     "unsupported_conv_window",
+    "unsupported_op",
 )
 
 
