@@ -36,12 +36,15 @@ from . import sram_plan
 from .isa import (
     Activation,
     Clip,
+    Concat,
     DmaIn,
     DmaOut,
     Eltwise,
     HostCall,
     Instruction,
     MatMul,
+    MaxPool,
+    Move,
     ParamLoad,
     Requant,
     TableLoad,
@@ -55,9 +58,12 @@ from .lowered import (
     HostOnnx,
     LoweredModel,
     NpuClip,
+    NpuConcat,
     NpuEltwise,
     NpuLut,
     NpuMatMul,
+    NpuMaxPool,
+    NpuMove,
     NpuRequant,
     Step,
     TensorSpec,
@@ -115,10 +121,12 @@ def memory_issues(
     wmem_names: list[str | None]
     if isinstance(step, NpuMatMul):
         sram_names, wmem_names = [step.a, step.out], [step.w, step.bias]
-    elif isinstance(step, NpuLut | NpuRequant | NpuClip):
+    elif isinstance(step, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         sram_names, wmem_names = [step.x, step.out], []
     elif isinstance(step, NpuEltwise):
         sram_names, wmem_names = [step.a, step.b, step.out], []
+    elif isinstance(step, NpuConcat):
+        sram_names, wmem_names = [*step.xs, step.out], []
     else:
         return []
     issues = _resident_issues(step.name, sram_names, wmem_names, sizes, target)
@@ -285,6 +293,37 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
                         f"{st.name}: input {x.name!r} is {x.dtype}, the unit reads {st.record.dtype}"
                     )
             specs[st.out] = TensorSpec(st.out, storage_dtype(st.out_type), shape)
+        elif isinstance(st, NpuConcat):
+            parts = [need(x, st) for x in st.xs]
+            joined = list(parts[0].shape)
+            rest = [d for i, d in enumerate(joined) if i != st.axis]
+            for p in parts:
+                same = len(p.shape) == len(joined) and rest == [
+                    d for i, d in enumerate(p.shape) if i != st.axis
+                ]
+                if not same or np.dtype(p.dtype) != np.dtype(storage_dtype(st.dtype)):
+                    raise CodegenError(f"{st.name}: input {p.name!r} {p.shape} does not join")
+            joined[st.axis] = sum(p.shape[st.axis] for p in parts)
+            specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), tuple(joined))
+        elif isinstance(st, NpuMaxPool):
+            x = need(st.x, st)
+            if np.dtype(x.dtype) != np.dtype(storage_dtype(st.dtype)):
+                raise CodegenError(f"{st.name}: pools {x.dtype} {st.x!r} as {st.dtype}")
+            try:
+                sp = st.window.out_spatial(tuple(x.shape[1:-1]))
+            except KernelError as e:
+                raise CodegenError(f"{st.name}: {e}") from None
+            specs[st.out] = TensorSpec(st.out, x.dtype, (x.shape[0], *sp, x.shape[-1]))
+        elif isinstance(st, NpuMove):
+            x = need(st.x, st)
+            if np.dtype(x.dtype) != np.dtype(storage_dtype(st.dtype)):
+                raise CodegenError(f"{st.name}: moves {x.dtype} {st.x!r} as {st.dtype}")
+            reach = [(d - 1) * s for d, s in zip(st.shape, st.strides, strict=True)]
+            last = st.offset + sum(r for r in reach if r > 0)
+            first = st.offset + sum(r for r in reach if r < 0)
+            if int(np.prod(st.shape)) and (first < 0 or last >= int(np.prod(x.shape))):
+                raise CodegenError(f"{st.name}: gathers outside {st.x!r} {x.shape}")
+            specs[st.out] = TensorSpec(st.out, storage_dtype(st.dtype), tuple(st.shape))
         elif isinstance(st, HostKernel):
             known = [s for i in st.inputs if (s := specs.get(i)) is not None]
             shape = None
@@ -329,10 +368,12 @@ def _check_operands(st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarra
 def _npu_inputs(st: Step) -> list[str]:
     if isinstance(st, NpuMatMul):
         return [st.a]
-    if isinstance(st, NpuLut | NpuRequant | NpuClip):
+    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         return [st.x]
     if isinstance(st, NpuEltwise):
         return [st.a, st.b]
+    if isinstance(st, NpuConcat):
+        return list(st.xs)
     return []
 
 
@@ -679,6 +720,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 w_addr=w_addr,
                 w_stationary=sch.w_stationary,
                 window=st.window,
+                unit="Pool" if st.compute == "Pool" else None,
             )
             prog.append(ins)
             emitted.append(ins)
@@ -744,6 +786,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     **fields,
                     structure=st.structure,
                     window=st.window,
+                    unit="Pool" if st.compute == "Pool" else None,
                 )
             )
         elif isinstance(st, NpuLut):
@@ -775,6 +818,32 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
             prog.append(Clip(st.name, st.x, st.out, x_addr, out_addr, st.lo, st.hi, st.dtype))
         elif isinstance(st, NpuEltwise):
             prog.append(emit_eltwise(i, st))
+        elif isinstance(st, NpuConcat):
+            keep = {*st.xs, st.out}
+            for x in st.xs:
+                if x not in in_sram:
+                    if x not in in_dram:
+                        raise CodegenError(f"tensor {x!r} is neither in dram nor in sram")
+                    a = sram_alloc(x, keep)
+                    prog.append(DmaIn(x, "sram", a, nbytes(spec(x))))
+                    in_sram.add(x)
+            out_addr = sram_alloc(st.out, keep)
+            in_sram.add(st.out)
+            addrs = [sram.blocks[x][0] for x in st.xs]  # none moved: all were kept
+            prog.append(
+                Concat(st.name, tuple(st.xs), st.out, tuple(addrs), out_addr, st.axis, st.dtype)
+            )
+        elif isinstance(st, NpuMaxPool):
+            x_addr, out_addr = operands(st.x, st.out)
+            prog.append(MaxPool(st.name, st.x, st.out, x_addr, out_addr, st.window, st.dtype))
+        elif isinstance(st, NpuMove):
+            x_addr, out_addr = operands(st.x, st.out)
+            prog.append(
+                Move(
+                    st.name, st.x, st.out, x_addr, out_addr, tuple(st.shape), tuple(st.strides),
+                    int(st.offset), st.dtype,
+                )
+            )  # fmt: skip
         else:
             prog.append(HostCall(st.name, st))
             in_dram.update(_outputs(st))

@@ -26,10 +26,12 @@ import numpy as np
 from prover.conv import Window, conv_acc
 from prover.domain import NUMPY
 from prover.eltwise import EltwiseParams
+from prover.pool import max_pool
 from prover.terms import Term, Var, evaluate, op
 
 from .exact_matmul import exact_matmul
 from .lowered import HostKernel, HostOnnx
+from .moves import gather
 from .postprocess import (
     LutParams,
     Post,
@@ -134,6 +136,7 @@ class MatMul:
     w_addr: int | None = None
     w_stationary: bool = False
     window: Window | None = None  # a conv over a window (`prover.conv`): `a` channels-last
+    unit: str | None = None  # "Pool": the Pool unit's window sum (a pool, not a model MAC)
 
     def accumulate(self, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         """The exact accumulator (the kernel's `matmul_acc`, fast where provably exact; a
@@ -249,6 +252,58 @@ class Eltwise:
 
 
 @dataclass(frozen=True)
+class Move:
+    """Data movement: out (`shape`) = the strided gather of x (`npu_backend.moves.gather`)."""
+
+    name: str
+    x: str
+    out: str
+    x_addr: int
+    out_addr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    dtype: str
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return gather(x, tuple(self.shape), tuple(self.strides), int(self.offset))
+
+
+@dataclass(frozen=True)
+class Concat:
+    """out = the tensors `xs` joined along `axis`."""
+
+    name: str
+    xs: tuple[str, ...]
+    out: str
+    x_addrs: tuple[int, ...]
+    out_addr: int
+    axis: int
+    dtype: str
+
+    def compute(self, xs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.asarray(x) for x in xs], axis=int(self.axis))
+
+
+@dataclass(frozen=True)
+class MaxPool:
+    """out = the largest element of each window of channels-last x (`prover.pool.max_pool`;
+    padding reads the type's minimum)."""
+
+    name: str
+    x: str
+    out: str
+    x_addr: int
+    out_addr: int
+    window: Window
+    dtype: str
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        lo = int(np.iinfo(np.dtype(self.dtype)).min)
+        return max_pool(np.asarray(x, dtype=np.int64), self.window, lo)
+
+
+@dataclass(frozen=True)
 class HostCall:
     """Run a host step (integer kernel term, or an ONNX subgraph in ONNX Runtime) on dram tensors."""
 
@@ -266,6 +321,9 @@ Instruction = (
     | Requant
     | Clip
     | Eltwise
+    | Move
+    | MaxPool
+    | Concat
     | HostCall
 )
 OPCODES: dict[str, type] = {
@@ -280,6 +338,9 @@ OPCODES: dict[str, type] = {
         Requant,
         Clip,
         Eltwise,
+        Move,
+        MaxPool,
+        Concat,
         HostCall,
     )
 }

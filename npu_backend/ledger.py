@@ -32,7 +32,18 @@ from prover.terms import Var, op
 
 from .codegen import CodegenError, generate, infer_specs, memory_issues, nbytes
 from .input_ranges import index_ranges
-from .isa import Activation, Clip, DmaOut, Eltwise, HostCall, MatMul, Requant
+from .isa import (
+    Activation,
+    Clip,
+    Concat,
+    DmaOut,
+    Eltwise,
+    HostCall,
+    MatMul,
+    MaxPool,
+    Move,
+    Requant,
+)
 from .lowered import (
     HostKernel,
     LoweredModel,
@@ -297,7 +308,7 @@ def unfuse_all(
 
 # --- per-instruction attribution --------------------------------------------------------
 
-_COMPUTE = (MatMul, Activation, Requant, Clip, Eltwise, HostCall)
+_COMPUTE = (MatMul, Activation, Requant, Clip, Eltwise, Move, MaxPool, Concat, HostCall)
 
 
 def _step_of(name: str, steps: set[str]) -> str | None:

@@ -14,6 +14,9 @@ NPU steps:
 - `NpuRequant`, `NpuClip`: standalone elementwise integer ops.
 - `NpuEltwise`: the two-input elementwise unit (QLinearAdd / QLinearMul of two
   activations, numpy broadcasting), with an optional fused table after it.
+- `NpuMove`: data movement (a strided gather: reshape, transpose).
+- `NpuMaxPool`: the largest element of each window (an integer MaxPool).
+- `NpuConcat`: data movement joining several tensors along one axis.
 
 Host steps:
 - `HostKernel`: an elementwise integer op run on the host with the kernel's
@@ -203,6 +206,51 @@ class NpuEltwise:
 
 
 @dataclass(frozen=True)
+class NpuMove:
+    """Data movement on the NPU, a strided gather: `out` (shape `shape`, row-major) element
+    with coordinates c reads `x`'s flat element `offset + sum_i c_i * strides[i]`. A Reshape,
+    Flatten, Squeeze or Unsqueeze has row-major strides, a Transpose permuted ones
+    (`npu_backend.moves`); the value of each element is unchanged, stored as `dtype`."""
+
+    name: str
+    x: str
+    out: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    dtype: str
+    onnx_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NpuConcat:
+    """Data movement on the NPU: `out` = the inputs `xs` joined along `axis` (each input's
+    elements copied in row-major order into its slab of `out`), stored as `dtype`."""
+
+    name: str
+    xs: tuple[str, ...]
+    out: str
+    axis: int
+    dtype: str
+    onnx_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NpuMaxPool:
+    """The largest element of each window of channels-last `x` [N, *spatial, C] into `out`
+    [N, *out_spatial, C] (`prover.pool.max_pool`: padding reads the type's minimum, never a
+    window's maximum), on the `compute` unit ("Pool"), stored as `dtype`."""
+
+    name: str
+    x: str
+    out: str
+    window: Window
+    dtype: str
+    onnx_nodes: tuple[str, ...] = ()
+    compute: str = "Pool"
+
+
+@dataclass(frozen=True)
 class HostKernel:
     """Elementwise integer op on the host: out = term(inputs...), stored as `out_dtype`.
 
@@ -242,7 +290,7 @@ class HostOnnx:
     ort_level: str = "off"
 
 
-NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip | NpuEltwise
+NpuStep = NpuMatMul | NpuLut | NpuRequant | NpuClip | NpuEltwise | NpuMove | NpuMaxPool | NpuConcat
 HostStep = HostKernel | HostOnnx
 Step = NpuStep | HostStep
 
@@ -301,6 +349,9 @@ __all__ = [
     "NpuRequant",
     "NpuClip",
     "NpuEltwise",
+    "NpuMove",
+    "NpuMaxPool",
+    "NpuConcat",
     "HostKernel",
     "HostOnnx",
     "NpuStep",

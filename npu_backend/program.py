@@ -279,7 +279,7 @@ def _ort_level(level: object) -> str:
 
 # Fields added after version 1, written only when they differ from their default, so an
 # untiled program keeps the bytes it had before tiling existed.
-_LATER_FIELDS = frozenset({"cols", "tile", "w_addr", "w_stationary", "window"})
+_LATER_FIELDS = frozenset({"cols", "tile", "w_addr", "w_stationary", "window", "unit"})
 
 
 def _encode_instruction(ins: Instruction, blobs: dict[str, bytes]) -> dict[str, Any]:

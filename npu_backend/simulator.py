@@ -49,11 +49,14 @@ from .isa import (
     MEMORY_NAMES,
     Activation,
     Clip,
+    Concat,
     DmaIn,
     DmaOut,
     Eltwise,
     HostCall,
     MatMul,
+    MaxPool,
+    Move,
     ParamLoad,
     Requant,
     TableLoad,
@@ -212,10 +215,12 @@ def _events(ins: Any) -> list[tuple[str, str, str]]:
         ev = [("sram", ins.a, "r"), ("wmem", ins.w, "r")]
         ev += [("wmem", ins.bias, "r")] if ins.bias is not None else []
         return ev + [("sram", ins.out, "w")]
-    if isinstance(ins, Activation | Requant | Clip):
+    if isinstance(ins, Activation | Requant | Clip | Move | MaxPool):
         return [("sram", ins.x, "r"), ("sram", ins.out, "w")]
     if isinstance(ins, Eltwise):
         return [("sram", ins.a, "r"), ("sram", ins.b, "r"), ("sram", ins.out, "w")]
+    if isinstance(ins, Concat):
+        return [("sram", x, "r") for x in ins.xs] + [("sram", ins.out, "w")]
     return []
 
 
@@ -412,6 +417,32 @@ class Machine:
             self._cycles += -(-x.size // sch.mac_n)
         elif isinstance(ins, Eltwise):
             self._eltwise(ins)
+        elif isinstance(ins, Concat):
+            xs = [self.get("sram", x, ins.name) for x in ins.xs]
+            for x in xs:
+                c.read("sram", x.nbytes)
+            val = ins.compute(xs)
+            self.put(ins.out, val, ins.dtype, ins.name)
+            self._cycles += -(-val.size // sch.mac_n)
+        elif isinstance(ins, MaxPool):
+            x = self.get("sram", ins.x, ins.name)
+            c.read("sram", x.nbytes)
+            try:
+                val = ins.compute(x)
+            except KernelError as e:
+                raise SimulatorError(f"{ins.name}: {e}") from None
+            self.put(ins.out, val, ins.dtype, ins.name)
+            taps = int(np.prod(ins.window.kernel))
+            self._cycles += -(-val.size * taps // sch.mac_n)
+        elif isinstance(ins, Move):
+            x = self.get("sram", ins.x, ins.name)
+            c.read("sram", x.nbytes)
+            try:
+                val = ins.compute(x)
+            except ValueError as e:
+                raise SimulatorError(f"{ins.name}: {e}") from None
+            self.put(ins.out, val, ins.dtype, ins.name)
+            self._cycles += -(-val.size // sch.mac_n)
         elif isinstance(ins, HostCall):
             self._host(ins.step)
         else:

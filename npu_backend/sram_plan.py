@@ -17,7 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .lowered import NpuClip, NpuEltwise, NpuLut, NpuMatMul, NpuRequant, Step
+from .lowered import (
+    NpuClip,
+    NpuConcat,
+    NpuEltwise,
+    NpuLut,
+    NpuMatMul,
+    NpuMaxPool,
+    NpuMove,
+    NpuRequant,
+    Step,
+)
 from .schedule import ALIGN
 
 
@@ -25,10 +35,12 @@ def _in_sram(st: Step, tiled: bool) -> tuple[list[str], str | None]:
     """(inputs read from sram, output written to sram) of a step placed in sram."""
     if isinstance(st, NpuMatMul):
         return ([], None) if tiled else ([st.a], st.out)
-    if isinstance(st, NpuLut | NpuRequant | NpuClip):
+    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         return [st.x], st.out
     if isinstance(st, NpuEltwise):
         return [st.a, st.b], st.out
+    if isinstance(st, NpuConcat):
+        return list(st.xs), st.out
     return [], None
 
 

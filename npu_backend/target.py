@@ -63,10 +63,16 @@ class ComputeCaps:
     window_strides: frozenset[int] = frozenset()
     window_dilations: frozenset[int] = frozenset()
     window_groups: frozenset[str] = frozenset()
+    # the unit also takes the largest element of each window (an integer MaxPool)
+    max_pool: bool = False
 
 
 SYNTHESIS_PARAMS = ("multiplier", "shift", "zero_point", "table")
 WINDOW_GROUPS = ("one", "depthwise", "grouped")
+# compute units: MatMul, Conv, and Pool (an average pool as a depthwise all-ones window sum)
+COMPUTE_OPS = ("MatMul", "Conv", "Pool")
+# the largest kernel size per axis a window may declare (a global pool's is the image)
+MAX_WINDOW_KERNEL = 1024
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,8 @@ class StandaloneCaps:
     functions: frozenset[str]
     requant_scheme: str
     clip: bool
+    # data movement (a strided gather: Reshape, Transpose) on the NPU; False: on the host
+    moves: bool = False
 
 
 ELTWISE_OPS = ("add", "mul")
@@ -172,7 +180,7 @@ class Target:
     eltwise: EltwiseCaps = EltwiseCaps()
 
     def compute(self, op: str) -> ComputeCaps | None:
-        """Capabilities of compute op `op` ("MatMul", "Conv"), or None if the target lacks it."""
+        """Capabilities of compute op `op` (one of `COMPUTE_OPS`), or None if the target lacks it."""
         for c in self.computes:
             if c.op == op:
                 return c
@@ -315,10 +323,13 @@ def _compute(op: str, data: Any) -> ComputeCaps:
         bias=s.choices("bias", BIAS_STAGES, default=frozenset({"accumulator"})),
         add_fma=s.get("add_fma", bool, True),
         synthesis=s.choices("synthesis", SYNTHESIS_PARAMS, default=frozenset()),
-        window_kernels=s.choices("window_kernels", range(1, 64), int, frozenset()),
+        window_kernels=s.choices(
+            "window_kernels", range(1, MAX_WINDOW_KERNEL + 1), int, frozenset()
+        ),
         window_strides=s.choices("window_strides", range(1, 64), int, frozenset()),
         window_dilations=s.choices("window_dilations", range(1, 64), int, frozenset()),
         window_groups=s.choices("window_groups", WINDOW_GROUPS, default=frozenset()),
+        max_pool=s.get("max_pool", bool, False),
     )
     s.done()
     if caps.synthesis and caps.requant_scheme not in ("fixed_double", "fixed_single"):
@@ -366,8 +377,10 @@ def parse_target(data: dict[str, Any], path: str = "<memory>") -> Target:
     comp = _Section(top.get("compute", dict), "compute")
     computes = []
     for op in sorted(comp.data):
-        if op not in ("MatMul", "Conv"):
-            raise TargetError(f"[compute.{op}]: unknown compute op; known: MatMul, Conv")
+        if op not in COMPUTE_OPS:
+            raise TargetError(
+                f"[compute.{op}]: unknown compute op; known: {', '.join(COMPUTE_OPS)}"
+            )
         computes.append(_compute(op, comp.get(op, dict)))
     comp.done()
     if not computes:
@@ -378,6 +391,7 @@ def parse_target(data: dict[str, Any], path: str = "<memory>") -> Target:
         st.choices("functions", FUNCTIONS),
         st.choice("requant_scheme", REQUANT_SCHEMES),
         st.get("clip", bool),
+        st.get("moves", bool, False),
     )
     st.done()
     el = _Section(top.get("eltwise", dict, {}), "eltwise")

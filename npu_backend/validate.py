@@ -24,9 +24,12 @@ from .lowered import (
     HostKernel,
     HostOnnx,
     NpuClip,
+    NpuConcat,
     NpuEltwise,
     NpuLut,
     NpuMatMul,
+    NpuMaxPool,
+    NpuMove,
     NpuRequant,
     Step,
 )
@@ -43,6 +46,7 @@ CODES = (
     "layout_mismatch",
     "unsupported_conv_window",
     "unsupported_eltwise",
+    "unsupported_op",
 )
 
 
@@ -320,7 +324,7 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
 
 
 def window_issues(
-    step: NpuMatMul, target: Target, caps: ComputeCaps | None = None
+    step: NpuMatMul | NpuMaxPool, target: Target, caps: ComputeCaps | None = None
 ) -> list[ValidationIssue]:
     """A conv over a window the compute path does not compute (`window_*` in the target)."""
     win = step.window
@@ -427,6 +431,39 @@ def validate_step(step: Step, target: Target) -> list[ValidationIssue]:
             ]
         if step.lo > step.hi:
             return [ValidationIssue("incomplete_parameters", step.name, "clip lo > hi")]
+        return []
+    if isinstance(step, NpuMaxPool):
+        caps = target.compute(step.compute)
+        if caps is None or not caps.max_pool:
+            return [
+                ValidationIssue(
+                    "unsupported_function",
+                    step.name,
+                    f"target {target.name!r} has no {step.compute} unit taking a window's maximum",
+                )
+            ]
+        return window_issues(step, target, caps)
+    if isinstance(step, NpuConcat):
+        if not target.standalone.moves:
+            return [
+                ValidationIssue(
+                    "unsupported_op", step.name, "no data movement unit; keep it on the host"
+                )
+            ]
+        return (
+            []
+            if step.xs and step.axis >= 0
+            else [ValidationIssue("incomplete_parameters", step.name, "malformed concat")]
+        )
+    if isinstance(step, NpuMove):
+        if not target.standalone.moves:
+            return [
+                ValidationIssue(
+                    "unsupported_op", step.name, "no data movement unit; keep it on the host"
+                )
+            ]
+        if len(step.shape) != len(step.strides) or step.offset < 0:
+            return [ValidationIssue("incomplete_parameters", step.name, "malformed gather")]
         return []
     if isinstance(step, HostOnnx):
         if not step.model or not step.outputs:

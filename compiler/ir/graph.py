@@ -8,6 +8,9 @@ Every op's meaning is a kernel primitive (see `compiler.ir.semantics`):
 | `requantize` | `requant_double` / `requant_single` / `requant_float` |
 | `clip` | `clip(lo, hi)` |
 | `lut` | `lut(table)`: table in `offset` index order, one entry per input value |
+| `slice` | `x[start + step * i]` per axis (`starts`, `steps`; the output's shape the counts) |
+| `concat` | its inputs joined along `axis` (values unchanged) |
+| `max_pool` | `prover.pool.max_pool` over its `window` (channels-first `layout`), padding never the max |
 | `reshape`, `transpose`, `identity` | layout only: values unchanged, element positions moved |
 | `fused` | a `matmul` whose epilogue (requantize, clip, table) runs in the NPU postprocessor |
 | `host_onnx` | ONNX nodes run by ONNX Runtime itself (float ops, QuantizeLinear, DequantizeLinear) |
@@ -28,6 +31,9 @@ OPS = (
     "requantize",
     "clip",
     "lut",
+    "max_pool",
+    "concat",
+    "slice",
     "reshape",
     "transpose",
     "identity",

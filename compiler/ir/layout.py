@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from npu_backend.moves import gather_index_term
 from prover.terms import Const, Term, Var, op
 
-from .graph import Graph, Node
+from .graph import Graph, Node, Value
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -86,9 +87,52 @@ def index_map_terms(
         elif n.op == "transpose":
             inv = dict(zip(n.attrs["perm"], coords, strict=True))  # input axis -> coordinate
             coords = [inv[k] for k in range(len(coords))]
+        elif n.op == "slice":
+            coords = [
+                op("add", op("mul_const", c, c=int(k)), Const(int(s)))
+                for c, s, k in zip(coords, n.attrs["starts"], n.attrs["steps"], strict=True)
+            ]
     before = tuple(coords)
     out_shape = shapes[-1]
     r = len(strip_leading_ones(src_shape))
     out_coords = _coords(f, out_shape)
     after = tuple([Const(0)] * (len(src_shape) - r) + out_coords[len(out_shape) - r :])
     return before, after, int(np.prod(out_shape))
+
+
+def transpose_chain_terms(
+    src_shape: tuple[int, ...], perms: list[tuple[int, ...]]
+) -> tuple[tuple[Term, ...], tuple[Term, ...], int]:
+    """(before, after, size) of reading a value through the transposes `perms` in turn
+    instead of reading the source itself: the source coordinates of output element `f`
+    via the chain vs those of `f` in the source (equal iff the chain is the identity)."""
+    g = Graph({}, [], [], [])
+    ops, shape, prev = [], tuple(src_shape), "src"
+    for k, p in enumerate(perms):
+        shape = tuple(shape[i] for i in p)
+        name = f"t{k}"
+        g.values[name] = Value(name, "int8", shape)
+        ops.append(Node(name, "transpose", [prev], [name], {"perm": tuple(p)}))
+        prev = name
+    before, _, size = index_map_terms(g, tuple(src_shape), ops)
+    return before, tuple(_coords(Var("f"), tuple(src_shape))), size
+
+
+def move_terms(
+    src_shape: tuple[int, ...],
+    node: Node,
+    out_shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    offset: int,
+) -> tuple[tuple[Term, ...], tuple[Term, ...], int]:
+    """(before, after, size) of a layout node (`reshape`, `transpose`, `slice`, `identity`) against
+    the NPU's strided gather (`npu_backend.moves`): the source coordinates of output element
+    `f` by the node's meaning vs those of the flat element the gather reads."""
+    g = Graph({"out": Value("out", "int8", tuple(out_shape))}, [], [], [])
+    ops = [] if node.op == "identity" else [Node("out", node.op, ["src"], ["out"], node.attrs)]
+    if ops:
+        before, _, size = index_map_terms(g, tuple(src_shape), ops)
+    else:
+        before, size = tuple(_coords(Var("f"), tuple(src_shape))), int(np.prod(src_shape))
+    flat = gather_index_term(tuple(out_shape), tuple(strides), int(offset))
+    return before, tuple(_coords(flat, tuple(src_shape))), size

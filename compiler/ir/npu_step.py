@@ -67,8 +67,10 @@ def place_matmul(
     win = a.get("window")
     if win is None:
         nat_shape = nat_in.shape[:-1] + (a["w"].shape[1],)
-    else:  # a conv over a window: [N, *out_spatial, C_out], channels last
+    elif cf:  # a conv over a window: [N, *out_spatial, C_out], channels last
         nat_shape = y.shape[:1] + y.shape[2:] + y.shape[1:2]
+    else:  # a channels-last op over a window (an NHWC pool) writes its own shape
+        nat_shape = y.shape
     # channels-first: the NPU writes NHWC, which can have y's NCHW shape (C = H = W) and
     # still hold other elements at each index; it always gets its own buffer and a transpose
     same = nat_shape == y.shape and not (cf and _moves_elements(nat_shape))

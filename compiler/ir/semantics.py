@@ -18,6 +18,7 @@ from prover.conv import any_pair_saturable, conv_acc
 from prover.domain import NUMPY
 from prover.matmul import matmul_acc
 from prover.pair_saturation import pair_saturating_acc
+from prover.pool import max_pool
 from prover.qlinear_binary import (
     QLinearBinaryParams,
     SpanMode,
@@ -209,6 +210,8 @@ def eval_node(
             f"node '{node.name}': no evaluator registered for host_onnx "
             "(import compiler.ort.host first)"
         )
+    if node.op == "concat":
+        return [np.concatenate([np.asarray(env[i]) for i in node.inputs], axis=int(a["axis"]))]
     x = np.asarray(env[node.inputs[0]])
     if node.op in ("matmul", "fused"):
         acc = matmul_acc_of(node, to_natural(node, x), reference)
@@ -233,10 +236,17 @@ def eval_node(
         if ref is not None:
             y = np.asarray(evaluate(node_term(ref, Var("x")), NUMPY, {"x": y}))
         return [y]
+    if node.op == "max_pool":
+        lo = int(np.iinfo(np.dtype(graph.values[node.output].dtype)).min)
+        return [from_natural(node, max_pool(to_natural(node, x).astype(np.int64), a["window"], lo))]
     if node.op == "identity":
         return [x]  # any type (a removed Cast/Dropout on a float value too)
     if node.op == "reshape":
         return [np.reshape(x, a["shape"])]
+    if node.op == "slice":
+        shape = graph.values[node.output].shape
+        idx = [s + k * np.arange(d) for s, k, d in zip(a["starts"], a["steps"], shape, strict=True)]
+        return [x[np.ix_(*idx)]]
     if node.op == "transpose":
         return [np.transpose(x, a["perm"])]
     if node.op in ELEMENTWISE:

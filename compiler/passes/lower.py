@@ -13,6 +13,7 @@ proven by the gate and lower to a fused `NpuMatMul`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -39,6 +40,7 @@ from compiler.ir.site import Diagnostic
 from compiler.ort.host import host_model, submodel
 from compiler.proving import prove
 from compiler.proving.divergence import lowering_block
+from compiler.proving.moves import NPU_STEPS, LayoutLowering, one_node_step, step_outputs
 from compiler.proving.prove import components
 from npu_backend.codegen import memory_issues, storage_dtype
 from npu_backend.lowered import (
@@ -48,6 +50,7 @@ from npu_backend.lowered import (
     NpuClip,
     NpuEltwise,
     NpuLut,
+    NpuMove,
     NpuRequant,
     TensorSpec,
 )
@@ -75,22 +78,19 @@ def _step_tensors(step) -> tuple[str, ...]:
     return tuple(getattr(step, k) for k in names if getattr(step, k, None) is not None)
 
 
-def _one_node_step(name: str, node, x: Value, consts: dict, y: Value, n: Node) -> HostOnnx:
-    """A host step running one ONNX node from `x` to `y` (a layout step around an NPU op)."""
-    m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17})
-    spec = (TensorSpec(y.name, y.dtype, tuple(y.shape)),)
-    return HostOnnx(name, m.SerializeToString(), (x.name,), (y.name,), spec, tuple(n.origin))
-
-
 # ONNX ops cleanup may bypass (plus Constant): a host fallback re-includes them.
 _VALUE_PRESERVING = ("Identity", "Reshape", "Transpose", "Constant")
 
 
-class Lowerer:
+class Lowerer(LayoutLowering):
     def __init__(self, g: Graph, ctx: Context) -> None:
         self.g, self.ctx, self.t = g, ctx, ctx.config.target
         self.steps: list = []
         self.consts: dict[str, np.ndarray] = {}
+        # a layout transpose after an NPU op: its output -> (NPU output, perm, step)
+        self.moves: dict[str, tuple[str, tuple[int, ...], HostOnnx | NpuMove]] = {}
+        self.kept: set[str] = set()  # values some NPU op read in the NPU's layout instead
+        self.shapes: dict[str, tuple[int, ...]] = {}
 
     def diag(self, n: Node, code: ReasonCode, message: str) -> None:
         self.ctx.state.diagnostics.append(Diagnostic(code, list(n.origin), message))
@@ -214,8 +214,14 @@ class Lowerer:
             self.consts[step.bias] = np.asarray(n.attrs["bias"], dtype=np.int32)
         r = len(nat_shape) - 2  # spatial axes (2: NCHW; 1: a 1-D conv's NCW)
         if cf:
-            self.steps.append(self.transpose_step(n, x, nat_in, (0, *range(2, r + 2), 1)))
+            to_last = (0, *range(2, r + 2), 1)
+            kept = self.kept_layout(n, x, nat_in, to_last)
+            if kept is None:
+                self.steps.append(self.transpose_step(n, x, nat_in, to_last))
+            else:  # the NPU already holds x channels-last: read it there
+                step = dataclasses.replace(step, a=kept)
         self.steps.append(step)
+        self.shapes[step.out] = tuple(out.shape)
         if out is not y:
             if cf:
                 own = Value(
@@ -224,14 +230,13 @@ class Lowerer:
                     (nat_shape[0], nat_shape[-1], *nat_shape[1:-1]),
                 )
                 own = y if own.shape == y.shape else own
-                self.steps.append(self.transpose_step(n, out, own, (0, r + 1, *range(1, r + 1))))
+                to_first = (0, r + 1, *range(1, r + 1))
+                t = self.transpose_step(n, out, own, to_first)
+                self.moves[own.name] = (out.name, to_first, t)
+                self.steps.append(t)
                 out = own
             if out is not y:
                 self.steps.append(self.reshape_step(n, out, y))
-
-    def transpose_step(self, n: Node, x: Value, y: Value, perm) -> HostOnnx:
-        node = oh.make_node("Transpose", [x.name], [y.name], perm=list(perm))
-        return _one_node_step(f"{y.name}.transpose", node, x, {}, y, n)
 
     def lut(self, n: Node) -> None:
         a = n.attrs
@@ -270,6 +275,8 @@ class Lowerer:
             n, "table", node_term(n, Var("x")), lp.term(Var("x")), {"x": (it.min, it.max)}
         )
         step = NpuLut.from_params(n.name, n.inputs[0], n.output, lp, function, n.origin)
+        if ok and not self.issues(step) and self.in_npu_layout(n, step):
+            return
         self.npu_or_host(n, step, ok, code, msg, host)
 
     def requantize(self, n: Node) -> None:
@@ -388,21 +395,47 @@ class Lowerer:
         ok, code, msg = self.prove(n, "lowering", before, after, rng)
         self.npu_or_host(n, step, ok, code, msg, lambda: self.host_origin(n))
 
-    def reshape_step(self, n: Node, x: Value, y: Value) -> HostOnnx:
+    def reshape_step(self, n: Node, x: Value, y: Value) -> HostOnnx | NpuMove:
+        """The reshape `x` -> `y` after an NPU op (leading unit dims): an NPU gather where
+        the target moves data (index map proven), else a host Reshape."""
+        r = Node(f"{n.name}.reshape", "reshape", [x.name], [y.name], {"shape": tuple(y.shape)})
+        mv = self.npu_move(r, x, y, n.origin)
+        if mv is not None:
+            return mv
         shape_name = f"{y.name}.shape"
         node = oh.make_node("Reshape", [x.name, shape_name], [y.name])
         consts = {shape_name: np.asarray(y.shape, dtype=np.int64)}
-        return _one_node_step(f"{n.name}.reshape", node, x, consts, y, n)
+        return one_node_step(f"{n.name}.reshape", node, x, consts, y, n)
+
+    def on_npu(self, name: str) -> bool:
+        """Whether an NPU step lowered so far produces `name`."""
+        return any(isinstance(st, NPU_STEPS) and name in step_outputs(st) for st in self.steps)
 
     def layout(self, n: Node) -> None:
-        """Reshape/Transpose/Identity run on the host as a one-node ONNX model."""
+        """Reshape/Transpose/Identity of an NPU result: an NPU gather (`npu_move`); any
+        other runs on the host as a one-node ONNX model."""
         x, y = self.g.values[n.inputs[0]], self.g.values[n.output]
+        if self.on_npu(x.name):
+            mv = self.npu_move(n, x, y, n.origin)
+            if mv is not None:
+                self.steps.append(mv)
+                return
         consts = {}
         if n.op == "reshape":
             consts[f"{n.name}.shape"] = np.asarray(y.shape, dtype=np.int64)
             node = oh.make_node("Reshape", [x.name, f"{n.name}.shape"], [y.name])
         elif n.op == "transpose":
             node = oh.make_node("Transpose", [x.name], [y.name], perm=list(n.attrs["perm"]))
+        elif n.op == "slice":
+            names = [f"{n.name}.{k}" for k in ("starts", "ends", "axes", "steps")]
+            st, sp = n.attrs["starts"], n.attrs["steps"]
+            ends = [
+                s + k * d if k > 0 or s + k * d >= 0 else -(2**62)
+                for s, k, d in zip(st, sp, y.shape, strict=True)
+            ]
+            for name, v in zip(names, (st, ends, range(len(st)), sp), strict=True):
+                consts[name] = np.asarray(list(v), dtype=np.int64)
+            node = oh.make_node("Slice", [x.name, *names], [y.name])
         else:
             node = oh.make_node("Identity", [x.name], [y.name])
         m = submodel([node], {x.name: x}, consts, {y.name: y}, {"": 17})
@@ -478,12 +511,17 @@ class Lowerer:
                 self.qlinear_binary(n)
             elif n.op == "eltwise":
                 self.eltwise(n)
-            elif n.op in ("reshape", "transpose", "identity"):
+            elif n.op == "max_pool":
+                self.max_pool(n)
+            elif n.op == "concat":
+                self.concat(n)
+            elif n.op in ("reshape", "transpose", "identity", "slice"):
                 self.layout(n)
             elif n.op == "host_onnx":
                 self.steps.append(self.host_onnx(n, host_model(n, self.g.values, self.g.opsets)))
             else:
                 raise ValueError(f"no lowering for IR op {n.op}")
+        self.drop_dead_moves()
         ins = [
             TensorSpec(i, self.g.values[i].dtype, tuple(self.g.values[i].shape))
             for i in self.g.inputs

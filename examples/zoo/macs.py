@@ -131,15 +131,19 @@ def program_macs(program) -> tuple[int, int, list[str]]:
 
     NPU: every `MatMul` instruction, a [..., M, K] x [K, N] product (a tiled one computes
     only its columns `cols`); a conv over a window (`window`, `a` channels-last) computes
-    one K_group-long product per output position and column. Host: the compute nodes inside every host ONNX subgraph.
+    one K_group-long product per output position and column; a Pool-unit MatMul (a global
+    average pool) is no model MAC. Host: the compute nodes inside every host ONNX subgraph.
     Any other instruction that is not data movement, a table/parameter load, an
     elementwise step or a host call is listed, so a share is never silently wrong.
     """
     npu = host = 0
     unknown: list[str] = []
     known = {"DmaIn", "DmaOut", "TableLoad", "ParamLoad", "Activation", "Requant", "Clip"}
+    known |= {"Move", "MaxPool", "Concat"}  # data movement and max pools: no MACs
     for ins in program.instructions:
         kind = type(ins).__name__
+        if kind == "MatMul" and getattr(ins, "unit", None) == "Pool":
+            continue  # a pool's window sum on the Pool unit: no conv/matmul MAC of the model
         if kind == "MatMul":
             a = program.tensors[ins.a].shape if ins.a in program.tensors else None
             w = program.constants[ins.w].shape if ins.w in program.constants else None

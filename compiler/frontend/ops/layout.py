@@ -6,7 +6,12 @@ An Identity of a constant is that constant (no IR node).
 Versions read: Reshape 5+ (Reshape-1..4 take the shape as an attribute: not claimed; 14 adds
 `allowzero`); Transpose 1+ (`perm`); Identity 1+; Cast 6+ (Cast-1's `to` is a type name;
 19 adds `saturate` and 24 `round_mode`, which only float8 targets read, never taken here);
-Dropout 7+ (1..6 have `is_test`; 12 moves training mode to input 2).
+Dropout 7+ (1..6 have `is_test`; 12 moves training mode to input 2); Flatten 1+ (`axis`;
+negative from 11), Squeeze and Unsqueeze 1+ (`axes` an attribute up to 12, an input from
+13; negative from 11): each a `reshape` (row-major order kept); Slice 1+ (starts, ends and
+axes attributes up to 9; inputs with steps from 10, constant or known before the run as
+ORT's folding computes them, else the host): a `slice` with ONNX's clamping, a start and a
+step per axis (an empty result: the host).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from compiler.ir.graph import Value
 from ..context import BuildContext
 from ..elem_types import DTYPES, type_name
 from ..f16_context import fold_cast
-from ..registry import converter
+from ..registry import converter, opset_version
 
 
 @converter("", "Reshape", since=5, attributes=("allowzero",))
@@ -36,6 +41,123 @@ def reshape(ctx: BuildContext, n: onnx.NodeProto) -> None:
     if int(np.prod(dims)) != total or any(d < 0 for d in dims):
         raise ctx.fail(n, f"cannot reshape {list(x.shape)} to {spec}")
     ctx.emit("reshape", [n], [x.name], Value(n.output[0], x.dtype, tuple(dims)), shape=tuple(dims))
+
+
+def _version(ctx: BuildContext, n: onnx.NodeProto) -> int:
+    return opset_version(ctx.opsets, n.domain)
+
+
+def _reshape_to(ctx: BuildContext, n: onnx.NodeProto, x: Value, dims: list[int]) -> None:
+    if int(np.prod(dims)) != int(np.prod(x.shape)):
+        raise ctx.fail(n, f"cannot reshape {list(x.shape)} to {dims}")
+    ctx.emit("reshape", [n], [x.name], Value(n.output[0], x.dtype, tuple(dims)), shape=tuple(dims))
+
+
+def _axis(ctx: BuildContext, n: onnx.NodeProto, a: int, rank: int, negative: bool) -> int:
+    """Axis `a` of a rank-`rank` tensor (negative ones counted from the end, where allowed)."""
+    if not (-rank if negative else 0) <= a < rank:
+        raise ctx.bad(n, f"axis {a} is outside a rank-{rank} tensor")
+    return a % rank
+
+
+@converter("", "Flatten", since=1, attributes=("axis",))
+def flatten(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Flatten at `axis` (default 1): [prod(dims[:axis]), prod(dims[axis:])], a `reshape`."""
+    x = ctx.value(n, n.input[0])
+    r = len(x.shape)
+    a = int(ctx.attrs(n).get("axis", 1))
+    a = r if a == r else _axis(ctx, n, a, r, _version(ctx, n) >= 11)
+    dims = [int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:]))]
+    _reshape_to(ctx, n, x, dims)
+
+
+def _axes(ctx: BuildContext, n: onnx.NodeProto) -> list[int] | None:
+    """Squeeze/Unsqueeze axes: the attribute up to opset 12, the constant input 1 from 13."""
+    if _version(ctx, n) < 13:
+        v = ctx.attrs(n).get("axes")
+        return None if v is None else [int(a) for a in v]
+    ctx.attrs(n)
+    c = ctx.const(n, 1, "axes", optional=True)
+    return None if c is None else [int(a) for a in c.reshape(-1)]
+
+
+@converter("", "Squeeze", since=1, attributes=("axes",))
+def squeeze(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Squeeze `axes` (each of size 1; none: every unit axis), a `reshape`."""
+    x = ctx.value(n, n.input[0])
+    r = len(x.shape)
+    axes = _axes(ctx, n)
+    neg = _version(ctx, n) >= 11
+    drop = (
+        {i for i, d in enumerate(x.shape) if d == 1}
+        if axes is None
+        else {_axis(ctx, n, a, r, neg) for a in axes}
+    )
+    if any(x.shape[i] != 1 for i in drop):
+        raise ctx.bad(n, f"squeezes an axis of {list(x.shape)} whose size is not 1")
+    _reshape_to(ctx, n, x, [d for i, d in enumerate(x.shape) if i not in drop])
+
+
+@converter("", "Unsqueeze", since=1, attributes=("axes",))
+def unsqueeze(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Unsqueeze: unit axes inserted at `axes` of the output, a `reshape`."""
+    x = ctx.value(n, n.input[0])
+    axes = _axes(ctx, n)
+    if axes is None:
+        raise ctx.bad(n, "Unsqueeze needs axes")
+    r = len(x.shape) + len(axes)
+    at = {_axis(ctx, n, a, r, _version(ctx, n) >= 11) for a in axes}
+    if len(at) != len(axes):
+        raise ctx.bad(n, f"axes {axes} repeat an axis")
+    rest = iter(x.shape)
+    _reshape_to(ctx, n, x, [1 if i in at else next(rest) for i in range(r)])
+
+
+def _slice_params(ctx: BuildContext, n: onnx.NodeProto):
+    """(starts, ends, axes, steps) of a Slice: attributes up to opset 9, inputs from 10."""
+    if _version(ctx, n) < 10:
+        a = ctx.attrs(n)
+        if "starts" not in a or "ends" not in a:
+            raise ctx.bad(n, "starts and ends are required")
+        return list(a["starts"]), list(a["ends"]), a.get("axes"), None
+    ctx.attrs(n)
+
+    def ints(i: int, what: str) -> list[int] | None:
+        name = n.input[i] if i < len(n.input) else ""
+        if name and name in ctx.known:  # computed before the run, as ORT's folding does
+            return [int(v) for v in np.asarray(ctx.known[name]).reshape(-1)]
+        c = ctx.const(n, i, what, optional=i >= 3)
+        return None if c is None else [int(v) for v in c.reshape(-1)]
+
+    return ints(1, "starts"), ints(2, "ends"), ints(3, "axes"), ints(4, "steps")
+
+
+@converter("", "Slice", since=1, attributes=("axes", "ends", "starts"), host_fallback=True)
+def slice_(ctx: BuildContext, n: onnx.NodeProto) -> None:
+    """Slice with constant starts/ends/axes/steps: a `slice` node (a start and a step per
+    axis after ONNX's clamping)."""
+    x = ctx.value(n, n.input[0])
+    r = len(x.shape)
+    starts, ends, axes, steps = _slice_params(ctx, n)
+    assert starts is not None and ends is not None
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
+        raise ctx.bad(n, "starts, ends, axes and steps must have one nonzero entry per axis")
+    st, sp, dims = [0] * r, [1] * r, list(x.shape)
+    for s0, e0, a, k in zip(starts, ends, axes, steps, strict=True):
+        a = _axis(ctx, n, a, r, True)
+        d = x.shape[a]
+        s0, e0 = (s0 + d if s0 < 0 else s0), (e0 + d if e0 < 0 else e0)
+        if k > 0:
+            s0, e0 = min(max(s0, 0), d), min(max(e0, 0), d)
+        else:
+            s0, e0 = min(max(s0, 0), d - 1), min(max(e0, -1), d - 1)
+        st[a], sp[a], dims[a] = s0, k, max(0, -(-(e0 - s0) // k))
+    if 0 in dims:
+        return ctx.unsupported(n, "a Slice with an empty result")
+    out = Value(n.output[0], x.dtype, tuple(dims))
+    ctx.emit("slice", [n], [x.name], out, starts=tuple(st), steps=tuple(sp))
 
 
 @converter("", "Transpose", since=1, attributes=("perm",))
