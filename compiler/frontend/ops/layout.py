@@ -24,9 +24,11 @@ from ..registry import converter
 
 @converter("", "Reshape", since=5, attributes=("allowzero",))
 def reshape(ctx: BuildContext, n: onnx.NodeProto) -> None:
-    """Reshape to a constant shape (0 copies a dim unless `allowzero`; one -1 is inferred)."""
+    """Reshape to a constant shape, or one ORT's constant folding computes from static
+    shapes (0 copies a dim unless `allowzero`; one -1 is inferred); a shape only the run
+    decides keeps the Reshape on the host (`BuildContext.const`)."""
     x = ctx.value(n, n.input[0])
-    spec = [int(v) for v in ctx.const(n, 1, "shape").reshape(-1)]
+    spec = [int(v) for v in ctx.folded(n, 1, "shape").reshape(-1)]
     allowzero = bool(ctx.attrs(n).get("allowzero", 0))
     dims = [x.shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(spec)]
     total = int(np.prod(x.shape))
