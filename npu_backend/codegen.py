@@ -229,6 +229,13 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         if isinstance(st, NpuMatMul):
             a = need(st.a, st)
             w = need(st.w, st)
+            if st.a_zp_input is not None:
+                z = need(st.a_zp_input, st)
+                if z.dtype != st.a_type or int(np.prod(z.shape)) != 1:
+                    raise CodegenError(
+                        f"{st.name}: zero point {z.name!r} is {z.dtype}{list(z.shape)}, "
+                        f"the MatMul reads one {st.a_type}"
+                    )
             n = w.shape[1] if len(w.shape) == 2 else 0
             out_lead = a.shape[:-1]
             if st.window is not None:
@@ -295,10 +302,12 @@ def _check_operands(st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarra
     if not at.contains(int(st.a_zp)) or wzp.min() < wt.min or wzp.max() > wt.max:
         raise CodegenError(f"{st.name}: zero point outside its operand type")
     bias = None if st.bias is None else constants[st.bias]
+    # a run-time zero point may be any value of the type: the range at each end of it
+    # bounds every other (the accumulator is linear in the zero point)
+    zps = (int(st.a_zp),) if st.a_zp_input is None else (at.min, at.max)
     try:
-        check_fits_int32(
-            accumulator_range(w, wzp, at, int(st.a_zp), bias), f"{st.name} accumulator"
-        )
+        for zp in zps:
+            check_fits_int32(accumulator_range(w, wzp, at, zp, bias), f"{st.name} accumulator")
     except KernelError as e:
         raise CodegenError(
             f"{e}; the NPU accumulates in int32 (split K or keep it on the host)"
@@ -310,7 +319,7 @@ def _check_operands(st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarra
 
 def _npu_inputs(st: Step) -> list[str]:
     if isinstance(st, NpuMatMul):
-        return [st.a]
+        return [st.a] if st.a_zp_input is None else [st.a, st.a_zp_input]
     if isinstance(st, NpuLut | NpuRequant | NpuClip):
         return [st.x]
     return []
@@ -625,6 +634,8 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     def emit_tiled(i: int, st: NpuMatMul, sch: MatMulSchedule) -> list[MatMul]:
         """One streamed MatMul per column group; operands and result stay in dram."""
         to_dram(st.a)
+        if st.a_zp_input is not None:
+            to_dram(st.a_zp_input)
         sz = staging_sizes(st)
         if st.window is not None:
             need = conv_staging(st, spec(st.a).shape, sch.tm, sch.tn)
@@ -655,6 +666,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 w_addr=w_addr,
                 w_stationary=sch.w_stationary,
                 window=st.window,
+                a_zp_input=st.a_zp_input,
             )
             prog.append(ins)
             emitted.append(ins)
@@ -673,6 +685,8 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     in_sram.discard(name)
             continue
         if isinstance(st, NpuMatMul):
+            if st.a_zp_input is not None:
+                to_dram(st.a_zp_input)  # the instruction reads its zero point from dram
             a_addr, out_addr = operands(st.a, st.out)
             weights_to_wmem(st.w, st.bias)
             fields = descriptor(i, st.post)
@@ -692,6 +706,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     **fields,
                     structure=st.structure,
                     window=st.window,
+                    a_zp_input=st.a_zp_input,
                 )
             )
         elif isinstance(st, NpuLut):

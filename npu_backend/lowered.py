@@ -65,6 +65,9 @@ class NpuMatMul:
 
     - `w`, `bias`: names of constants in `LoweredModel.constants` (bias int32 [N] or None);
     - `a_zp`: scalar; `w_zp`: scalar or per-column tuple of length N;
+    - `a_zp_input`: a zero point computed at run time (dynamic quantization's
+      DynamicQuantizeLinear): the name of a one-element tensor of `a_type` the instruction
+      reads when it runs (then `a_zp` is 0 and unused); None: `a_zp` is the constant;
     - `a_type`, `w_type`: integer type names ("int8", "uint8", ...);
     - `post`: None (raw int32 accumulator), a `PostProcess`, or a tuple of N of them;
     - `structure`: scheduling structure "plain" | "grouped" | "tiled";
@@ -93,6 +96,7 @@ class NpuMatMul:
     compute: str = "MatMul"  # which compute unit's capabilities apply ("MatMul" | "Conv")
     tile: tuple[int, int, int] | None = None
     window: Window | None = None  # a conv over a window: `a` is channels-last [N, *sp, C]
+    a_zp_input: str | None = None  # a run-time zero point (a one-element tensor of a_type)
 
     @property
     def fused(self) -> bool:

@@ -40,6 +40,7 @@ import numpy as np
 from prover.conv import conv_acc, row_tile
 from prover.domain import NUMPY, KernelError
 from prover.errors import BadInput
+from prover.inttypes import int_type
 from prover.terms import PreconditionViolation, evaluate
 
 from .exact_matmul import exact_matmul
@@ -431,6 +432,20 @@ class Machine:
             self.c.read("tmem", acc_size * TABLE_ENTRY_BYTES)
         return record, table
 
+    def _a_zp(self, ins: MatMul) -> int:
+        """The MatMul's input zero point: the descriptor's, or read from dram at run time."""
+        if ins.a_zp_input is None:
+            return int(ins.a_zp)
+        z = self.get("dram", ins.a_zp_input, ins.name)
+        self.dram_read(ins.a_zp_input, z.nbytes)
+        at = int_type(ins.a_type)
+        if z.size != 1 or np.dtype(z.dtype) != at.numpy_dtype():
+            raise SimulatorError(
+                f"{ins.name}: zero point {ins.a_zp_input!r} is {z.dtype}{list(z.shape)}, "
+                f"the MatMul expects one {at.name}"
+            )
+        return int(z.reshape(-1)[0])
+
     def _matmul(self, ins: MatMul) -> None:
         c = self.c
         a = self.get("sram", ins.a, ins.name)
@@ -438,7 +453,7 @@ class Machine:
         bias = self.get("wmem", ins.bias, ins.name)
         c.read("sram", a.nbytes)
         c.read("wmem", w.nbytes + (0 if bias is None else bias.nbytes))
-        acc = ins.accumulate(a, w, bias)
+        acc = ins.accumulate(a, w, bias, self._a_zp(ins))
         table = None
         if ins.post_enable:
             _, table = self._post_state(ins, acc.size)
@@ -486,6 +501,7 @@ class Machine:
             raise SimulatorError(f"{ins.name}: columns {ins.cols} of {ins.out!r} computed twice")
         a_b, w_b = rows_a.itemsize, w.itemsize
         wz = ins.w_zp if isinstance(ins.w_zp, int) else np.asarray(ins.w_zp)
+        a_zp = self._a_zp(ins)
         b64 = None if b_cols is None else b_cols.astype(np.int64)
         for m0 in range(0, rows, tm):
             m1 = min(rows, m0 + tm)
@@ -506,7 +522,7 @@ class Machine:
                         c.write("wmem", b_cols.nbytes)
                         dma += b_cols.nbytes
                 c.read("wmem", w_bytes + (b_cols.nbytes if k0 == 0 and b_cols is not None else 0))
-                acc += exact_matmul(rows_a[m0:m1, k0:k1], w_cols[k0:k1], ins.a_zp, wz, None)
+                acc += exact_matmul(rows_a[m0:m1, k0:k1], w_cols[k0:k1], a_zp, wz, None)
                 if k0 == 0 and b64 is not None:
                     acc += b64
                 # no check on a partial sum: int32 wrap-around addition is associative, so

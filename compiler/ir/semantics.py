@@ -140,8 +140,10 @@ def window_of(node: Node) -> Any:
     return node.attrs.get("window")
 
 
-def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarray:
+def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None, a_zp: Any = None) -> np.ndarray:
     """The int64 accumulator of a `matmul`/`fused` node on input `a` under `reference`.
+
+    `a_zp`: the value of a zero point computed at run time (the node's `a_zp_input`).
 
     `reference` is a `prover.reference.ReferenceProfile` (None: exact accumulation). A
     conv over a window (`a` channels-last) accumulates exactly; under a pair-saturating
@@ -150,6 +152,9 @@ def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarra
     """
     at = node.attrs
     w_zp = np.asarray(at["w_zp"], dtype=np.int64)
+    if at.get("a_zp_input") is not None and a_zp is None:
+        raise CompilerError(f"node '{node.name}': its run-time zero point has no value")
+    zp = np.int64(at["a_zp"] if a_zp is None else np.asarray(a_zp).reshape(-1)[0])
     win = window_of(node)
     if win is not None:
         if pair_saturates(node, reference) and any_pair_saturable(at["w"]).any():
@@ -158,9 +163,9 @@ def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarra
                 f"{getattr(reference, 'name', reference)}: int16 pair saturation is reachable "
                 "and ONNX Runtime's pair order for convolutions is not modelled"
             )
-        return conv_acc(a, at["w"], win, np.int64(at["a_zp"]), w_zp, at["bias"])
+        return conv_acc(a, at["w"], win, zp, w_zp, at["bias"])
     acc_fn = pair_saturating_acc if pair_saturates(node, reference) else matmul_acc
-    return acc_fn(np.asarray(a, dtype=np.int64), at["w"], np.int64(at["a_zp"]), w_zp, at["bias"])
+    return acc_fn(np.asarray(a, dtype=np.int64), at["w"], zp, w_zp, at["bias"])
 
 
 def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
@@ -210,7 +215,9 @@ def eval_node(
         )
     x = np.asarray(env[node.inputs[0]])
     if node.op in ("matmul", "fused"):
-        acc = matmul_acc_of(node, to_natural(node, x), reference)
+        zp_in = a.get("a_zp_input")
+        zp = None if zp_in is None else env[zp_in]
+        acc = matmul_acc_of(node, to_natural(node, x), reference, zp)
         rq = a.get("requant")
         if node.op == "fused":
             y = eval_term_columns(acc, a["groups"])

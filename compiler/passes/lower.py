@@ -391,7 +391,17 @@ class Lowerer:
         return nodes, pos, producer, inits
 
     def host_origin(self, n: Node) -> list:
-        """The node's original ONNX nodes as a host subgraph (exactly what ONNX Runtime runs)."""
+        """The node's original ONNX nodes as a host subgraph (exactly what ONNX Runtime runs).
+
+        A matmul the frontend split out of a com.microsoft op (MatMulIntegerToFloat,
+        DynamicQuantizeMatMul) carries its own ONNX form (`host_form`: the MatMulInteger
+        it is, with its constants)."""
+        form = n.attrs.get("host_form")
+        if form is not None:
+            protos = [onnx.NodeProto.FromString(b) for b in form["nodes"]]
+            ins = {i: self.g.values[i] for i in n.inputs}
+            out = {n.output: self.g.values[n.output]}
+            return [self.host_onnx(n, submodel(protos, ins, form["consts"], out, self.g.opsets))]
         nodes, pos, producer, inits = self._origin_index
         protos = [p for p in nodes if (p.name or p.output[0]) in n.origin]
         # Identity / no-op Reshape / Transpose nodes that cleanup bypassed (and Constants)

@@ -1,0 +1,298 @@
+"""Issue 24 deliverable 2: dynamic quantization's integer matmul on the NPU.
+
+A MatMulInteger whose activation zero point is computed at run time (DynamicQuantizeLinear's,
+or fed as an input), and ORT's fused com.microsoft MatMulIntegerToFloat /
+DynamicQuantizeMatMul, run their exact int32 matmul on the NPU with the zero point read by
+the instruction as it runs; the float around it stays on the host as ORT computes it. Each
+program is compared with ONNX Runtime bit for bit (the default session, and level off for
+the plain ONNX op), at the zero point's extremes, for every type pair ORT runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+
+from compiler.api import compile_model
+from compiler.errors import FrontendError
+from compiler.frontend.reader import to_ir
+from compiler.ort.host import host_diagnostics
+from npu_backend.codegen import CodegenError, generate
+from npu_backend.lowered import LoweredModel, NpuMatMul, TensorSpec
+from npu_backend.program import Program
+from npu_backend.runner import run_batched
+from npu_backend.simulator import run
+from npu_backend.target import load_target
+
+ONNX_T = {np.uint8: TP.UINT8, np.int8: TP.INT8}
+MS = "com.microsoft"
+K, N = 32, 6
+
+
+def _model(nodes, inputs, outputs, inits, ms: bool = False) -> onnx.ModelProto:
+    g = oh.make_graph(nodes, "dyn", inputs, outputs, inits)
+    ops = [oh.make_opsetid("", 17), *([oh.make_opsetid(MS, 1)] if ms else [])]
+    m = oh.make_model(g, opset_imports=ops)
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def _weights(wt, seed: int = 0) -> np.ndarray:
+    """Weights spanning their type (both ends present)."""
+    info = np.iinfo(wt)
+    w = np.random.default_rng(seed).integers(info.min, info.max + 1, (K, N)).astype(wt)
+    w[0, 0], w[1, 0] = info.min, info.max
+    return w
+
+
+def zp_input_model(at, wt, a_shape=(4, K), w_zp=None) -> onnx.ModelProto:
+    """MatMulInteger(a, W, zp) with the zero point a graph input (any value at run time)."""
+    inits = [nh.from_array(_weights(wt), "W")]
+    ins = ["a", "W", "zp"]
+    if w_zp is not None:
+        inits.append(nh.from_array(np.asarray(w_zp, wt), "wz"))
+        ins.append("wz")
+    return _model(
+        [oh.make_node("MatMulInteger", ins, ["y"], name="mmi")],
+        [
+            oh.make_tensor_value_info("a", ONNX_T[at], list(a_shape)),
+            oh.make_tensor_value_info("zp", ONNX_T[at], []),
+        ],
+        [oh.make_tensor_value_info("y", TP.INT32, [*a_shape[:-1], N])],
+        inits,
+    )
+
+
+def dyn_pattern_model(wt=np.int8, bias: bool = True) -> onnx.ModelProto:
+    """quantize_dynamic's pattern: DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul
+    (a_scale * b_scale) -> Add(bias)."""
+    inits = [
+        nh.from_array(_weights(wt), "W"),
+        nh.from_array(np.array(0.0123, np.float32), "w_scale"),
+        nh.from_array(np.array(3 if wt == np.uint8 else 0, wt), "w_zp"),
+        nh.from_array(np.linspace(-1, 1, N).astype(np.float32), "bias"),
+    ]
+    nodes = [
+        oh.make_node("DynamicQuantizeLinear", ["x"], ["q", "q_s", "q_z"], name="dql"),
+        oh.make_node("Mul", ["q_s", "w_scale"], ["s"], name="scales"),
+        oh.make_node("MatMulInteger", ["q", "W", "q_z", "w_zp"], ["acc"], name="mmi"),
+        oh.make_node("Cast", ["acc"], ["accf"], to=TP.FLOAT, name="cast"),
+        oh.make_node("Mul", ["accf", "s"], ["y" if not bias else "m"], name="scale"),
+        *([oh.make_node("Add", ["m", "bias"], ["y"], name="bias")] if bias else []),
+    ]
+    return _model(
+        nodes,
+        [oh.make_tensor_value_info("x", TP.FLOAT, [3, 5, K])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [3, 5, N])],
+        inits,
+    )
+
+
+def ms_model(op: str, wt, per_column: bool, bias: bool) -> onnx.ModelProto:
+    """com.microsoft DynamicQuantizeMatMul(x, ...) or MatMulIntegerToFloat(DQL(x), ...)."""
+    rng = np.random.default_rng(1)
+    b_scale = (rng.random(N if per_column else 1) * 0.02 + 1e-3).astype(np.float32)
+    b_zp = np.full(b_scale.shape, 5 if wt == np.uint8 else 0, wt)
+    if not per_column:
+        b_scale, b_zp = b_scale.reshape(()), b_zp.reshape(())
+    inits = [
+        nh.from_array(_weights(wt, 2), "W"),
+        nh.from_array(b_scale, "b_scale"),
+        nh.from_array(b_zp, "b_zp"),
+        nh.from_array(rng.standard_normal(N).astype(np.float32), "bias"),
+    ]
+    tail = ["bias"] if bias else []
+    if op == "DynamicQuantizeMatMul":
+        nodes = [oh.make_node(op, ["x", "W", "b_scale", "b_zp", *tail], ["y"], domain=MS, name="m")]
+    else:
+        nodes = [
+            oh.make_node("DynamicQuantizeLinear", ["x"], ["q", "q_s", "q_z"], name="dql"),
+            oh.make_node(
+                op, ["q", "W", "q_s", "b_scale", "q_z", "b_zp", *tail], ["y"], domain=MS, name="m"
+            ),
+        ]
+    return _model(
+        nodes,
+        [oh.make_tensor_value_info("x", TP.FLOAT, [6, K])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [6, N])],
+        inits,
+        ms=True,
+    )
+
+
+def _ort(m: onnx.ModelProto, feeds: dict, level: str = "default") -> dict[str, np.ndarray]:
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    if level == "off":
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds), strict=True))
+
+
+def _program(m: onnx.ModelProto, reference: str = "onnx"):
+    r = compile_model(m, "bitwise", None, proofs_mode="off", reference=reference)
+    return r, generate(r.lowered, load_target(None))
+
+
+def _equal(program, m: onnx.ModelProto, feeds: dict, levels=("default",)) -> None:
+    got, _ = run_batched(program, feeds)
+    for level in levels:
+        for k, w in _ort(m, feeds, level).items():
+            g = np.asarray(got[k])
+            assert g.dtype == w.dtype and g.shape == w.shape, k
+            assert np.array_equal(g.view(np.uint8), w.view(np.uint8)), (level, k)
+
+
+def _npu_matmuls(program) -> list:
+    return [i for i in program.instructions if type(i).__name__ == "MatMul"]
+
+
+def _floats(seed: int) -> list[np.ndarray]:
+    """Float inputs with every sign mix: centred, all positive (zero point 0), all negative
+    (zero point 255), one huge outlier, all zeros."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((3, 5, K)).astype(np.float32) * 3
+    big = x.copy()
+    big.reshape(-1)[7] = 1e4
+    return [x, np.abs(x), -np.abs(x), big, np.zeros_like(x)]
+
+
+# --- MatMulInteger with a run-time zero point ---------------------------------------------
+
+PAIRS = [(at, wt) for at in (np.uint8, np.int8) for wt in (np.uint8, np.int8)]
+
+
+@pytest.mark.parametrize("at,wt", PAIRS, ids=lambda t: t.__name__)
+def test_zero_point_fed_at_run_time_runs_on_the_npu_equal_to_ort(at, wt):
+    """u8u8, u8s8, s8u8, s8s8 (every pair ORT's MatMulInteger runs): the zero point at both
+    ends of its type and in the middle, inputs at their extremes."""
+    m = zp_input_model(at, wt, w_zp=7 if wt == np.uint8 else -3)
+    g, _ = to_ir(m)
+    mm = next(n for n in g.nodes if n.op == "matmul")
+    assert mm.attrs["a_zp_input"] == "zp" and mm.inputs == ["a", "zp"]
+    _, program = _program(m)
+    (ins,) = _npu_matmuls(program)
+    assert ins.a_zp_input == "zp"  # the instruction reads it when it runs
+    info = np.iinfo(at)
+    rng = np.random.default_rng(0)
+    for zp in (info.min, info.max, 0, 1, (int(info.min) + int(info.max)) // 2):
+        for a in (
+            rng.integers(info.min, info.max + 1, (4, K)).astype(at),
+            np.full((4, K), info.min, at),
+            np.full((4, K), info.max, at),
+        ):
+            _equal(program, m, {"a": a, "zp": np.array(zp, at)}, levels=("default", "off"))
+
+
+@pytest.mark.parametrize("structure", ["plain", "tiled"])
+def test_attention_shaped_batch_matmul_with_a_run_time_zero_point(structure):
+    """[B, H, S, D] activations by [D, N] weights: every leading axis is a row; streamed
+    tile by tile too, and through a saved program."""
+    m = zp_input_model(np.uint8, np.int8, a_shape=(2, 3, 5, K))
+    low = compile_model(m, "bitwise", None, proofs_mode="off").lowered
+    if structure == "tiled":  # small tiles: 2 column groups, 3 K steps, 6 row tiles
+        tile = {"structure": "tiled", "tile": (5, 4, 12)}
+        low.steps = [replace(s, **tile) if isinstance(s, NpuMatMul) else s for s in low.steps]
+    program = Program.from_bytes(generate(low, load_target(None)).to_bytes())
+    ins = _npu_matmuls(program)
+    assert all(i.a_zp_input == "zp" for i in ins) and len(ins) == (2 if structure == "tiled" else 1)
+    a = np.random.default_rng(3).integers(0, 256, (2, 3, 5, K)).astype(np.uint8)
+    for zp in (0, 255, 128):
+        _equal(program, m, {"a": a, "zp": np.array(zp, np.uint8)})
+
+
+def test_dynamic_quantization_pattern_integer_matmul_on_the_npu():
+    """The pattern as quantize_dynamic writes it, read as written (float QDQ reading) and as
+    ORT's default session runs it (fused to MatMulIntegerToFloat): the integer matmul is one
+    NPU MatMul, DynamicQuantizeLinear and the float epilogue stay on the host."""
+    for wt in (np.int8, np.uint8):
+        m = dyn_pattern_model(wt)
+        for ref in ("onnx", "onnx-qdq-float"):
+            _, program = _program(m, ref)
+            assert len(_npu_matmuls(program)) == 1, (wt, ref)
+            for x in _floats(0):
+                _equal(program, m, {"x": x}, levels=("default", "off"))
+
+
+@pytest.mark.parametrize("op", ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"])
+@pytest.mark.parametrize("per_column", [False, True], ids=["pt", "pc"])
+def test_ort_fused_dynamic_matmuls_split_exactly(op, per_column):
+    """ORT's fused kernels: their quantization is DynamicQuantizeLinear's and their epilogue
+    a float32 multiply then add; the split program equals them bit for bit."""
+    for wt, bias in ((np.int8, True), (np.uint8, False)):
+        m = ms_model(op, wt, per_column, bias)
+        r, program = _program(m)
+        assert len(_npu_matmuls(program)) == 1, (op, wt)
+        placed = " ".join(d.message for d in host_diagnostics(r.graph))
+        assert "float epilogue" in placed
+        rng = np.random.default_rng(5)
+        for x in [rng.standard_normal((6, K)).astype(np.float32) * s for s in (0.1, 3, 100)]:
+            _equal(program, m, {"x": x})
+            _equal(program, m, {"x": np.abs(x)})  # zero point 0
+            _equal(program, m, {"x": -np.abs(x)})  # zero point 255
+
+
+# --- negative cases -----------------------------------------------------------------------
+
+
+def test_zero_point_of_one_element_is_read_a_per_row_one_is_refused():
+    """A [1] zero point is one operand of the NPU MatMul; a per-row one ([M, 1], which ONNX
+    allows) is refused as ORT refuses it: a one-line error, no program."""
+    m = zp_input_model(np.uint8, np.int8)
+    m.graph.input[1].CopyFrom(oh.make_tensor_value_info("zp", TP.UINT8, [1]))
+    _, program = _program(m)
+    assert len(_npu_matmuls(program)) == 1
+    a = np.full((4, K), 200, np.uint8)
+    _equal(program, m, {"a": a, "zp": np.array([255], np.uint8)})
+    m.graph.input[1].CopyFrom(oh.make_tensor_value_info("zp", TP.UINT8, [4, 1]))
+    with pytest.raises(FrontendError, match="a_zero_point 'zp' has shape \\[4, 1\\]"):
+        to_ir(m)
+
+
+def test_saturable_u8s8_under_the_avx2_reference_stays_on_the_host():
+    """Under ort-x86-avx2 (MLAS's u8s8 pairs saturate int16 without VNNI, whatever the zero
+    point) a DynamicQuantizeMatMul whose weights can saturate keeps its integer matmul on
+    the host as the MatMulInteger it is (reference_divergence), equal to this host's ORT."""
+    m = ms_model("DynamicQuantizeMatMul", np.int8, False, True)
+    r, program = _program(m, "ort-x86-avx2")
+    assert not _npu_matmuls(program)
+    codes = {d.code.value for d in r.diagnostics}
+    assert "reference_divergence" in codes, codes
+    x = np.random.default_rng(2).standard_normal((6, K)).astype(np.float32)
+    _equal(program, m, {"x": x})
+
+
+def _zp_step_model(zp_dtype: str) -> LoweredModel:
+    w = np.ones((K, N), np.int8)
+    step = NpuMatMul(
+        name="mm", a="a", w="w", out="y", a_zp=0, w_zp=0, bias=None,
+        a_type="uint8", w_type="int8", a_zp_input="zp",
+    )  # fmt: skip
+    return LoweredModel(
+        [TensorSpec("a", "uint8", (2, K)), TensorSpec("zp", zp_dtype, ())],
+        ["y"],
+        {"w": w},
+        [step],
+    )
+
+
+def test_a_zero_point_operand_of_another_type_is_refused_by_codegen():
+    with pytest.raises(CodegenError, match="zero point 'zp' is int32"):
+        generate(_zp_step_model("int32"), load_target(None))
+
+
+def test_the_instruction_reads_its_zero_point_when_it_runs():
+    """Two runs of one program with two zero points: two results, each the exact sum."""
+    program = generate(_zp_step_model("uint8"), load_target(None))
+    a = np.full((2, K), 9, np.uint8)
+    for zp in (0, 255):
+        out, _ = run(program, {"a": a, "zp": np.array(zp, np.uint8)})
+        assert (np.asarray(out["y"]) == (9 - zp) * K).all()
