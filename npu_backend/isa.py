@@ -134,6 +134,7 @@ class MatMul:
     w_stationary: bool = False
     window: Window | None = None  # a conv over a window (`prover.conv`): `a` channels-last
     a_zp_input: str | None = None  # a run-time zero point: a one-element tensor in dram
+    w_input: bool = False  # `w` is a run-time tensor [..., K, N] (batched by a's leading dims)
 
     def accumulate(
         self, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None, a_zp: int | None = None

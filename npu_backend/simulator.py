@@ -459,9 +459,9 @@ class Machine:
             _, table = self._post_state(ins, acc.size)
         out = ins.epilogue(acc, table)
         self.put(ins.out, out, self.program.tensors[ins.out].dtype, ins.name)
-        rows = acc.size // max(1, w.shape[1])  # output rows (a conv's: output positions)
+        rows = acc.size // max(1, w.shape[-1])  # output rows (a conv's: output positions)
         sch = self.schedule
-        self._cycles += _mac_cycles(sch, rows, w.shape[1], w.shape[0])
+        self._cycles += _mac_cycles(sch, rows, w.shape[-1], w.shape[-2])
         if ins.post_enable:
             self._cycles += -(-acc.size // sch.mac_n)
         c.matmul_tiles += 1

@@ -296,3 +296,133 @@ def test_the_instruction_reads_its_zero_point_when_it_runs():
     for zp in (0, 255):
         out, _ = run(program, {"a": a, "zp": np.array(zp, np.uint8)})
         assert (np.asarray(out["y"]) == (9 - zp) * K).all()
+
+
+# --- QLinearMatMul of two activations (attention's Q.K^T and P.V) ---------------------------
+
+
+def attention_model(at, bt, a_shape=(2, 3, 5, 8), b_shape=(2, 3, 8, 5), then_sigmoid=False):
+    """QLinearMatMul(a, b) with both operands graph inputs ([B, H, S, D] x [B, H, D, S]),
+    per-tensor scales and zero points, optionally followed by a QLinearSigmoid."""
+    y_shape = [*a_shape[:-1], b_shape[-1]]
+    zp = {np.uint8: 131, np.int8: -3}
+    inits = [
+        nh.from_array(np.array(0.05, np.float32), "a_s"),
+        nh.from_array(np.array(zp[at], at), "a_z"),
+        nh.from_array(np.array(0.031, np.float32), "b_s"),
+        nh.from_array(np.array(zp[bt], bt), "b_z"),
+        nh.from_array(np.array(0.7, np.float32), "y_s"),
+        nh.from_array(np.array(zp[at], at), "y_z"),
+    ]
+    nodes = [
+        oh.make_node(
+            "QLinearMatMul",
+            ["a", "a_s", "a_z", "b", "b_s", "b_z", "y_s", "y_z"],
+            ["y" if not then_sigmoid else "mm"],
+            name="scores",
+        )
+    ]
+    if then_sigmoid:
+        nodes.append(
+            oh.make_node(
+                "QLinearSigmoid", ["mm", "y_s", "y_z", "y_s", "y_z"], ["y"], domain=MS, name="sig"
+            )
+        )
+    return _model(
+        nodes,
+        [
+            oh.make_tensor_value_info("a", ONNX_T[at], list(a_shape)),
+            oh.make_tensor_value_info("b", ONNX_T[bt], list(b_shape)),
+        ],
+        [oh.make_tensor_value_info("y", ONNX_T[at], y_shape)],
+        inits,
+        ms=then_sigmoid,
+    )
+
+
+def _ints(t, shape, rng) -> list[np.ndarray]:
+    info = np.iinfo(t)
+    return [
+        rng.integers(info.min, info.max + 1, shape).astype(t),
+        np.full(shape, info.min, t),
+        np.full(shape, info.max, t),
+    ]
+
+
+def _ort_runs(m: onnx.ModelProto) -> bool:
+    try:
+        _ort(m, {})
+    except Exception as e:  # noqa: BLE001 - no kernel for these types: not a case
+        return "NOT_IMPLEMENTED" not in str(e) and "kernel" not in str(e).lower()
+    return True
+
+
+@pytest.mark.parametrize("at,bt", PAIRS, ids=lambda t: t.__name__)
+def test_attention_scores_of_two_activations_run_on_the_npu_equal_to_ort(at, bt):
+    """[B, H, S, D] x [B, H, D, S] with both operands run-time: one NPU MatMul reading the
+    second from dram, its requantization proven; every type pair ORT's QLinearMatMul runs
+    (the others are refused as ORT refuses them)."""
+    m = attention_model(at, bt)
+    if not _ort_runs(m):
+        with pytest.raises(FrontendError, match="no QLinearMatMul kernel"):
+            to_ir(m)
+        return
+    g, _ = to_ir(m)
+    assert [n.op for n in g.nodes] == ["matmul_act"]
+    r, program = _program(m)
+    (ins,) = _npu_matmuls(program)
+    assert ins.w_input and ins.w == "b"
+    assert not [d for d in r.diagnostics if "scores" in d.nodes]  # nothing kept on the host
+    rng = np.random.default_rng(7)
+    for a in _ints(at, (2, 3, 5, 8), rng):
+        for b in _ints(bt, (2, 3, 8, 5), rng):
+            _equal(program, m, {"a": a, "b": b}, levels=("default", "off"))
+
+
+def test_context_product_by_a_2d_run_time_operand_and_a_following_table():
+    """P [B, H, S, S] by a 2-D run-time V [S, D]; a QLinearSigmoid after it stays a table
+    on the NPU (no fusion into a run-time-operand MatMul): the program equals ORT."""
+    m = attention_model(np.uint8, np.uint8, (2, 2, 5, 5), (5, 4), then_sigmoid=True)
+    r, program = _program(m)
+    assert [i for i in _npu_matmuls(program) if i.w_input]
+    rng = np.random.default_rng(8)
+    for a in _ints(np.uint8, (2, 2, 5, 5), rng):
+        _equal(program, m, {"a": a, "b": rng.integers(0, 256, (5, 4)).astype(np.uint8)})
+
+
+def test_two_activations_u8s8_under_the_avx2_reference_stay_on_the_host():
+    """Every int8 value of a run-time b is reachable, so u8s8 pairs can saturate int16 under
+    ort-x86-avx2: the QLinearMatMul runs on the host (reference_divergence)."""
+    m = attention_model(np.uint8, np.int8)
+    r, program = _program(m, "ort-x86-avx2")
+    assert not _npu_matmuls(program)
+    assert "reference_divergence" in {d.code.value for d in r.diagnostics}
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 256, (2, 3, 5, 8)).astype(np.uint8)
+    _equal(program, m, {"a": a, "b": rng.integers(-128, 128, (2, 3, 8, 5)).astype(np.int8)})
+
+
+def test_broadcast_batch_dims_of_two_activations_stay_on_the_host():
+    """b's leading dims broadcast against a's ([2, 1, D, S] vs [2, 3, S, D]): no NPU form,
+    the QLinearMatMul runs on the host and the program equals ORT."""
+    m = attention_model(np.uint8, np.uint8, (2, 3, 5, 8), (2, 1, 8, 5))
+    g, _ = to_ir(m)
+    assert not any(n.op == "matmul_act" for n in g.nodes)
+    assert any("broadcast" in d.message for d in host_diagnostics(g))
+    _, program = _program(m)
+    rng = np.random.default_rng(10)
+    a = rng.integers(0, 256, (2, 3, 5, 8)).astype(np.uint8)
+    _equal(program, m, {"a": a, "b": rng.integers(0, 256, (2, 1, 8, 5)).astype(np.uint8)})
+
+
+def test_codegen_refuses_a_run_time_operand_whose_accumulator_can_leave_int32():
+    step = NpuMatMul(
+        name="mm", a="a", w="b", out="y", a_zp=0, w_zp=-128, bias=None,
+        a_type="uint8", w_type="int8", w_input=True,
+    )  # fmt: skip
+    k = 70000  # 70000 * 255 * 255 > 2^31
+    low = LoweredModel(
+        [TensorSpec("a", "uint8", (1, k)), TensorSpec("b", "int8", (k, 1))], ["y"], {}, [step]
+    )
+    with pytest.raises(CodegenError, match="may leave int32"):
+        generate(low, load_target(None))

@@ -131,7 +131,11 @@ def pair_saturates(node: Node, reference: Any) -> bool:
     MatMul, which accumulates exactly whatever the reference.
     """
     acc = getattr(reference, "u8s8_accumulation", Accumulation.EXACT)
-    return node.op == "matmul" and is_u8s8(node) and acc == Accumulation.PAIR_SATURATING_INT16
+    return (
+        node.op in ("matmul", "matmul_act")
+        and is_u8s8(node)
+        and acc == Accumulation.PAIR_SATURATING_INT16
+    )
 
 
 def window_of(node: Node) -> Any:
@@ -166,6 +170,20 @@ def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None, a_zp: Any = 
         return conv_acc(a, at["w"], win, zp, w_zp, at["bias"])
     acc_fn = pair_saturating_acc if pair_saturates(node, reference) else matmul_acc
     return acc_fn(np.asarray(a, dtype=np.int64), at["w"], zp, w_zp, at["bias"])
+
+
+def matmul_act_acc(node: Node, a: np.ndarray, b: np.ndarray, reference: Any = None) -> np.ndarray:
+    """The int64 accumulator of a `matmul_act` node (both operands run-time, b [..., K, N]
+    batched like a, or 2-D); under a pair-saturating reference a u8s8 one pairs as MLAS."""
+    at = node.attrs
+    a64, b64 = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    if not pair_saturates(node, reference):
+        return np.matmul(a64 - at["a_zp"], b64 - at["w_zp"])
+    bb = np.broadcast_to(b64, a64.shape[:-2] + b64.shape[-2:])
+    out = np.empty(a64.shape[:-1] + (b64.shape[-1],), dtype=np.int64)
+    for idx in np.ndindex(*a64.shape[:-2]):
+        out[idx] = pair_saturating_acc(a64[idx], bb[idx], at["a_zp"], at["w_zp"], None)
+    return out
 
 
 def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
@@ -231,6 +249,10 @@ def eval_node(
         # a fused op stores its natural layout under the output's shape (leading unit dims,
         # a proven index map: row-major order unchanged)
         return [np.reshape(from_natural(node, y), graph.values[node.output].shape)]
+    if node.op == "matmul_act":
+        acc = matmul_act_acc(node, x, np.asarray(env[node.inputs[1]]), reference)
+        y = evaluate(requant_term(Var("acc"), a["requant"], 0), NUMPY, {"acc": acc})
+        return [np.asarray(y).reshape(graph.values[node.output].shape)]
     if node.op == "qlinear_binary":
         return [qlinear_binary_eval(node, x, np.asarray(a["const"], dtype=np.int64))]
     if node.op == "identity":

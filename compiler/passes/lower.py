@@ -27,7 +27,13 @@ from compiler.ir.context import Context
 from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, npu_function, requant_params
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
-from compiler.ir.semantics import node_term, requant_groups, requant_scale, requant_term
+from compiler.ir.semantics import (
+    node_term,
+    pair_saturates,
+    requant_groups,
+    requant_scale,
+    requant_term,
+)
 from compiler.ir.site import Diagnostic
 from compiler.ort.host import host_model, submodel
 from compiler.proving import prove
@@ -40,6 +46,7 @@ from npu_backend.lowered import (
     LoweredModel,
     NpuClip,
     NpuLut,
+    NpuMatMul,
     NpuRequant,
     TensorSpec,
 )
@@ -178,6 +185,43 @@ class Lowerer:
                     ok, code, msg = self.prove(n, "lowering", before, after, {"acc": (lo, hi)})
         post = posts[0] if len(set(posts)) == 1 else tuple(posts)
         self.place_matmul(n, post, "plain", ok, code, msg)
+
+    def matmul_act(self, n: Node) -> None:
+        """QLinearMatMul of two activations: an NpuMatMul reading its second operand from
+        dram at run time, with the requantization proven over the exact accumulator range
+        (`lowering`); else the QLinearMatMul on the host."""
+        a, rq = n.attrs, n.attrs["requant"]
+        caps = self.t.compute("MatMul")
+        if pair_saturates(n, self.ctx.config.reference):
+            return self.act_on_host(
+                n,
+                ReasonCode.REFERENCE_DIVERGENCE,
+                f"under reference {self.ctx.config.reference.name} uint8 x int8 pairs of two "
+                "activations can saturate int16 (every int8 value is reachable), where the NPU "
+                "accumulates exactly",
+            )
+        if caps is None:
+            return self.act_on_host(n, ReasonCode.UNSUPPORTED_FUNCTION, "no MatMul unit")
+        try:
+            p = PostProcess(
+                requant_from_scale(rq["scale"], rq["zp"], rq["out"], caps.requant_scheme)
+            )
+        except KernelError as e:
+            why = f"the {caps.requant_scheme} requantizer of '{self.t.name}' cannot take it: {e}"
+            return self.act_on_host(n, ReasonCode.UNSUPPORTED_OP, why)
+        lo, hi = acc_range(n).overall
+        before, after = requant_term(Var("acc"), rq, 0), p.epilogue_term(Var("acc"))
+        ok, code, msg = self.prove(n, "lowering", before, after, {"acc": (lo, hi)})
+        step = NpuMatMul(
+            name=n.name, a=n.inputs[0], w=n.inputs[1], out=n.output, a_zp=int(a["a_zp"]),
+            w_zp=int(a["w_zp"]), bias=None, a_type=a["a_type"], w_type=a["w_type"], post=p,
+            onnx_nodes=tuple(n.origin), w_input=True,
+        )  # fmt: skip
+        self.npu_or_host(n, step, ok, code, msg, lambda: self.host_origin(n))
+
+    def act_on_host(self, n: Node, code: ReasonCode, msg: str) -> None:
+        self.diag(n, code, f"{', '.join(n.origin)} stays on the host: {msg}")
+        self.steps.extend(self.host_origin(n))
 
     def place_matmul(
         self, n: Node, post, structure: str, ok=True, code: ReasonCode | None = None, msg=""
@@ -434,6 +478,8 @@ class Lowerer:
         for n in self.g.nodes:
             if n.op in ("matmul", "fused"):
                 self.matmul(n)
+            elif n.op == "matmul_act":
+                self.matmul_act(n)
             elif n.op == "lut":
                 self.lut(n)
             elif n.op == "requantize":

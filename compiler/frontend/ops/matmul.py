@@ -30,6 +30,7 @@ from .integer_matmul import (
     run_time_zp,
     weights,
 )
+from .matmul_act import qlinear_matmul_act
 
 
 @converter("", "QLinearMatMul", since=10, attributes=(), host_fallback=True)
@@ -40,6 +41,8 @@ def qlinear_matmul(ctx: BuildContext, n: onnx.NodeProto) -> None:
     ctx.attrs(n)
     at = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
     a = ctx.value(n, n.input[0])
+    if n.input[3] in ctx.values:  # attention's Q.K^T and P.V: both operands activations
+        return qlinear_matmul_act(ctx, n)
     w = weights(ctx, n, 3)
     N = w.shape[1]
     a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr = qlinear_quant(
