@@ -442,3 +442,19 @@ def test_codegen_refuses_a_run_time_operand_whose_accumulator_can_leave_int32():
     )
     with pytest.raises(CodegenError, match="may leave int32"):
         generate(low, load_target(None))
+
+
+def test_two_activations_u8s8_is_a_reference_divergence_finding():
+    """Under the exact default reference the u8s8 product is on the NPU, and the report says
+    where ORT on x86 without VNNI computes something else (a row of 255s by -128s)."""
+    m = attention_model(np.uint8, np.int8)
+    r = compile_model(m, "bitwise", None, proofs_mode="off")
+    (f,) = [f for f in r.context.findings if f["code"] == "reference_divergence"]
+    assert f["nodes"] == ["scores"] and f["saturating_acc"] != f["exact_acc"]
+    a = np.full((1, 8), 255, np.uint8)
+    b = np.full((8, 1), -128, np.int8)
+    want = int(((a.astype(np.int64) - 131) @ (b.astype(np.int64) + 3))[0, 0])
+    assert f["exact_acc"] == want
+    m2 = attention_model(np.uint8, np.uint8)
+    r2 = compile_model(m2, "bitwise", None, proofs_mode="off")
+    assert not [f for f in r2.context.findings if f["code"] == "reference_divergence"]
