@@ -323,6 +323,23 @@ def reshape_to_fed_shape() -> onnx.ModelProto:
     return finish(nodes, [_f("x", [2, 3]), _f("s", [2], TP.INT64)], [_f("r", [])])
 
 
+def layout_of_constants() -> onnx.ModelProto:
+    """A bias reshaped and a table transposed before a float Add (ViT's Conv bias after
+    dynamic quantization): ORT folds both, they are constants."""
+    inits = [
+        nh.from_array(np.array([0.5, -1.0, 2.0], np.float32), "bias"),
+        nh.from_array(np.array([1, 3], np.int64), "to"),
+        nh.from_array(np.arange(6, dtype=np.float32).reshape(3, 2), "table"),
+    ]
+    nodes = [
+        oh.make_node("Reshape", ["bias", "to"], ["b2"], name="bias_reshape"),
+        oh.make_node("Transpose", ["table"], ["t2"], perm=[1, 0], name="table_t"),
+        oh.make_node("Add", ["x", "b2"], ["xb"], name="add_bias"),
+        oh.make_node("Add", ["xb", "t2"], ["r"], name="add_table"),
+    ]
+    return finish(nodes, [_f("x", [2, 3])], [_f("r", [2, 3])], inits)
+
+
 def expand_to_where_shape() -> onnx.ModelProto:
     """torch's Expand to `where(shape == -1, 1, shape)` of a constant shape (BERT's token
     type ids): the bool mask is folded too, so the Expand's shape is static."""
@@ -414,6 +431,7 @@ REPRODUCERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "nonzero": nonzero_run_time_shape,
     "reshape_to_concat_shape": reshape_to_concat_shape,
     "expand_to_where_shape": expand_to_where_shape,
+    "layout_of_constants": layout_of_constants,
     "two_run_time_shapes": two_run_time_shapes,
     "float16": float16_between_host_ops,
     "int64": int64_between_host_ops,

@@ -90,6 +90,14 @@ def test_reshape_to_a_shape_folded_from_shape_ops_stays_in_the_ir():
     assert rs.attrs["shape"] == (2, 6) and g.values["r"].shape == (2, 6)
 
 
+def test_reshape_and_transpose_of_constants_are_constants():
+    """ViT's bias reshape (dynamic quantization) once stopped the model: 'is a constant'."""
+    g, _ = to_ir(REPRODUCERS["layout_of_constants"]())
+    assert not [n for n in g.nodes if n.op in ("reshape", "transpose")]
+    add = next(n for n in g.nodes if n.origin == ("add_bias",))
+    assert add.inputs == ["x"] and add.attrs["consts"]["b2"].shape == (1, 3)
+
+
 def test_reshape_to_a_fed_shape_runs_on_the_host_and_equals_ort(tmp_path):
     """A Reshape whose shape only the run decides is hosted with the op that makes the
     shape static again; the model is not refused and equals ORT bit for bit."""
