@@ -11,6 +11,7 @@ the plain ONNX op), at the zero point's extremes, for every type pair ORT runs.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -35,6 +36,7 @@ from prover.reference import Accumulation
 
 ONNX_T = {np.uint8: TP.UINT8, np.int8: TP.INT8}
 MS = "com.microsoft"
+ROOT = Path(__file__).resolve().parents[1]
 K, N = 32, 6
 
 
@@ -458,3 +460,30 @@ def test_two_activations_u8s8_is_a_reference_divergence_finding():
     m2 = attention_model(np.uint8, np.uint8)
     r2 = compile_model(m2, "bitwise", None, proofs_mode="off")
     assert not [f for f in r2.context.findings if f["code"] == "reference_divergence"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tiny_bert__dyn_u8s8_pt", "tiny_bert__qdq_u8s8_pt"])
+def test_npuc_runs_a_small_transformer_equal_to_ort(name, tmp_path):
+    """`npuc compile` then `npuc run` on the committed tiny BERT (token ids and mask as
+    int64), bit for bit ORT's default session; its integer matmuls are NPU MatMuls."""
+    from cli_helpers import npuc
+
+    model = ROOT / "examples" / "zoo" / "small" / f"{name}.onnx"
+    prog = tmp_path / "m.npu"
+    # this host's reference: on x86 without VNNI a saturable u8s8 matmul stays on the host
+    r = npuc("compile", model, "-o", prog, "--proofs-mode", "off", "--reference", "ort-host")
+    assert r.returncode == 0, r.stderr
+    rng = np.random.default_rng(0)
+    feeds = {
+        "input_ids": rng.integers(0, 64, (1, 8)).astype(np.int64),
+        "attention_mask": np.array([[1, 1, 1, 1, 1, 1, 0, 0]], np.int64),
+    }
+    np.savez(tmp_path / "in.npz", **feeds)
+    r = npuc("run", prog, "--input", tmp_path / "in.npz", "-o", tmp_path / "out.npz")
+    assert r.returncode == 0, r.stderr
+    program = Program.load(prog)
+    assert len(_npu_matmuls(program)) >= (6 if not SATURATES else 0)
+    with np.load(tmp_path / "out.npz") as z:
+        for k, w in _ort(onnx.load(str(model)), feeds).items():
+            assert np.array_equal(z[k].view(np.uint8), w.view(np.uint8)), k
