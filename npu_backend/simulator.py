@@ -569,6 +569,7 @@ class Machine:
         a = self.get("dram", ins.a, ins.name)
         w = self.get("dram", ins.w, ins.name)
         bias = self.get("dram", ins.bias, ins.name)
+        a_zp = self._a_zp(ins)  # padding reads it too
         k, n = w.shape
         n0, n1 = ins.cols
         tm, tn, _ = ins.tile
@@ -606,14 +607,14 @@ class Machine:
         for b in range(a.shape[0]):
             for r0 in range(0, out_sp[0], tm):
                 r1 = min(out_sp[0], r0 + tm)
-                slab, sub = row_tile(win, a[b : b + 1], r0, r1, ins.a_zp)
+                slab, sub = row_tile(win, a[b : b + 1], r0, r1, a_zp)
                 nb = slab.size * a.itemsize
                 slab_bytes = max(slab_bytes, nb)
                 self.dram_read(ins.a, nb)
                 c.write("sram", nb)
                 c.read("sram", nb)
                 c.read("wmem", w_bytes)
-                acc = conv_acc(slab, w, sub, ins.a_zp, wz, b_cols, (n0, n1))
+                acc = conv_acc(slab, w, sub, a_zp, wz, b_cols, (n0, n1))
                 rows = acc.reshape(-1, width)
                 y = rows if post is None else apply_columns(post, rows)
                 stored = self._store(y, dtype, ins.name).reshape(acc.shape)

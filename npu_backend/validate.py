@@ -289,15 +289,6 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
         )
     if step.window is not None:
         out += window_issues(step, target, caps)
-        if step.a_zp_input is not None:
-            out.append(
-                ValidationIssue(
-                    "unsupported_conv_window",
-                    step.name,
-                    "a conv over a window pads with its input zero point, which must be a "
-                    "constant (this one is computed at run time)",
-                )
-            )
     posts = posts_of(step.post)
     seen: set[PostProcess] = set()
     for p in posts:

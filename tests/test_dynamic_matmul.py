@@ -487,3 +487,29 @@ def test_npuc_runs_a_small_transformer_equal_to_ort(name, tmp_path):
     with np.load(tmp_path / "out.npz") as z:
         for k, w in _ort(onnx.load(str(model)), feeds).items():
             assert np.array_equal(z[k].view(np.uint8), w.view(np.uint8)), k
+
+
+@pytest.mark.parametrize("wt", [np.uint8, np.int8], ids=lambda t: t.__name__)
+def test_conv_integer_with_a_run_time_zero_point_pads_with_it(wt):
+    """ViT's patch embedding after quantize_dynamic: ConvInteger(x, W, zp) with the zero point
+    computed at run time; a 3x3 window with padding, which reads that zero point."""
+    rng = np.random.default_rng(11)
+    info = np.iinfo(wt)
+    w = rng.integers(info.min, info.max + 1, (4, 3, 3, 3)).astype(wt)
+    m = _model(
+        [oh.make_node("ConvInteger", ["x", "W", "zp"], ["y"], pads=[1, 1, 1, 1], name="conv")],
+        [
+            oh.make_tensor_value_info("x", TP.UINT8, [1, 3, 6, 6]),
+            oh.make_tensor_value_info("zp", TP.UINT8, []),
+        ],
+        [oh.make_tensor_value_info("y", TP.INT32, [1, 4, 6, 6])],
+        [nh.from_array(w, "W")],
+    )
+    g, _ = to_ir(m)
+    assert next(n for n in g.nodes if n.op == "matmul").attrs["a_zp_input"] == "zp"
+    _, program = _program(m)
+    assert all(i.a_zp_input == "zp" for i in _npu_matmuls(program))
+    assert len(_npu_matmuls(program)) == (1 if wt is np.uint8 or not SATURATES else 0)
+    for zp in (0, 255, 77):
+        for x in _ints(np.uint8, (1, 3, 6, 6), rng):
+            _equal(program, m, {"x": x, "zp": np.array(zp, np.uint8)}, levels=("default", "off"))
