@@ -14,12 +14,15 @@ class FrontendError(CompilerError, BadInput):
 
     `bad_input`: no reading makes the value meaningful (bad even on the host);
     `overridable`: the cause is an initializer overridable at run time;
-    `run_time_shape`: a host output's shape follows the values (ORT computes it at run time).
+    `run_time_shape`: a host output's shape follows the values (ORT computes it at run time);
+    `run_time_input`: an input the NPU form needs constant is computed at run time (the op
+    still runs on the host).
     """
 
     bad_input: bool = False
     overridable: bool = False
     run_time_shape: bool = False
+    run_time_input: bool = False
 
 
 class InternalError(CompilerError):

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from prover.domain import KernelError
-from prover.inttypes import int_type
+from prover.inttypes import INT32, int_type
 from prover.matmul import accumulator_range, check_fits_int32
 
 from . import sram_plan
@@ -241,9 +241,26 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
         if isinstance(st, NpuMatMul):
             a = need(st.a, st)
             w = need(st.w, st)
+            if st.a_zp_input is not None:
+                z = need(st.a_zp_input, st)
+                if z.dtype != st.a_type or int(np.prod(z.shape)) != 1:
+                    raise CodegenError(
+                        f"{st.name}: zero point {z.name!r} is {z.dtype}{list(z.shape)}, "
+                        f"the MatMul reads one {st.a_type}"
+                    )
             n = w.shape[1] if len(w.shape) == 2 else 0
             out_lead = a.shape[:-1]
-            if st.window is not None:
+            if st.w_input:  # both operands computed at run time: a batched product
+                if (
+                    len(w.shape) < 2
+                    or len(a.shape) < 2
+                    or a.shape[-1] != w.shape[-2]
+                    or (len(w.shape) > 2 and w.shape[:-2] != a.shape[:-2])
+                    or st.window is not None
+                ):
+                    raise CodegenError(f"{st.name}: a {a.shape} and w {w.shape} do not multiply")
+                n = w.shape[-1]
+            elif st.window is not None:
                 win = st.window
                 taps = int(np.prod(win.kernel))
                 if (
@@ -266,7 +283,7 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
                 raise CodegenError(f"{st.name}: {len(st.w_zp)} weight zero points for {n} columns")
             if st.bias is not None and need(st.bias, st).shape != (n,):
                 raise CodegenError(f"{st.name}: bias must have shape ({n},)")
-            _check_operands(st, a, model.constants)
+            _check_operands(st, a, model.constants, w)
             out_t = posts_of(st.post)[0].output_type if st.post is not None else "int32"
             specs[st.out] = TensorSpec(st.out, storage_dtype(out_t), out_lead + (n,))
         elif isinstance(st, NpuLut):
@@ -340,11 +357,37 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
     return specs
 
 
-def _check_operands(st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarray]) -> None:
+def _check_run_time_operands(st: NpuMatMul, a: TensorSpec, w: TensorSpec | None) -> None:
+    """Both operands computed at run time: types, zero points, and an accumulator that
+    fits int32 for every value of both types (K products, each at a corner of the box)."""
+    at, wt = int_type(st.a_type), int_type(st.w_type)
+    if w is None or np.dtype(w.dtype) != wt.numpy_dtype():
+        raise CodegenError(f"{st.name}: operand {st.w!r} is not {wt.name}")
+    if st.a_zp_input is not None or np.ndim(st.w_zp) or st.bias is not None:
+        raise CodegenError(f"{st.name}: two run-time operands take constant scalar zero points")
+    if not at.contains(int(st.a_zp)) or not wt.contains(int(st.w_zp)):  # type: ignore[arg-type]
+        raise CodegenError(f"{st.name}: zero point outside its operand type")
+    za, zw = int(st.a_zp), int(st.w_zp)  # type: ignore[arg-type]
+    corners = [(x - za) * (y - zw) for x in (at.min, at.max) for y in (wt.min, wt.max)]
+    k = int(a.shape[-1])
+    lo, hi = k * min(corners), k * max(corners)
+    if lo < INT32.min or hi > INT32.max:
+        raise CodegenError(
+            f"{st.name} accumulator range [{lo}, {hi}] may leave int32; the NPU accumulates in "
+            "int32 (split K or keep it on the host)"
+        )
+
+
+def _check_operands(
+    st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarray], w_spec: TensorSpec | None = None
+) -> None:
     """Operand types and zero points in range, and an accumulator that provably fits int32."""
     at, wt = int_type(st.a_type), int_type(st.w_type)
     if np.dtype(a.dtype) != at.numpy_dtype():
         raise CodegenError(f"{st.name}: input {st.a!r} is {a.dtype}, the MatMul expects {at.name}")
+    if st.w_input:
+        _check_run_time_operands(st, a, w_spec)
+        return
     w = np.asarray(constants[st.w], dtype=np.int64)
     wzp = np.asarray(st.w_zp, dtype=np.int64)
     if w.size and (w.min() < wt.min or w.max() > wt.max):
@@ -352,10 +395,12 @@ def _check_operands(st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarra
     if not at.contains(int(st.a_zp)) or wzp.min() < wt.min or wzp.max() > wt.max:
         raise CodegenError(f"{st.name}: zero point outside its operand type")
     bias = None if st.bias is None else constants[st.bias]
+    # a run-time zero point may be any value of the type: the range at each end of it
+    # bounds every other (the accumulator is linear in the zero point)
+    zps = (int(st.a_zp),) if st.a_zp_input is None else (at.min, at.max)
     try:
-        check_fits_int32(
-            accumulator_range(w, wzp, at, int(st.a_zp), bias), f"{st.name} accumulator"
-        )
+        for zp in zps:
+            check_fits_int32(accumulator_range(w, wzp, at, zp, bias), f"{st.name} accumulator")
     except KernelError as e:
         raise CodegenError(
             f"{e}; the NPU accumulates in int32 (split K or keep it on the host)"
@@ -367,7 +412,8 @@ def _check_operands(st: NpuMatMul, a: TensorSpec, constants: dict[str, np.ndarra
 
 def _npu_inputs(st: Step) -> list[str]:
     if isinstance(st, NpuMatMul):
-        return [st.a]
+        run_time = [x for x in (st.a_zp_input, st.w if st.w_input else None) if x is not None]
+        return [st.a, *run_time]
     if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
         return [st.x]
     if isinstance(st, NpuEltwise):
@@ -436,7 +482,7 @@ def _schedules(
         # the rule the compiler's structure pass uses too, so the proven structure is this one
         resident = resident_fits(st, sizes, target)
         try:
-            out[i] = choose_schedule(st, a.shape, w.shape[1], resident, target)
+            out[i] = choose_schedule(st, a.shape, w.shape[-1], resident, target)
         except ScheduleError as e:
             raise CodegenError(str(e)) from None
     return out
@@ -690,6 +736,8 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     def emit_tiled(i: int, st: NpuMatMul, sch: MatMulSchedule) -> list[MatMul]:
         """One streamed MatMul per column group; operands and result stay in dram."""
         to_dram(st.a)
+        if st.a_zp_input is not None:
+            to_dram(st.a_zp_input)
         sz = staging_sizes(st)
         if st.window is not None:
             need = conv_staging(st, spec(st.a).shape, sch.tm, sch.tn)
@@ -721,6 +769,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 w_stationary=sch.w_stationary,
                 window=st.window,
                 unit="Pool" if st.compute == "Pool" else None,
+                a_zp_input=st.a_zp_input,
             )
             prog.append(ins)
             emitted.append(ins)
@@ -767,6 +816,10 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     in_sram.discard(name)
             continue
         if isinstance(st, NpuMatMul):
+            if st.a_zp_input is not None:
+                to_dram(st.a_zp_input)  # the instruction reads its zero point from dram
+            if st.w_input:
+                to_dram(st.w)  # a run-time operand goes to wmem from dram, as weights do
             a_addr, out_addr = operands(st.a, st.out)
             weights_to_wmem(st.w, st.bias)
             fields = descriptor(i, st.post)
@@ -787,6 +840,8 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                     structure=st.structure,
                     window=st.window,
                     unit="Pool" if st.compute == "Pool" else None,
+                    a_zp_input=st.a_zp_input,
+                    w_input=st.w_input,
                 )
             )
         elif isinstance(st, NpuLut):

@@ -108,6 +108,9 @@ class MatMul:
     `post`, `w_zp` and the parameter record are those of exactly the columns `cols`
     (column j of the instruction is column n0 + j of the MatMul). `w_stationary`: the
     whole [K, n1 - n0] weight block stays in wmem across the M tiles (else re-read).
+
+    `a_zp_input`: the zero point is a run-time operand, the one-element tensor of that
+    name in dram, read when the instruction runs (`a_zp` is then 0 and unused).
     """
 
     name: str
@@ -137,13 +140,19 @@ class MatMul:
     w_stationary: bool = False
     window: Window | None = None  # a conv over a window (`prover.conv`): `a` channels-last
     unit: str | None = None  # "Pool": the Pool unit's window sum (a pool, not a model MAC)
+    a_zp_input: str | None = None  # a run-time zero point: a one-element tensor in dram
+    w_input: bool = False  # `w` is a run-time tensor [..., K, N] (batched by a's leading dims)
 
-    def accumulate(self, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    def accumulate(
+        self, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None, a_zp: int | None = None
+    ) -> np.ndarray:
         """The exact accumulator (the kernel's `matmul_acc`, fast where provably exact; a
-        conv's over each output element's patch, `prover.conv.conv_acc`)."""
+        conv's over each output element's patch, `prover.conv.conv_acc`); `a_zp`: the
+        run-time zero point read from `a_zp_input` (default the descriptor's `a_zp`)."""
+        zp = self.a_zp if a_zp is None else int(a_zp)
         if self.window is not None:
-            return conv_acc(a, w, self.window, self.a_zp, self.w_zp, bias)
-        return exact_matmul(a, w, self.a_zp, self.w_zp, bias)
+            return conv_acc(a, w, self.window, zp, self.w_zp, bias)
+        return exact_matmul(a, w, zp, self.w_zp, bias)
 
     def epilogue(self, acc: np.ndarray, table: tuple[int, ...] | None) -> np.ndarray:
         """The postprocessing, with the LUT taken from table memory (`table`)."""

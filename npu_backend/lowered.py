@@ -71,6 +71,13 @@ class NpuMatMul:
 
     - `w`, `bias`: names of constants in `LoweredModel.constants` (bias int32 [N] or None);
     - `a_zp`: scalar; `w_zp`: scalar or per-column tuple of length N;
+    - `w_input`: `w` is no constant but a tensor computed at run time (attention's Q.K^T
+      and P.V: both operands activations), [..., K, N] with the same leading (batch) dims
+      as `a` or none; it is loaded into wmem from dram when the step runs (plain structure
+      only, one zero point);
+    - `a_zp_input`: a zero point computed at run time (dynamic quantization's
+      DynamicQuantizeLinear): the name of a one-element tensor of `a_type` the instruction
+      reads when it runs (then `a_zp` is 0 and unused); None: `a_zp` is the constant;
     - `a_type`, `w_type`: integer type names ("int8", "uint8", ...);
     - `post`: None (raw int32 accumulator), a `PostProcess`, or a tuple of N of them;
     - `structure`: scheduling structure "plain" | "grouped" | "tiled";
@@ -99,6 +106,8 @@ class NpuMatMul:
     compute: str = "MatMul"  # which compute unit's capabilities apply ("MatMul" | "Conv")
     tile: tuple[int, int, int] | None = None
     window: Window | None = None  # a conv over a window: `a` is channels-last [N, *sp, C]
+    a_zp_input: str | None = None  # a run-time zero point (a one-element tensor of a_type)
+    w_input: bool = False  # `w` is a run-time tensor [..., K, N], not a constant
 
     @property
     def fused(self) -> bool:

@@ -135,8 +135,8 @@ def _candidates(d: int, unit: int) -> list[int]:
 def tiling_allowed(step: NpuMatMul, target: Target) -> bool:
     """Whether the target can generate `step` in the "tiled" structure."""
     caps = target.compute(step.compute)
-    if caps is None or "tiled" not in caps.structures:
-        return False
+    if caps is None or "tiled" not in caps.structures or step.w_input:
+        return False  # a run-time (batched) second operand is never streamed in tiles
     return not step.fused or "tiled" in caps.fused_structures
 
 

@@ -40,6 +40,7 @@ import numpy as np
 from prover.conv import conv_acc, row_tile
 from prover.domain import NUMPY, KernelError
 from prover.errors import BadInput
+from prover.inttypes import int_type
 from prover.terms import PreconditionViolation, evaluate
 
 from .exact_matmul import exact_matmul
@@ -487,6 +488,20 @@ class Machine:
             self.c.read("tmem", acc_size * TABLE_ENTRY_BYTES)
         return record, table
 
+    def _a_zp(self, ins: MatMul) -> int:
+        """The MatMul's input zero point: the descriptor's, or read from dram at run time."""
+        if ins.a_zp_input is None:
+            return int(ins.a_zp)
+        z = self.get("dram", ins.a_zp_input, ins.name)
+        self.dram_read(ins.a_zp_input, z.nbytes)
+        at = int_type(ins.a_type)
+        if z.size != 1 or np.dtype(z.dtype) != at.numpy_dtype():
+            raise SimulatorError(
+                f"{ins.name}: zero point {ins.a_zp_input!r} is {z.dtype}{list(z.shape)}, "
+                f"the MatMul expects one {at.name}"
+            )
+        return int(z.reshape(-1)[0])
+
     def _matmul(self, ins: MatMul) -> None:
         c = self.c
         a = self.get("sram", ins.a, ins.name)
@@ -494,15 +509,15 @@ class Machine:
         bias = self.get("wmem", ins.bias, ins.name)
         c.read("sram", a.nbytes)
         c.read("wmem", w.nbytes + (0 if bias is None else bias.nbytes))
-        acc = ins.accumulate(a, w, bias)
+        acc = ins.accumulate(a, w, bias, self._a_zp(ins))
         table = None
         if ins.post_enable:
             _, table = self._post_state(ins, acc.size)
         out = ins.epilogue(acc, table)
         self.put(ins.out, out, self.program.tensors[ins.out].dtype, ins.name)
-        rows = acc.size // max(1, w.shape[1])  # output rows (a conv's: output positions)
+        rows = acc.size // max(1, w.shape[-1])  # output rows (a conv's: output positions)
         sch = self.schedule
-        self._cycles += _mac_cycles(sch, rows, w.shape[1], w.shape[0])
+        self._cycles += _mac_cycles(sch, rows, w.shape[-1], w.shape[-2])
         if ins.post_enable:
             self._cycles += -(-acc.size // sch.mac_n)
         c.matmul_tiles += 1
@@ -542,6 +557,7 @@ class Machine:
             raise SimulatorError(f"{ins.name}: columns {ins.cols} of {ins.out!r} computed twice")
         a_b, w_b = rows_a.itemsize, w.itemsize
         wz = ins.w_zp if isinstance(ins.w_zp, int) else np.asarray(ins.w_zp)
+        a_zp = self._a_zp(ins)
         b64 = None if b_cols is None else b_cols.astype(np.int64)
         for m0 in range(0, rows, tm):
             m1 = min(rows, m0 + tm)
@@ -562,7 +578,7 @@ class Machine:
                         c.write("wmem", b_cols.nbytes)
                         dma += b_cols.nbytes
                 c.read("wmem", w_bytes + (b_cols.nbytes if k0 == 0 and b_cols is not None else 0))
-                acc += exact_matmul(rows_a[m0:m1, k0:k1], w_cols[k0:k1], ins.a_zp, wz, None)
+                acc += exact_matmul(rows_a[m0:m1, k0:k1], w_cols[k0:k1], a_zp, wz, None)
                 if k0 == 0 and b64 is not None:
                     acc += b64
                 # no check on a partial sum: int32 wrap-around addition is associative, so
@@ -609,6 +625,7 @@ class Machine:
         a = self.get("dram", ins.a, ins.name)
         w = self.get("dram", ins.w, ins.name)
         bias = self.get("dram", ins.bias, ins.name)
+        a_zp = self._a_zp(ins)  # padding reads it too
         k, n = w.shape
         n0, n1 = ins.cols
         tm, tn, _ = ins.tile
@@ -646,14 +663,14 @@ class Machine:
         for b in range(a.shape[0]):
             for r0 in range(0, out_sp[0], tm):
                 r1 = min(out_sp[0], r0 + tm)
-                slab, sub = row_tile(win, a[b : b + 1], r0, r1, ins.a_zp)
+                slab, sub = row_tile(win, a[b : b + 1], r0, r1, a_zp)
                 nb = slab.size * a.itemsize
                 slab_bytes = max(slab_bytes, nb)
                 self.dram_read(ins.a, nb)
                 c.write("sram", nb)
                 c.read("sram", nb)
                 c.read("wmem", w_bytes)
-                acc = conv_acc(slab, w, sub, ins.a_zp, wz, b_cols, (n0, n1))
+                acc = conv_acc(slab, w, sub, a_zp, wz, b_cols, (n0, n1))
                 rows = acc.reshape(-1, width)
                 y = rows if post is None else apply_columns(post, rows)
                 stored = self._store(y, dtype, ins.name).reshape(acc.shape)

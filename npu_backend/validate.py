@@ -291,6 +291,17 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
                 "use a 'plain' schedule",
             )
         )
+    if step.w_input and (
+        step.structure != "plain" or step.window is not None or isinstance(step.post, tuple)
+    ):
+        out.append(
+            ValidationIssue(
+                "grouped_codegen_unsupported",
+                step.name,
+                "a MatMul whose second operand is computed at run time is generated in the "
+                "'plain' structure only, with one epilogue for every column",
+            )
+        )
     if step.window is not None:
         out += window_issues(step, target, caps)
     posts = posts_of(step.post)

@@ -298,6 +298,82 @@ def nonzero_run_time_shape() -> onnx.ModelProto:
     return finish(nodes, [_f("x", [2, 3])], [_f("r", [])], inits)
 
 
+def reshape_to_concat_shape() -> onnx.ModelProto:
+    """Reshape to Concat(Shape(x)[:1], [-1]) (BERT's attention mask): ORT folds the shape."""
+    inits = [
+        nh.from_array(np.array([0], np.int64), "zero"),
+        nh.from_array(np.array([-1], np.int64), "minus_one"),
+    ]
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"], name="shape"),
+        oh.make_node("Gather", ["s", "zero"], ["d0"], axis=0, name="dim0"),
+        oh.make_node("Concat", ["d0", "minus_one"], ["to"], axis=0, name="concat"),
+        oh.make_node("Reshape", ["x", "to"], ["r"], name="reshape"),
+    ]
+    return finish(nodes, [_f("x", [2, 3, 2])], [_f("r", [2, 6])], inits)
+
+
+def reshape_to_fed_shape() -> onnx.ModelProto:
+    """Reshape to a shape fed at run time, then ReduceSum to a scalar (static again): the
+    two run on the host as one node. Its feed `s` must be a shape of 6 elements."""
+    nodes = [
+        oh.make_node("Reshape", ["x", "s"], ["xr"], name="reshape"),
+        oh.make_node("ReduceSum", ["xr"], ["r"], keepdims=0, name="sum"),
+    ]
+    return finish(nodes, [_f("x", [2, 3]), _f("s", [2], TP.INT64)], [_f("r", [])])
+
+
+def layout_of_constants() -> onnx.ModelProto:
+    """A bias reshaped and a table transposed before a float Add (ViT's Conv bias after
+    dynamic quantization): ORT folds both, they are constants."""
+    inits = [
+        nh.from_array(np.array([0.5, -1.0, 2.0], np.float32), "bias"),
+        nh.from_array(np.array([1, 3], np.int64), "to"),
+        nh.from_array(np.arange(6, dtype=np.float32).reshape(3, 2), "table"),
+    ]
+    nodes = [
+        oh.make_node("Reshape", ["bias", "to"], ["b2"], name="bias_reshape"),
+        oh.make_node("Transpose", ["table"], ["t2"], perm=[1, 0], name="table_t"),
+        oh.make_node("Add", ["x", "b2"], ["xb"], name="add_bias"),
+        oh.make_node("Add", ["xb", "t2"], ["r"], name="add_table"),
+    ]
+    return finish(nodes, [_f("x", [2, 3])], [_f("r", [2, 3])], inits)
+
+
+def expand_to_where_shape() -> onnx.ModelProto:
+    """torch's Expand to `where(shape == -1, 1, shape)` of a constant shape (BERT's token
+    type ids): the bool mask is folded too, so the Expand's shape is static."""
+    inits = [
+        nh.from_array(np.array([2, -1], np.int64), "want"),
+        nh.from_array(np.array(-1, np.int64), "minus_one"),
+        nh.from_array(np.array([1, 1], np.int64), "ones"),
+        nh.from_array(np.array([[0.5, 1.5, 2.5]], np.float32), "row"),
+    ]
+    nodes = [
+        oh.make_node("Equal", ["want", "minus_one"], ["is_free"], name="is_free"),
+        oh.make_node("Where", ["is_free", "ones", "want"], ["to"], name="where"),
+        oh.make_node("Expand", ["row", "to"], ["e"], name="expand"),
+        oh.make_node("Add", ["x", "e"], ["r"], name="add"),
+    ]
+    return finish(nodes, [_f("x", [2, 3])], [_f("r", [2, 3])], inits)
+
+
+def two_run_time_shapes() -> onnx.ModelProto:
+    """Two independent values whose shapes follow the data (NonZero of x > 0 and of x < 0),
+    each made static by its own ReduceSum: two host groups, neither lost."""
+    inits = [nh.from_array(np.array(0.0, np.float32), "zero")]
+    nodes = [
+        oh.make_node("Greater", ["x", "zero"], ["pos"], name="positive"),
+        oh.make_node("Less", ["x", "zero"], ["neg"], name="negative"),
+        oh.make_node("NonZero", ["pos"], ["nz_pos"], name="nonzero_pos"),
+        oh.make_node("NonZero", ["neg"], ["nz_neg"], name="nonzero_neg"),
+        oh.make_node("ReduceSum", ["nz_pos"], ["r_pos"], keepdims=0, name="sum_pos"),
+        oh.make_node("ReduceSum", ["nz_neg"], ["r_neg"], keepdims=0, name="sum_neg"),
+    ]
+    out = [_f("r_pos", [], TP.INT64), _f("r_neg", [], TP.INT64)]
+    return finish(nodes, [_f("x", [2, 3])], out, inits)
+
+
 def float16_between_host_ops() -> onnx.ModelProto:
     """float16 tensors between host ops: Cast to FLOAT16 -> Mul -> Cast back."""
     inits = [nh.from_array(np.array(1.5, np.float16), "h")]
@@ -353,6 +429,10 @@ REPRODUCERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "rnn": rnn,
     "lstm_state_from_shape": lstm_state_from_shape,
     "nonzero": nonzero_run_time_shape,
+    "reshape_to_concat_shape": reshape_to_concat_shape,
+    "expand_to_where_shape": expand_to_where_shape,
+    "layout_of_constants": layout_of_constants,
+    "two_run_time_shapes": two_run_time_shapes,
     "float16": float16_between_host_ops,
     "int64": int64_between_host_ops,
     "string": string_between_host_ops,

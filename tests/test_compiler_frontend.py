@@ -154,17 +154,15 @@ def test_unsupported_op_stays_on_the_host_named():
     assert n.op == "host_onnx" and "node 'soft' (Softmax)" in n.attrs["placement"]
 
 
-def test_dynamic_weights_stay_on_the_host_named():
+def test_dynamic_weights_are_a_matmul_of_two_activations():
     m = matmul_activation()
     # turn the weight initializer into a graph input: no longer a constant
     w = next(i for i in m.graph.initializer if i.name == "W")
     m.graph.input.append(oh.make_tensor_value_info("W", TP.INT8, list(w.dims)))
     m.graph.initializer.remove(w)
-    g, _ = to_ir(m)  # ONNX Runtime runs it: the op stays on the host, with the reason
+    g, _ = to_ir(m)  # both operands run-time: `matmul_act` (tests/test_dynamic_matmul.py)
     mm = next(n for n in g.nodes if n.origin == ("mm",))
-    assert mm.op == "host_onnx"
-    assert "node 'mm' (QLinearMatMul)" in mm.attrs["placement"]
-    assert "'W' must be a constant initializer" in mm.attrs["placement"]
+    assert mm.op == "matmul_act" and mm.inputs[1] == "W"
 
 
 def test_wrong_dtype_names_node():

@@ -20,6 +20,7 @@ import pytest
 
 from compiler.api import compile_model
 from npu_backend.codegen import generate
+from npu_backend.input_ranges import index_ranges
 from npu_backend.runner import run_batched
 from npu_backend.target import load_target
 
@@ -42,21 +43,21 @@ def _runnable(path: Path) -> bool:
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.onnx") if _runnable(p))
 DIGITS = sorted((ROOT / "examples" / "digits").glob("digits_*_q*.onnx"))
 # the committed small zoo models (examples/zoo/small: built by examples/zoo/build.py --small)
-ZOO_REFUSED = "issue 24: a Reshape whose shape is a Concat computed at run time is refused"
 ZOO = [
     pytest.param(
         p,
         id=p.stem,
-        marks=[pytest.mark.xfail(strict=True, reason=ZOO_REFUSED)]
-        if p.name.startswith("tiny_bert")
-        else ([pytest.mark.slow] if k % 2 else []),  # every other one in the default run
+        marks=[pytest.mark.slow] if k % 2 else [],  # every other one in the default run
     )
     for k, p in enumerate(sorted((ROOT / "examples" / "zoo" / "small").glob("*.onnx")))
 ]
 
 
-def _inputs(sess: ort.InferenceSession, rows: int = 8) -> dict[str, np.ndarray]:
-    """Random rows, then each type's extremes, then all zeros."""
+def _inputs(
+    sess: ort.InferenceSession, legal: dict[str, tuple[int, int]], rows: int = 8
+) -> dict[str, np.ndarray]:
+    """Random rows, then each type's extremes (of its legal range: token ids index a
+    table), then all zeros."""
     rng = np.random.default_rng(0)
     feeds = {}
     for i in sess.get_inputs():
@@ -66,9 +67,10 @@ def _inputs(sess: ort.InferenceSession, rows: int = 8) -> dict[str, np.ndarray]:
             a = rng.normal(size=shape).astype(dt) * 4
         else:
             info = np.iinfo(dt)
-            a = rng.integers(info.min, info.max + 1, size=shape).astype(dt)
+            lo, hi = legal.get(i.name, (int(info.min), int(info.max) + 1))
+            a = rng.integers(lo, hi, size=shape).astype(dt)
             flat = a.reshape(-1)
-            flat[: min(4, flat.size)] = [info.min, info.max, 0, info.min][: min(4, flat.size)]
+            flat[: min(4, flat.size)] = [lo, hi - 1, 0, lo][: min(4, flat.size)]
         feeds[i.name] = a
     return feeds
 
@@ -80,7 +82,7 @@ def _check(path: Path, target: str) -> None:
     so = ort.SessionOptions()
     so.log_severity_level = 4
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    feeds = _inputs(sess)
+    feeds = _inputs(sess, index_ranges(r.lowered.steps, [i.name for i in sess.get_inputs()]))
     got, _ = run_batched(program, feeds)
     want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
     for name, w in want.items():

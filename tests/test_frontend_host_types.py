@@ -15,10 +15,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 from cli_helpers import npuc
-from host_models import REPRODUCERS, feeds
+from host_models import REPRODUCERS, feeds, reshape_to_fed_shape
 
+from compiler.api import compile_model
 from compiler.frontend.reader import to_ir
 from compiler.ort.host import host_diagnostics
+from npu_backend.codegen import generate
+from npu_backend.runner import run_batched
+from npu_backend.target import load_target
 
 # the reproducers whose host op has no NPU form: reported as `unsupported_op`
 HOSTED = {
@@ -72,16 +76,50 @@ def test_shapes_from_shape_ops_are_inferred_as_ort_folds_them():
     assert g.values["pos"].shape == (3,) and g.values["pos"].dtype == "int64"
     g, _ = to_ir(REPRODUCERS["expand_to_shape"](), reference=ref)
     assert g.values["e"].shape == (2, 3)
+    g, _ = to_ir(REPRODUCERS["expand_to_where_shape"](), reference=ref)
+    assert g.values["e"].shape == (2, 3)  # the Where's bool mask is folded as well
     g, _ = to_ir(REPRODUCERS["lstm_state_from_shape"](), reference=ref)
     assert g.values["h0"].shape == (1, 1, 3)  # torch LSTM's initial state
+
+
+def test_reshape_to_a_shape_folded_from_shape_ops_stays_in_the_ir():
+    """BERT's Reshape to Concat(Shape(x)[:1], [-1]) is a layout op with a constant shape,
+    as ORT's constant folding reads it (it once refused the model: 'must be a constant')."""
+    g, _ = to_ir(REPRODUCERS["reshape_to_concat_shape"]())
+    rs = next(n for n in g.nodes if n.op == "reshape")
+    assert rs.attrs["shape"] == (2, 6) and g.values["r"].shape == (2, 6)
+
+
+def test_reshape_and_transpose_of_constants_are_constants():
+    """ViT's bias reshape (dynamic quantization) once stopped the model: 'is a constant'."""
+    g, _ = to_ir(REPRODUCERS["layout_of_constants"]())
+    assert not [n for n in g.nodes if n.op in ("reshape", "transpose")]
+    add = next(n for n in g.nodes if n.origin == ("add_bias",))
+    assert add.inputs == ["x"] and add.attrs["consts"]["b2"].shape == (1, 3)
+
+
+def test_reshape_to_a_fed_shape_runs_on_the_host_and_equals_ort(tmp_path):
+    """A Reshape whose shape only the run decides is hosted with the op that makes the
+    shape static again; the model is not refused and equals ORT bit for bit."""
+    m = reshape_to_fed_shape()
+    g, _ = to_ir(m)
+    assert [n.op for n in g.nodes].count("matmul") == 1
+    found = [d.message for d in host_diagnostics(g) if d.code.value == "unsupported_op"]
+    assert any("'reshape' (Reshape)" in d and "'sum'" in d for d in found), found
+    program = generate(compile_model(m, "bitwise", proofs_mode="off").lowered, load_target(None))
+    for shape in ([3, 2], [6, 1], [-1, 3]):
+        x = {**feeds(m), "s": np.array(shape, np.int64)}
+        got, _ = run_batched(program, x)
+        for k, w in _ort_default(m, x).items():
+            assert got[k].dtype == w.dtype and np.array_equal(got[k], w), (shape, k)
 
 
 @pytest.mark.parametrize("name", list(REPRODUCERS))
 def test_compile_and_run_equal_ort_default_bit_for_bit(name, tmp_path):
     m = REPRODUCERS[name]()
+    x = feeds(m)
     model, prog = tmp_path / "m.onnx", tmp_path / "m.npu"
     onnx.save(m, model)
-    x = feeds(m)
     np.savez(tmp_path / "in.npz", **x)
     r = npuc("compile", model, "-o", prog, "--proofs-mode", "off")
     assert r.returncode == 0, r.stderr

@@ -214,7 +214,7 @@ def mac_counts(result: CompileResult) -> dict[str, int] | None:
     total = npu = 0
     for node in g.nodes:
         host_mm = node.op == "host_onnx" and node.attrs.get("compute") in HOST_MATMULS
-        if not (node.op == "matmul" or host_mm) or not node.inputs:
+        if not (node.op in ("matmul", "matmul_act") or host_mm) or not node.inputs:
             continue
         if node.inputs[0] not in g.values or node.output not in g.values:
             continue

@@ -32,6 +32,9 @@ SHAPE_OPS = ("Shape", "Size")
 # a value known before the run is kept for shape inference only when it is this small
 # (shape tensors are; a folded activation is not needed by any shape)
 KNOWN_MAX_ELEMENTS = 4096
+# the types of such values: shapes and indices, and the masks a shape is selected by
+# (torch's `where(shape == -1, ones, shape)` before an Expand)
+KNOWN_TYPES = ("int64", "int32", "bool")
 
 
 class BuildContext:
@@ -64,9 +67,9 @@ class BuildContext:
         self.known: dict[str, np.ndarray] = {}
         # host nodes whose output shape follows the values (NonZero, a Range to a computed
         # limit): held back until their users join them into one host node whose outputs
-        # have static shapes again (`host`, `join_deferred`)
-        self.deferred: list[onnx.NodeProto] = []
-        self.pending: set[str] = set()
+        # have static shapes again (`host`, `join_deferred`); independent groups apart,
+        # each with the outputs it holds back
+        self.deferred: list[tuple[list[onnx.NodeProto], set[str]]] = []
         self.graph_outputs = [o.name for o in g.output]
         self.names: set[str] = set()
         self.f16_dq_types: dict[str, str] = {}
@@ -128,8 +131,21 @@ class BuildContext:
             e.overridable = True
             raise e
         if name not in self.consts:
-            raise self.fail(n, f"{what} '{name}' must be a constant initializer")
+            e = self.fail(n, f"{what} '{name}' must be a constant initializer")
+            # a value computed at run time where the NPU form needs a constant: the op is
+            # still valid, ONNX Runtime runs it on the host (`reader.convert`)
+            e.run_time_input = name in self.values
+            raise e
         return self.consts[name]
+
+    def folded(self, n: onnx.NodeProto, idx: int, what: str) -> np.ndarray:
+        """Input `idx` as ORT's constant folding sees it: a constant, or a value computed
+        before the run from static shapes (`known`: a Reshape to Concat(Shape(x), ...)).
+        Anything else fails as `const` does (then `n` runs on the host)."""
+        name = n.input[idx] if idx < len(n.input) else ""
+        if name in self.known and name not in self.consts:
+            return self.known[name]
+        return self.const(n, idx, what)
 
     def scalar(self, n: onnx.NodeProto, idx: int, what: str, default: Any = None) -> Any:
         v = self.const(n, idx, what, optional=default is not None)
@@ -218,10 +234,15 @@ class BuildContext:
     def join_deferred(self, n: onnx.NodeProto) -> bool:
         """If `n` reads a value whose shape is known only at run time, host it together
         with the held-back nodes (one host node, `host`); True when it did."""
-        reads = [i for i in [*n.input, *outer_scope_inputs(n)] if i in self.pending]
-        if not reads:
+        names = set(i for i in [*n.input, *outer_scope_inputs(n)] if i)
+        joined = [g for g in self.deferred if g[1] & names]
+        if not joined:
             return False
-        members, self.deferred, self.pending = [*self.deferred, n], [], set()
+        reads = sorted(names & set().union(*(g[1] for g in joined)))
+        self.deferred = [g for g in self.deferred if not g[1] & names]
+        members = [*(m for g in joined for m in g[0]), n]
+        order = self.node_order()
+        members.sort(key=lambda m: order[id(m)])
         labels = ", ".join(self.label(m) for m in members)
         self.host(
             members,
@@ -229,6 +250,12 @@ class BuildContext:
             "follows the values (ONNX Runtime computes it at run time)",
         )
         return True
+
+    def node_order(self) -> dict[int, int]:
+        """id(node) -> its position in the graph (host groups keep the graph's order)."""
+        if not hasattr(self, "_order"):
+            self._order = {id(m): k for k, m in enumerate(self.m.graph.node)}
+        return self._order
 
     def fold_constant_casts(self) -> None:
         """Fold every Cast of a constant (ORT's InsertedPrecisionFreeCast_* on a float16
@@ -316,8 +343,7 @@ class BuildContext:
             if not getattr(e, "run_time_shape", False):
                 raise
             # its shape follows the values: ORT runs it with its users, whose shapes are static
-            self.deferred = list(members)
-            self.pending = set(names)
+            self.deferred.append((list(members), set(names)))
             return
         self.fold_known(members, ext, unseen, seen, outs)
         onnx_op = compute and f"QDQ {compute}" or last.op_type
@@ -387,10 +413,10 @@ class BuildContext:
         outs: list[Value],
     ) -> None:
         """Record the outputs ORT's constant folding knows before the run (`known`): a
-        Shape/Size of a static tensor, or a small integer result of known inputs."""
+        Shape/Size of a static tensor, or a small integer or bool result of known inputs."""
         from compiler.ort.host import placeholder, submodel
 
-        if len(members) != 1 or any(o.dtype not in ("int64", "int32") for o in outs):
+        if len(members) != 1 or any(o.dtype not in KNOWN_TYPES for o in outs):
             return
         n = members[0]
         if any(int(np.prod(o.shape)) > KNOWN_MAX_ELEMENTS for o in outs):

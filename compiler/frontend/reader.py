@@ -207,8 +207,9 @@ class _Builder(BuildContext):
                 continue
             self.convert(n)
         if self.deferred:
-            last = self.deferred[-1]
-            name = sorted(self.pending)[0]
+            held, pending = self.deferred[0]
+            last = held[-1]
+            name = sorted(pending)[0]
             raise self.fail(
                 last,
                 f"the shape of '{name}' follows the values (ONNX Runtime computes it at run "
@@ -254,7 +255,8 @@ class _Builder(BuildContext):
             # overridable initializer where a constant is needed, ...) is still a valid op
             # ONNX Runtime runs: it stays on the host; else the input is bad
             overridable = getattr(e, "overridable", False)
-            if not (conv.host_fallback or overridable):
+            run_time = getattr(e, "run_time_input", False)
+            if not (conv.host_fallback or overridable or run_time):
                 raise
             if getattr(e, "bad_input", False) or not self.ort_runs(n):
                 raise

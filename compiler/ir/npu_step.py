@@ -90,6 +90,7 @@ def place_matmul(
         onnx_nodes=tuple(n.origin if origin is None else origin),
         compute=compute_kind(n),
         window=win,
+        a_zp_input=a.get("a_zp_input"),
     )
     return MatMulPlacement(step, x, nat_in, y, out, cf, tuple(np.asarray(a["w"]).shape))
 

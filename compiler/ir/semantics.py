@@ -133,7 +133,11 @@ def pair_saturates(node: Node, reference: Any) -> bool:
     MatMul, which accumulates exactly whatever the reference.
     """
     acc = getattr(reference, "u8s8_accumulation", Accumulation.EXACT)
-    return node.op == "matmul" and is_u8s8(node) and acc == Accumulation.PAIR_SATURATING_INT16
+    return (
+        node.op in ("matmul", "matmul_act")
+        and is_u8s8(node)
+        and acc == Accumulation.PAIR_SATURATING_INT16
+    )
 
 
 def window_of(node: Node) -> Any:
@@ -142,8 +146,10 @@ def window_of(node: Node) -> Any:
     return node.attrs.get("window")
 
 
-def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarray:
+def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None, a_zp: Any = None) -> np.ndarray:
     """The int64 accumulator of a `matmul`/`fused` node on input `a` under `reference`.
+
+    `a_zp`: the value of a zero point computed at run time (the node's `a_zp_input`).
 
     `reference` is a `prover.reference.ReferenceProfile` (None: exact accumulation). A
     conv over a window (`a` channels-last) accumulates exactly; under a pair-saturating
@@ -152,6 +158,9 @@ def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarra
     """
     at = node.attrs
     w_zp = np.asarray(at["w_zp"], dtype=np.int64)
+    if at.get("a_zp_input") is not None and a_zp is None:
+        raise CompilerError(f"node '{node.name}': its run-time zero point has no value")
+    zp = np.int64(at["a_zp"] if a_zp is None else np.asarray(a_zp).reshape(-1)[0])
     win = window_of(node)
     if win is not None:
         if pair_saturates(node, reference) and any_pair_saturable(at["w"]).any():
@@ -160,9 +169,23 @@ def matmul_acc_of(node: Node, a: np.ndarray, reference: Any = None) -> np.ndarra
                 f"{getattr(reference, 'name', reference)}: int16 pair saturation is reachable "
                 "and ONNX Runtime's pair order for convolutions is not modelled"
             )
-        return conv_acc(a, at["w"], win, np.int64(at["a_zp"]), w_zp, at["bias"])
+        return conv_acc(a, at["w"], win, zp, w_zp, at["bias"])
     acc_fn = pair_saturating_acc if pair_saturates(node, reference) else matmul_acc
-    return acc_fn(np.asarray(a, dtype=np.int64), at["w"], np.int64(at["a_zp"]), w_zp, at["bias"])
+    return acc_fn(np.asarray(a, dtype=np.int64), at["w"], zp, w_zp, at["bias"])
+
+
+def matmul_act_acc(node: Node, a: np.ndarray, b: np.ndarray, reference: Any = None) -> np.ndarray:
+    """The int64 accumulator of a `matmul_act` node (both operands run-time, b [..., K, N]
+    batched like a, or 2-D); under a pair-saturating reference a u8s8 one pairs as MLAS."""
+    at = node.attrs
+    a64, b64 = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    if not pair_saturates(node, reference):
+        return np.matmul(a64 - at["a_zp"], b64 - at["w_zp"])
+    bb = np.broadcast_to(b64, a64.shape[:-2] + b64.shape[-2:])
+    out = np.empty(a64.shape[:-1] + (b64.shape[-1],), dtype=np.int64)
+    for idx in np.ndindex(*a64.shape[:-2]):
+        out[idx] = pair_saturating_acc(a64[idx], bb[idx], at["a_zp"], at["w_zp"], None)
+    return out
 
 
 def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
@@ -214,7 +237,9 @@ def eval_node(
         return [np.concatenate([np.asarray(env[i]) for i in node.inputs], axis=int(a["axis"]))]
     x = np.asarray(env[node.inputs[0]])
     if node.op in ("matmul", "fused"):
-        acc = matmul_acc_of(node, to_natural(node, x), reference)
+        zp_in = a.get("a_zp_input")
+        zp = None if zp_in is None else env[zp_in]
+        acc = matmul_acc_of(node, to_natural(node, x), reference, zp)
         rq = a.get("requant")
         if node.op == "fused":
             y = eval_term_columns(acc, a["groups"])
@@ -228,6 +253,10 @@ def eval_node(
         # a fused op stores its natural layout under the output's shape (leading unit dims,
         # a proven index map: row-major order unchanged)
         return [np.reshape(from_natural(node, y), graph.values[node.output].shape)]
+    if node.op == "matmul_act":
+        acc = matmul_act_acc(node, x, np.asarray(env[node.inputs[1]]), reference)
+        y = evaluate(requant_term(Var("acc"), a["requant"], 0), NUMPY, {"acc": acc})
+        return [np.asarray(y).reshape(graph.values[node.output].shape)]
     if node.op == "qlinear_binary":
         return [qlinear_binary_eval(node, x, np.asarray(a["const"], dtype=np.int64))]
     if node.op == "eltwise":

@@ -220,7 +220,10 @@ def _decidable(site: Site, ctx: Context) -> bool:
 def run(g: Graph, ctx: Context) -> Graph:
     st = ctx.state
     findings = []
-    if any(divergence.saturable_columns(n) for n in g.nodes if n.op == "matmul"):
+    if any(
+        divergence.saturable_columns(n) if n.op == "matmul" else divergence.act_saturable(n)
+        for n in g.nodes
+    ):
         findings = divergence.findings(g, ctx.config.reference, _host_profile_or_none())
     floats = float_compute_finding(g)  # a float model is loud for every caller, not only a CLI
     st.findings = findings + ([floats] if floats is not None else [])

@@ -31,6 +31,7 @@ from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import (
     eltwise_term,
     node_term,
+    pair_saturates,
     qlinear_binary_params,
     requant_groups,
     requant_scale,
@@ -50,6 +51,7 @@ from npu_backend.lowered import (
     NpuClip,
     NpuEltwise,
     NpuLut,
+    NpuMatMul,
     NpuMove,
     NpuRequant,
     TensorSpec,
@@ -188,6 +190,43 @@ class Lowerer(LayoutLowering):
                     ok, code, msg = self.prove(n, "lowering", before, after, {"acc": (lo, hi)})
         post = posts[0] if len(set(posts)) == 1 else tuple(posts)
         self.place_matmul(n, post, "plain", ok, code, msg)
+
+    def matmul_act(self, n: Node) -> None:
+        """QLinearMatMul of two activations: an NpuMatMul reading its second operand from
+        dram at run time, with the requantization proven over the exact accumulator range
+        (`lowering`); else the QLinearMatMul on the host."""
+        a, rq = n.attrs, n.attrs["requant"]
+        caps = self.t.compute("MatMul")
+        if pair_saturates(n, self.ctx.config.reference):
+            return self.act_on_host(
+                n,
+                ReasonCode.REFERENCE_DIVERGENCE,
+                f"under reference {self.ctx.config.reference.name} uint8 x int8 pairs of two "
+                "activations can saturate int16 (every int8 value is reachable), where the NPU "
+                "accumulates exactly",
+            )
+        if caps is None:
+            return self.act_on_host(n, ReasonCode.UNSUPPORTED_FUNCTION, "no MatMul unit")
+        try:
+            p = PostProcess(
+                requant_from_scale(rq["scale"], rq["zp"], rq["out"], caps.requant_scheme)
+            )
+        except KernelError as e:
+            why = f"the {caps.requant_scheme} requantizer of '{self.t.name}' cannot take it: {e}"
+            return self.act_on_host(n, ReasonCode.UNSUPPORTED_OP, why)
+        lo, hi = acc_range(n).overall
+        before, after = requant_term(Var("acc"), rq, 0), p.epilogue_term(Var("acc"))
+        ok, code, msg = self.prove(n, "lowering", before, after, {"acc": (lo, hi)})
+        step = NpuMatMul(
+            name=n.name, a=n.inputs[0], w=n.inputs[1], out=n.output, a_zp=int(a["a_zp"]),
+            w_zp=int(a["w_zp"]), bias=None, a_type=a["a_type"], w_type=a["w_type"], post=p,
+            onnx_nodes=tuple(n.origin), w_input=True,
+        )  # fmt: skip
+        self.npu_or_host(n, step, ok, code, msg, lambda: self.host_origin(n))
+
+    def act_on_host(self, n: Node, code: ReasonCode, msg: str) -> None:
+        self.diag(n, code, f"{', '.join(n.origin)} stays on the host: {msg}")
+        self.steps.extend(self.host_origin(n))
 
     def place_matmul(
         self, n: Node, post, structure: str, ok=True, code: ReasonCode | None = None, msg=""
@@ -468,7 +507,17 @@ class Lowerer(LayoutLowering):
         return nodes, pos, producer, inits
 
     def host_origin(self, n: Node) -> list:
-        """The node's original ONNX nodes as a host subgraph (exactly what ONNX Runtime runs)."""
+        """The node's original ONNX nodes as a host subgraph (exactly what ONNX Runtime runs).
+
+        A matmul the frontend split out of a com.microsoft op (MatMulIntegerToFloat,
+        DynamicQuantizeMatMul) carries its own ONNX form (`host_form`: the MatMulInteger
+        it is, with its constants)."""
+        form = n.attrs.get("host_form")
+        if form is not None:
+            protos = [onnx.NodeProto.FromString(b) for b in form["nodes"]]
+            ins = {i: self.g.values[i] for i in n.inputs}
+            out = {n.output: self.g.values[n.output]}
+            return [self.host_onnx(n, submodel(protos, ins, form["consts"], out, self.g.opsets))]
         nodes, pos, producer, inits = self._origin_index
         protos = [p for p in nodes if (p.name or p.output[0]) in n.origin]
         # Identity / no-op Reshape / Transpose nodes that cleanup bypassed (and Constants)
@@ -501,6 +550,8 @@ class Lowerer(LayoutLowering):
         for n in self.g.nodes:
             if n.op in ("matmul", "fused"):
                 self.matmul(n)
+            elif n.op == "matmul_act":
+                self.matmul_act(n)
             elif n.op == "lut":
                 self.lut(n)
             elif n.op == "requantize":

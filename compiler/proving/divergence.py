@@ -38,6 +38,11 @@ QDQ_REMEDY = (
     "quantization (ONNX Runtime on x86 moves QDQ int8 activations to uint8, so an s8s8 QDQ "
     "model runs this uint8 x int8 kernel too), or check against the ort-x86-avx2 reference"
 )
+# two run-time operands: no weights to narrow, only the types or the reference to choose
+ACT_REMEDY = (
+    "quantize both activations as uint8 (u8u8), or check against the ort-x86-avx2 reference, "
+    "which models that kernel (--reference ort-x86-avx2)"
+)
 S8_QDQ_REMEDY = (
     "the model is int8 x int8 (s8s8) as written, but ONNX Runtime on x86 moves QDQ int8 "
     "activations to uint8 and runs its uint8 x int8 kernel; quantize the weights with "
@@ -70,6 +75,11 @@ def saturable_columns(node: Node) -> list[int]:
         # two of its products that can saturate counts, in whatever order
         return [int(j) for j in np.nonzero(any_pair_saturable(node.attrs["w"]))[0]]
     return [int(j) for j in np.nonzero(reachable_columns(node.attrs["w"]))[0]]
+
+
+def act_saturable(node: Node) -> bool:
+    """A u8s8 matmul of two activations: every int8 value is reachable, so pairs saturate."""
+    return node.op == "matmul_act" and is_u8s8(node)
 
 
 CONV_PAIR_ORDER = (
@@ -149,6 +159,10 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
     )
     out = []
     for n in g.nodes:
+        if act_saturable(n):
+            f = _act_finding(g, n, reference, ref_sat, host_sat, host_text)
+            out += [f] if f is not None else []
+            continue
         if n.op != "matmul":
             continue
         cols = saturable_columns(n)
@@ -185,6 +199,38 @@ def findings(g: Graph, reference: Any, host: Any) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _act_finding(
+    g: Graph, n: Node, reference: Any, ref_sat: bool, host_sat: bool | None, host_text: str
+) -> dict[str, Any] | None:
+    """The `reference_divergence` finding of a u8s8 QLinearMatMul of two activations: every
+    int8 value of the second operand is reachable, so a row of 255s against a column of
+    -128s saturates every pair (None when K < 2: no pair)."""
+    k = int(g.values[n.inputs[0]].shape[-1])
+    if k < 2:
+        return None
+    row, col = (255,) * k, np.full(k, -128, dtype=np.int64)
+    a_zp, b_zp = int(n.attrs["a_zp"]), int(n.attrs["w_zp"])
+    exact, sat = column_accs(row, col, a_zp, b_zp, 0)
+    return {
+        "code": ReasonCode.REFERENCE_DIVERGENCE.value,
+        "nodes": list(n.origin),
+        "message": (
+            f"{', '.join(n.origin)}: ONNX Runtime on x86 CPUs without VNNI sums uint8 x int8 "
+            f"pairs with int16 saturation, and both operands of this matmul are run-time "
+            f"values; a row of 255s against a column of -128s accumulates {sat} there instead "
+            f"of {exact} ({host_text}; reference {reference.name} is "
+            f"{'saturating' if ref_sat else 'exact'}); {ACT_REMEDY}"
+        ),
+        "column": 0,
+        "columns": [],
+        "input_row": list(row),
+        "exact_acc": exact,
+        "saturating_acc": sat,
+        "host_saturates": host_sat,
+        "reference_saturates": ref_sat,
+    }
 
 
 def _conv_finding(

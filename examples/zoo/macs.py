@@ -146,7 +146,9 @@ def program_macs(program) -> tuple[int, int, list[str]]:
             continue  # a pool's window sum on the Pool unit: no conv/matmul MAC of the model
         if kind == "MatMul":
             a = program.tensors[ins.a].shape if ins.a in program.tensors else None
-            w = program.constants[ins.w].shape if ins.w in program.constants else None
+            # a second operand computed at run time (attention's Q.K^T, P.V) is a tensor
+            ws = program.tensors if getattr(ins, "w_input", False) else program.constants
+            w = ws[ins.w].shape if ins.w in ws else None
             if a is None or w is None:
                 unknown.append(f"MatMul {ins.name} (shapes not in the program)")
                 continue

@@ -33,6 +33,7 @@ from .integer_matmul import (
     out_type,
     qlinear_quant,
     requant_scales,
+    run_time_zp,
 )
 
 CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -167,14 +168,17 @@ def qlinear_conv(ctx: BuildContext, n: onnx.NodeProto) -> None:
 @converter("", "ConvInteger", since=10, attributes=CONV_ATTRIBUTES, host_fallback=True)
 def conv_integer(ctx: BuildContext, n: onnx.NodeProto) -> None:
     """ConvInteger with constant 8-bit weights: a `matmul` over the window (NCHW) with the
-    int32 accumulator as output (zero points scalar, or w per output channel)."""
+    int32 accumulator as output (zero points scalar, or w per output channel). The input
+    zero point may be computed at run time (dynamic quantization's DynamicQuantizeLinear:
+    ViT's patch embedding): the NPU reads it as an operand, padding included."""
     at, x, W, win = _operands(ctx, n, 1)
     ctx.w_dtype = W.dtype.name
     w = W.reshape(W.shape[0], -1).T.astype(np.int64)
     N = w.shape[1]
-    a_zp = int(ctx.scalar(n, 2, "x_zero_point", default=0))
+    zp_in = run_time_zp(ctx, n, 2, at)
+    a_zp = 0 if zp_in else int(ctx.scalar(n, 2, "x_zero_point", default=0))
     w_zp = column_param(ctx, n, 3, "w_zero_point", N, default=0)
-    check_acc(ctx, n, w, w_zp, at, a_zp)
+    check_acc(ctx, n, w, w_zp, at, None if zp_in else a_zp)
     out = Value(n.output[0], "int32", (x.shape[0], N, *win.out_spatial(tuple(x.shape[2:]))))
     emit_matmul(
         ctx,
@@ -190,4 +194,5 @@ def conv_integer(ctx: BuildContext, n: onnx.NodeProto) -> None:
         bias=None,
         requant=None,
         window=win,
+        **({"a_zp_input": zp_in} if zp_in else {}),
     )

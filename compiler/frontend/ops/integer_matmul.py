@@ -11,7 +11,7 @@ import onnx
 
 from compiler.ir.graph import Node, Value
 from prover.inttypes import int_type
-from prover.matmul import accumulator_range
+from prover.matmul import AccRange, accumulator_range
 from prover.requant import onnx_requant_scale
 
 from ..context import BuildContext
@@ -36,13 +36,15 @@ def emit_matmul(
     """An integer matmul node (the one IR form of QLinearMatMul, MatMulInteger, QLinearConv).
 
     `acc_range` (a `prover.matmul.AccRange`) is the exact per-column accumulator range
-    `check_acc` computed for these weights, zero points and bias.
+    `check_acc` computed for these weights, zero points and bias. `a_zp_input` (in
+    `extra`): a zero point computed at run time, the node's second input (`a_zp` is then 0).
     """
     r = ctx.acc_ranges.pop(id(n))  # every handler calls check_acc(n, ...) first
+    zp_in = extra.get("a_zp_input")
     return ctx.emit(
         "matmul",
         [n],
-        [a],
+        [a] if zp_in is None else [a, zp_in],
         out,
         kind=kind,
         **extra,
@@ -55,6 +57,21 @@ def emit_matmul(
         bias=bias,
         requant=requant,
     )
+
+
+def run_time_zp(ctx: BuildContext, n: onnx.NodeProto, idx: int, a_type: str) -> str | None:
+    """The name of input `idx` when it is a zero point computed at run time (dynamic
+    quantization's DynamicQuantizeLinear): one element of the activation's type; None when
+    it is absent or a constant (then `scalar` reads it)."""
+    name = n.input[idx] if idx < len(n.input) else ""
+    if not name or name in ctx.consts or name in ctx.overridable:
+        return None
+    v = ctx.value(n, name)
+    if v.dtype != a_type or int(np.prod(v.shape)) != 1:
+        raise ctx.fail(
+            n, f"zero point '{name}' is {v.dtype}{list(v.shape)}; the NPU reads one {a_type}"
+        )
+    return name
 
 
 def weights(ctx: BuildContext, n: onnx.NodeProto, idx: int) -> np.ndarray:
@@ -92,8 +109,21 @@ def matmul_out(ctx: BuildContext, n: onnx.NodeProto, a: Value, w: np.ndarray, dt
 
 def check_acc(ctx: BuildContext, n, w, w_zp, a_type, a_zp, bias=None) -> None:
     """Bad input unless the accumulator stays in int32; the exact per-column range is
-    kept for the node's `acc_range` attribute (computed once, read by every pass)."""
-    r = accumulator_range(w, np.asarray(w_zp, dtype=np.int64), int_type(a_type), int(a_zp), bias)
+    kept for the node's `acc_range` attribute (computed once, read by every pass).
+
+    `a_zp` None: a zero point computed at run time, any value of `a_type`; the range is
+    the union of the ranges at its two ends (per column the accumulator is linear in the
+    zero point for each input, so its extremes over both are at an end of each)."""
+    t = int_type(a_type)
+    wz = np.asarray(w_zp, dtype=np.int64)
+    ends = [
+        accumulator_range(w, wz, t, int(z), bias)
+        for z in ((t.min, t.max) if a_zp is None else (a_zp,))
+    ]
+    r = AccRange(
+        tuple(min(v) for v in zip(*(e.lo for e in ends), strict=True)),
+        tuple(max(v) for v in zip(*(e.hi for e in ends), strict=True)),
+    )
     ctx.acc_ranges[id(n)] = r
     if not r.fits():
         raise ctx.fail(

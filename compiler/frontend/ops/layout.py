@@ -29,10 +29,22 @@ from ..registry import converter, opset_version
 
 @converter("", "Reshape", since=5, attributes=("allowzero",))
 def reshape(ctx: BuildContext, n: onnx.NodeProto) -> None:
-    """Reshape to a constant shape (0 copies a dim unless `allowzero`; one -1 is inferred)."""
-    x = ctx.value(n, n.input[0])
-    spec = [int(v) for v in ctx.const(n, 1, "shape").reshape(-1)]
+    """Reshape to a constant shape, or one ORT's constant folding computes from static
+    shapes (0 copies a dim unless `allowzero`; one -1 is inferred); a shape only the run
+    decides keeps the Reshape on the host (`BuildContext.const`). A Reshape of a constant
+    is that constant reshaped (ORT's constant folding: a bias reshaped for a Conv's Add)."""
     allowzero = bool(ctx.attrs(n).get("allowzero", 0))
+    if n.input[0] in ctx.consts and n.output[0] not in ctx.graph_outputs:
+        c = ctx.consts[n.input[0]]
+        spec = [int(v) for v in ctx.folded(n, 1, "shape").reshape(-1)]
+        dims = [c.shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(spec)]
+        try:
+            ctx.consts[n.output[0]] = c.reshape(dims)
+        except ValueError:
+            raise ctx.bad(n, f"cannot reshape {list(c.shape)} to {spec}") from None
+        return
+    x = ctx.value(n, n.input[0])
+    spec = [int(v) for v in ctx.folded(n, 1, "shape").reshape(-1)]
     dims = [x.shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(spec)]
     total = int(np.prod(x.shape))
     if dims.count(-1) == 1:
@@ -162,9 +174,17 @@ def slice_(ctx: BuildContext, n: onnx.NodeProto) -> None:
 
 @converter("", "Transpose", since=1, attributes=("perm",))
 def transpose(ctx: BuildContext, n: onnx.NodeProto) -> None:
-    """Transpose by `perm` (default: reversed axes)."""
-    x = ctx.value(n, n.input[0])
+    """Transpose by `perm` (default: reversed axes); of a constant, that constant
+    transposed (ORT's constant folding)."""
     perm = ctx.attrs(n).get("perm")
+    if n.input[0] in ctx.consts and n.output[0] not in ctx.graph_outputs:
+        c = ctx.consts[n.input[0]]
+        p = list(range(c.ndim))[::-1] if perm is None else [int(v) for v in perm]
+        if sorted(p) != list(range(c.ndim)):
+            raise ctx.bad(n, f"perm {p} is not a permutation of {c.ndim} axes")
+        ctx.consts[n.output[0]] = np.transpose(c, p)
+        return
+    x = ctx.value(n, n.input[0])
     if perm is None:
         perm = list(range(len(x.shape)))[::-1]
     perm = [int(p) for p in perm]

@@ -27,8 +27,10 @@ from .integer_matmul import (
     out_type,
     qlinear_quant,
     requant_scales,
+    run_time_zp,
     weights,
 )
+from .matmul_act import qlinear_matmul_act
 
 
 @converter("", "QLinearMatMul", since=10, attributes=(), host_fallback=True)
@@ -39,6 +41,8 @@ def qlinear_matmul(ctx: BuildContext, n: onnx.NodeProto) -> None:
     ctx.attrs(n)
     at = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
     a = ctx.value(n, n.input[0])
+    if n.input[3] in ctx.values:  # attention's Q.K^T and P.V: both operands activations
+        return qlinear_matmul_act(ctx, n)
     w = weights(ctx, n, 3)
     N = w.shape[1]
     a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr = qlinear_quant(
@@ -59,17 +63,24 @@ def qlinear_matmul(ctx: BuildContext, n: onnx.NodeProto) -> None:
 
 @converter("", "MatMulInteger", since=10, attributes=(), host_fallback=True)
 def matmul_integer(ctx: BuildContext, n: onnx.NodeProto) -> None:
-    """MatMulInteger with constant 8-bit weights: `matmul` with the int32 accumulator as output."""
+    """MatMulInteger with constant 8-bit weights: `matmul` with the int32 accumulator as
+    output. The activation's zero point may be computed at run time (dynamic quantization:
+    DynamicQuantizeLinear -> MatMulInteger): the NPU instruction reads it as it runs."""
     ctx.attrs(n)
     at = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
     a = ctx.value(n, n.input[0])
     w = weights(ctx, n, 1)
     N = w.shape[1]
-    a_zp = int(ctx.scalar(n, 2, "a_zero_point", default=0))
+    zp_in = run_time_zp(ctx, n, 2, at)
+    a_zp = 0 if zp_in else int(ctx.scalar(n, 2, "a_zero_point", default=0))
     w_zp = column_param(ctx, n, 3, "b_zero_point", N, default=0)
-    check_acc(ctx, n, w, w_zp, at, a_zp)
+    check_acc(ctx, n, w, w_zp, at, None if zp_in else a_zp)
     out = matmul_out(ctx, n, a, w, "int32")
-    emit_matmul(ctx, n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=None)
+    extra = {"a_zp_input": zp_in} if zp_in else {}
+    emit_matmul(
+        ctx, n, a.name, out, w=w, a_zp=a_zp, w_zp=w_zp, a_type=at, bias=None, requant=None,
+        **extra,
+    )  # fmt: skip
 
 
 @converter(MS_DOMAIN, "QGemm", since=1, attributes=("alpha", "transA", "transB"))
