@@ -205,8 +205,8 @@ def find(ctx: BuildContext, u: str, order: dict[int, int]) -> Region:
     if t in SIXTEEN:
         r.refusal = (
             ReasonCode.UNSUPPORTED_INTERMEDIATE_TYPE,
-            f"the region {_label(members)} reads 16-bit codes of '{u}' ({t}): a 65536-entry "
-            "table, and tables of regions are built for 8-bit codes only",
+            f"the region {_label(members)} reads 16-bit codes of '{u}' ({t}): it is a "
+            "65536-entry table",
         )
     return r
 
@@ -326,7 +326,32 @@ def value_types(m: onnx.ModelProto) -> dict[str, str]:
         t = DTYPES.get(vi.type.tensor_type.elem_type)
         if t is not None:
             out[vi.name] = t
+    inits = {i.name: DTYPES.get(i.data_type) for i in m.graph.initializer}
+    for n in m.graph.node:  # ops ONNX's inference does not know: their output's stated type
+        if not n.output or n.output[0] in out:
+            continue
+        t = _stated_type(n, inits)
+        if t is not None:
+            out[n.output[0]] = t
     return out
+
+
+# com.microsoft quantized ops: the input whose type is their output's (the y zero point)
+_OUT_ZP = {"QGemm": 8, "QLinearConv": 7, "QLinearMatMul": 7, **dict.fromkeys(QLINEAR_OPS, 7)}
+_OUT_ZP |= {"QLinearSigmoid": 4, "QLinearLeakyRelu": 4}
+
+
+def _stated_type(n: onnx.NodeProto, inits: dict[str, str | None]) -> str | None:
+    """The output type a quantized op states by its output zero point (com.microsoft
+    QGemm, QLinear ops) or attribute (ai.npufusion Requantize's `output_type`), or None."""
+    if n.domain == "ai.npufusion" and n.op_type == "Requantize":
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+        t = a.get("output_type", b"int8")
+        return t.decode() if isinstance(t, bytes) else str(t)
+    k = _OUT_ZP.get(n.op_type)
+    if _dom(n) != MS or k is None or len(n.input) <= k or not n.input[k]:
+        return None
+    return inits.get(n.input[k])
 
 
 def _from_compute(ctx: BuildContext, p: onnx.NodeProto) -> bool:
