@@ -203,3 +203,20 @@ def _site_of_region(m: onnx.ModelProto, target: Target):
     r = compile_model(m, "bitwise", target)
     (site,) = [s for s in r.sites if "region" in s.pattern]
     return r, site
+
+
+def test_region_after_a_second_requantize_absorbs_it():
+    """QLinearMatMul -> Requantize -> HardSigmoid region (deliverable 4 with a region): the
+    Requantize of one int8 code is composed into the region's table on npu_float; on
+    npu_fixed (which declares the hardsigmoid region) the seed's refusal stands."""
+    from models import requantize_node
+
+    m = matmul_region("hardsigmoid")
+    m.graph.node[0].output[0] = "u0"
+    m.graph.node.insert(1, requantize_node("u0", "u", multiplier=1518500250, shift=-1))
+    r, site = _site(m, FLOAT)
+    assert site.pattern.startswith("matmul+requantize+") and site.verdict == "proven"
+    assert [n.op for n in r.graph.nodes] == ["fused"]
+    _equal(m, r, FLOAT, ort=False)  # ORT has no ai.npufusion Requantize
+    _, site = _site(m, FIXED)
+    assert site.reason.code == ReasonCode.INTERVENING_REQUANTIZE

@@ -305,3 +305,57 @@ def test_cli_check_compile_run_equals_ort_default(tmp_path):
     assert r.returncode == 0, r.stderr
     with np.load(out) as got:
         np.testing.assert_array_equal(got["y"], session(m, "default").run(None, feeds)[0])
+
+
+class _KernelPath:
+    """A session whose kernel computes code `code` one off on some positions only (a fake
+    vector body / scalar tail / thread chunk that differs), else the real session's."""
+
+    def __init__(self, real, code: int, bad) -> None:
+        self.real, self.code, self.bad = real, code, bad
+
+    def get_inputs(self):
+        return self.real.get_inputs()
+
+    def run(self, names, feeds):
+        (x,) = feeds.values()
+        (y,) = self.real.run(names, feeds)
+        flat_x, y = x.reshape(-1), np.array(y).reshape(-1)
+        hit = (flat_x == self.code) & self.bad(np.arange(flat_x.size), flat_x.size, self)
+        y[hit] = y[hit] + 1
+        return [y.reshape(x.shape)]
+
+
+@pytest.mark.parametrize(
+    "where,bad",
+    [
+        # a scalar tail: the last n % 16 elements of a tensor longer than one vector
+        ("tail", lambda i, n, s: (n > 16) & (i >= n - n % 16)),
+        # one lane of the 16-wide vector body
+        ("lane", lambda i, n, s: (n >= 16) & (i % 16 == 5) & (i < n - n % 16)),
+        # a thread-pool chunk (the second half of a long tensor, default threads only)
+        ("chunk", lambda i, n, s: (n > 60000) & (i > n // 2) & s.threaded),
+    ],
+)
+def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):
+    """The check that makes ORT's 256 answers a proof would fail if a kernel's tail path
+    (or one lane, or one thread's chunk) computed a code differently: each fake path is
+    caught, naming the code."""
+    import compiler.ort.region_table as rt
+
+    real = rt._sessions
+
+    def fake(blob, level):
+        default, single = real(blob, level)
+        a, b = _KernelPath(default, -77, bad), _KernelPath(single, -77, bad)
+        a.threaded, b.threaded = True, False
+        return a, b
+
+    monkeypatch.setattr(rt, "_sessions", fake)
+    with pytest.raises(RegionError) as e:
+        rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default")
+    assert e.value.code == ReasonCode.REGION_POSITION_DEPENDENT
+    assert "code -77" in e.value.message, where
+    # the real sessions (this host's kernels) give one table
+    monkeypatch.setattr(rt, "_sessions", real)
+    assert len(rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default")) == 256

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.ir.epilogue import npu_function
+from compiler.ir.epilogue import absorbed_requantizes, npu_function
 from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
 from compiler.ir.npu_step import compute_kind
@@ -28,6 +28,7 @@ from compiler.ir.reasons import Reason, Rule, RuleResult, rule, rules
 from compiler.ir.site import Site
 from compiler.proving.fixed_synthesis import chooses_index_type
 from prover.inttypes import int_type
+from prover.lut import LOADED_TABLE
 from prover.verdict import ReasonCode, Status
 
 ABSORBABLE = ("requantize", "clip", "lut", "qlinear_binary", *LAYOUT_OPS)
@@ -237,23 +238,29 @@ def region_kind_unsupported(site: Site, ctx) -> str | None:
 )
 def rule_requantize_reproducible(g: Graph, site: Site, ctx) -> str | None:
     """A requantize between the compute op and the activation that the target's single
-    postprocessing requantization stage cannot reproduce (a second requantization, or a
-    rounding scheme the hardware does not implement, or a QLinearAdd bias placed where the
-    postprocessor cannot add it: `bias_placement`)."""
+    postprocessing requantization stage cannot reproduce (a second requantization the
+    table cannot absorb, or a rounding scheme the hardware does not implement, or a
+    QLinearAdd bias placed where the postprocessor cannot add it: `bias_placement`). A
+    second requantization of an 8-bit code is absorbed into the table where the path
+    loads any table of that size (`absorbed_requantizes`)."""
     if site.compute.op == "host_onnx":
         return None
     misplaced = bias_placement(site, ctx)
     if misplaced is not None:
         return misplaced
-    rqs = [n for n in site.chain if n.op == "requantize"]
+    absorbed = {id(n) for n in absorbed_requantizes(site, ctx.target)}
+    rqs = [n for n in site.chain if n.op == "requantize" and id(n) not in absorbed]
     own = site.compute.attrs.get("requant") is not None
     if own and rqs:
         return (
             f"{_names(rqs)} requantizes again after {_names([site.compute])}'s own requantization; "
-            "the postprocessor has one requantization stage"
+            f"the postprocessor has one requantization stage{_why_not_absorbed(site, ctx)}"
         )
     if len(rqs) > 1:
-        return f"{_names(rqs)}: {len(rqs)} requantizations; the postprocessor has one stage"
+        return (
+            f"{_names(rqs)}: {len(rqs)} requantizations; the postprocessor has one stage"
+            f"{_why_not_absorbed(site, ctx)}"
+        )
     if rqs:
         caps = ctx.target.compute(compute_kind(site.compute))
         fam = SCHEME_FAMILY[rqs[0].attrs["scheme"]]
@@ -263,6 +270,16 @@ def rule_requantize_reproducible(g: Graph, site: Site, ctx) -> str | None:
                 f"postprocessor of '{ctx.target.name}' implements '{caps.requant_scheme}'"
             )
     return None
+
+
+def _why_not_absorbed(site: Site, ctx) -> str:
+    caps = ctx.target.compute(compute_kind(site.compute))
+    if caps is not None and LOADED_TABLE not in caps.functions:
+        return (
+            f", and the {compute_kind(site.compute)} postprocessor of '{ctx.target.name}' "
+            f"loads no table as given ('{LOADED_TABLE}') that could absorb another"
+        )
+    return ""
 
 
 def bias_placement(site: Site, ctx) -> str | None:
