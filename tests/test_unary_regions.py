@@ -359,3 +359,19 @@ def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):
     # the real sessions (this host's kernels) give one table
     monkeypatch.setattr(rt, "_sessions", real)
     assert len(rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default")) == 256
+
+
+def test_hardswish_as_ort_inlines_it_is_the_hardswish_kind():
+    """ORT's session inlines HardSwish as Mul(x, HardSigmoid(x; 1/6, 0.5)): still the
+    hardswish region (a target building only named functions can fuse it); other
+    HardSigmoid parameters or another operand are a loaded table."""
+    dq = oh.make_node("DequantizeLinear", ["u", "s", "z"], ["f"])
+    q = oh.make_node("QuantizeLinear", ["g", "s", "z"], ["y"])
+
+    def members(alpha: float, other: str = "f") -> list:
+        hs = oh.make_node("HardSigmoid", ["f"], ["h"], alpha=alpha, beta=0.5)
+        return [dq, hs, oh.make_node("Mul", [other, "h"], ["g"]), q]
+
+    assert unary_region.kind(members(1 / 6)) == "hardswish"
+    assert unary_region.kind(members(0.2)) == "table"
+    assert unary_region.kind(members(1 / 6, other="h")) == "table"

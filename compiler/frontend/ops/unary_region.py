@@ -379,7 +379,7 @@ def kind(members: list[onnx.NodeProto]) -> str:
         a = attrs[id(next(m for m in members if m.op_type == "HardSigmoid"))]
         ok = math.isclose(float(a.get("alpha", 0.2)), 1 / 6, rel_tol=1e-6)
         return "hardsigmoid" if ok and float(a.get("beta", 0.5)) == 0.5 else LOADED_TABLE
-    if s in (["HardSwish"],):
+    if s == ["HardSwish"] or s == ["HardSigmoid", "Mul"] and _inlined_hardswish(members):
         return "hardswish"
     if s == ["Mul", "Sigmoid"]:
         return "silu"
@@ -397,6 +397,16 @@ def kind(members: list[onnx.NodeProto]) -> str:
     if s in (["Sigmoid"], ["Tanh"], ["Relu"]):
         return s[0].lower()
     return LOADED_TABLE
+
+
+def _inlined_hardswish(members: list[onnx.NodeProto]) -> bool:
+    """`Mul(x, HardSigmoid(x; alpha=1/6, beta=0.5))`: HardSwish as ONNX defines it, the
+    form ORT's session leaves after inlining the HardSwish function."""
+    hs = next(m for m in members if m.op_type == "HardSigmoid")
+    mul = next(m for m in members if m.op_type == "Mul")
+    a = {x.name: onnx.helper.get_attribute_value(x) for x in hs.attribute}
+    ok = math.isclose(float(a.get("alpha", 0.2)), 1 / 6, rel_tol=1e-6)
+    return ok and float(a.get("beta", 0.5)) == 0.5 and set(mul.input) == {hs.input[0], hs.output[0]}
 
 
 def _scale_zp(ctx: BuildContext, n: onnx.NodeProto, scale: int, zp: int) -> tuple[float, int]:
