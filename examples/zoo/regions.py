@@ -67,15 +67,41 @@ def activations(m: Any) -> list[dict[str, Any]]:
                 out.append(u)
         return out
 
+    consts = {i.name for i in m.graph.initializer}
+
     def after_compute(v: str) -> bool:
-        p = prod.get(root(v))
-        return p is not None and p.op_type in COMPUTE
+        """Whether `v` comes from a compute op through Q/DQ and elementwise ops with a
+        constant operand (GELU's Div, a bias Add)."""
+        for _ in range(16):
+            v = root(v)
+            p = prod.get(v)
+            if p is None:
+                return False
+            if p.op_type in COMPUTE:
+                return True
+            varying = [i for i in p.input if i and i not in consts]
+            if p.op_type not in ("Div", "Mul", "Add", "Sub") or len(varying) != 1:
+                return False
+            v = varying[0]
+        return False
+
+    def meets_input(n: Any) -> bool:
+        """`n`'s output and its input meet again in a Mul (x * f(x)), through Q/DQ."""
+        x = root(n.input[0])
+        for u in downstream(n.output[0]):
+            if u.op_type in ("Mul", "QLinearMul"):
+                ins = [u.input[0], u.input[3]] if u.op_type == "QLinearMul" else u.input
+                if x in {root(i) for i in ins}:
+                    return True
+        return False
 
     found = []
     for n in m.graph.node:
         op, kind = n.op_type, None
-        if op in ("HardSigmoid", "HardSwish"):
+        if op == "HardSwish":
             kind = op
+        elif op == "HardSigmoid":  # x * HardSigmoid(x) is HardSwish (quant_pre_process's form)
+            kind = "HardSwish" if meets_input(n) else op
         elif op in ("LeakyRelu", "QLinearLeakyRelu"):
             kind = "LeakyRelu"
         elif op in ("Erf", "Gelu", "FastGelu", "BiasGelu"):
@@ -83,12 +109,7 @@ def activations(m: Any) -> list[dict[str, Any]]:
         elif op == "Pow":
             kind = "GELU" if any(u.op_type in ("Mul", "Add") for u in users[n.output[0]]) else None
         elif op in ("Sigmoid", "QLinearSigmoid"):
-            x = root(n.input[0])
-            for u in downstream(n.output[0]):
-                if u.op_type in ("Mul", "QLinearMul"):
-                    ins = [u.input[0], u.input[3]] if u.op_type == "QLinearMul" else u.input
-                    if x in {root(i) for i in ins}:
-                        kind = "SiLU"
+            kind = "SiLU" if meets_input(n) else None
         if kind is not None:
             found.append(
                 {
@@ -127,9 +148,9 @@ def survey_one(path: str, target: str) -> dict[str, Any]:
         names = {a["node"], *a.pop("outputs")}
         covering = [s for s in r.sites if names & set(s.nodes)]
         if not covering:
-            a["outcome"] = "not proposed"
+            a["outcome"] = _unproposed(r.original, names)
             continue
-        s = covering[-1]  # the longest chain ends last
+        s = min(covering, key=lambda s: len(s.nodes))  # its own site, not a longer chain's
         a["pattern"] = s.pattern
         if s.verdict == "rejected":
             a["outcome"] = f"rejected: {s.reason.code}"
@@ -137,6 +158,26 @@ def survey_one(path: str, target: str) -> dict[str, Any]:
         else:
             a["outcome"] = str(s.verdict)
     return {"acts": acts}
+
+
+def _unproposed(g: Any, names: set[str]) -> str:
+    """Why no site covers the activation (nodes `names`) in IR graph `g`: its compute op is
+    a float op ORT's session runs on the host (`float_compute`), or plainly not proposed."""
+    node = next((n for n in g.nodes if names & set(n.origin)), None)
+    if node is None:
+        return "not proposed"
+    v = node.inputs[0]
+    for _ in range(8):
+        p = g.producer(v)
+        if p is None or p.op != "host_onnx":
+            return "not proposed"
+        op = p.attrs.get("onnx_op")
+        if op in ("Conv", "MatMul", "Gemm"):
+            return "not proposed: float compute"
+        if op not in ("QuantizeLinear", "DequantizeLinear", "Cast"):
+            return "not proposed"
+        v = p.inputs[0]
+    return "not proposed"
 
 
 def _models(directory: Path, only: list[str] | None) -> list[Path]:
@@ -179,19 +220,18 @@ def table(results: list[dict[str, Any]]) -> str:
                 continue
             c["after compute"] += 1
             o = a.get("outcome", "")
-            if o not in ("not proposed", "model not compiled"):
+            if not o.startswith("not proposed") and o != "model not compiled":
                 c["proposed"] += 1
             c[o] += 1
-            if o.startswith("rejected") or o in ("model not compiled", "refuted", "unknown"):
+            if o not in ("proven", "not proposed: float compute"):
                 key = f"{a['kind']}: {o}"
                 reasons[key] += 1
                 examples.setdefault(key, f"{r['model']}: {a.get('message') or a.get('error', '')}")
     cols = ["present", "after compute", "proposed", "proven", "refuted", "unknown"]
+    tail = ["not proposed: float compute", "not proposed", "model not compiled"]
     lines = [
-        "| kind | "
-        + " | ".join(cols)
-        + " | rejected (by reason) | not proposed | model not compiled |",
-        "|---|" + "---|" * (len(cols) + 3),
+        f"| kind | {' | '.join(cols)} | rejected (by reason) | {' | '.join(tail)} |",
+        "|---|" + "---|" * (len(cols) + 1 + len(tail)),
     ]
     for k in KINDS:
         c = per[k]
@@ -199,10 +239,8 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{o.split(': ', 1)[1]}: {n}" for o, n in sorted(c.items()) if o.startswith("rejected")
         )
         vals = [str(c[x]) for x in cols]
-        lines.append(
-            f"| {k} | {' | '.join(vals)} | {rej or '–'} | {c['not proposed']} | "
-            f"{c['model not compiled']} |"
-        )
+        rest = [str(c[x]) for x in tail]
+        lines.append(f"| {k} | {' | '.join(vals)} | {rej or '–'} | {' | '.join(rest)} |")
     lines += ["", "| count | kind: outcome | example (model: message) |", "|---|---|---|"]
     for key, n in reasons.most_common():
         ex = examples[key].replace("|", "\\|")

@@ -327,12 +327,16 @@ def value_types(m: onnx.ModelProto) -> dict[str, str]:
         if t is not None:
             out[vi.name] = t
     inits = {i.name: DTYPES.get(i.data_type) for i in m.graph.initializer}
-    for n in m.graph.node:  # ops ONNX's inference does not know: their output's stated type
-        if not n.output or n.output[0] in out:
-            continue
-        t = _stated_type(n, inits)
-        if t is not None:
-            out[n.output[0]] = t
+    for n in m.graph.node:  # values inference left untyped: the type a node states
+        if n.output and n.output[0] not in out:
+            t = _stated_type(n, inits)
+            if t is not None:
+                out[n.output[0]] = t
+        # a DequantizeLinear's input has its zero point's type
+        if n.op_type == "DequantizeLinear" and len(n.input) > 2 and n.input[0] not in out:
+            t = inits.get(n.input[2])
+            if t is not None:
+                out[n.input[0]] = t
     return out
 
 
@@ -342,14 +346,15 @@ _OUT_ZP |= {"QLinearSigmoid": 4, "QLinearLeakyRelu": 4}
 
 
 def _stated_type(n: onnx.NodeProto, inits: dict[str, str | None]) -> str | None:
-    """The output type a quantized op states by its output zero point (com.microsoft
-    QGemm, QLinear ops) or attribute (ai.npufusion Requantize's `output_type`), or None."""
+    """The output type a quantized op states by its output zero point (QLinearConv,
+    QLinearMatMul, com.microsoft QGemm and QLinear ops) or attribute (ai.npufusion Requantize's `output_type`), or None."""
     if n.domain == "ai.npufusion" and n.op_type == "Requantize":
         a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
         t = a.get("output_type", b"int8")
         return t.decode() if isinstance(t, bytes) else str(t)
     k = _OUT_ZP.get(n.op_type)
-    if _dom(n) != MS or k is None or len(n.input) <= k or not n.input[k]:
+    ours = _dom(n) == MS or _dom(n) == "" and n.op_type in ("QLinearConv", "QLinearMatMul")
+    if not ours or k is None or len(n.input) <= k or not n.input[k]:
         return None
     return inits.get(n.input[k])
 
