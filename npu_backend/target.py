@@ -20,7 +20,15 @@ import numpy as np
 
 from prover.errors import BadInput
 from prover.inttypes import TYPES
-from prover.lut import FUNCTIONS, INDEX_ORDERS, PRECISIONS, ROUNDINGS, ZP_PLACEMENTS, LutSpec
+from prover.lut import (
+    FUNCTIONS,
+    INDEX_ORDERS,
+    LOADED_TABLE,
+    PRECISIONS,
+    ROUNDINGS,
+    ZP_PLACEMENTS,
+    LutSpec,
+)
 from prover.requant import onnx_requant_scale, quantize_multiplier
 
 from .lowered import STRUCTURES
@@ -65,6 +73,12 @@ class ComputeCaps:
     window_groups: frozenset[str] = frozenset()
     # the unit also takes the largest element of each window (an integer MaxPool)
     max_pool: bool = False
+    # Unary regions (compiler.frontend.ops.unary_region) this postprocessor fuses as one
+    # table, by kind: the named function the region computes ("silu", "hardswish", ...) or
+    # "table" (any other region: a chain, a region requantized inside). Declared per path:
+    # a kind missing here is refused on this path whatever another path or `functions`
+    # says. Its table size must be in `lut_sizes`. Empty: no region is fused.
+    regions: frozenset[str] = frozenset()
 
 
 SYNTHESIS_PARAMS = ("multiplier", "shift", "zero_point", "table")
@@ -330,8 +344,17 @@ def _compute(op: str, data: Any) -> ComputeCaps:
         window_dilations=s.choices("window_dilations", range(1, 64), int, frozenset()),
         window_groups=s.choices("window_groups", WINDOW_GROUPS, default=frozenset()),
         max_pool=s.get("max_pool", bool, False),
+        regions=s.choices("regions", FUNCTIONS, default=frozenset()),
     )
     s.done()
+    unbuilt = sorted(
+        k for k in caps.regions if k not in caps.functions and LOADED_TABLE not in caps.functions
+    )
+    if unbuilt:
+        raise TargetError(
+            f"[compute.{op}] regions {unbuilt}: neither in functions nor loadable as a "
+            f"'{LOADED_TABLE}' (a region kind must be one this postprocessor builds or loads)"
+        )
     if caps.synthesis and caps.requant_scheme not in ("fixed_double", "fixed_single"):
         raise TargetError(f"[compute.{op}] synthesis needs a fixed-point requant_scheme")
     if caps.synthesis and not {"multiplier", "shift", "table"} <= caps.synthesis:

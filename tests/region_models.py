@@ -65,6 +65,24 @@ def region(kind: str, u: str = "u", y: str = "y") -> tuple[list[onnx.NodeProto],
             oh.make_node("Mul", ["f", "t1"], ["ft"], name="mul_f"),
             oh.make_node("Mul", ["ft", "half"], ["g"], name="mul_half"),
         ]
+    elif kind == "gelu_dq_consts":  # the Erf form as the QDQ quantizer leaves it: 1 and 0.5
+        # quantized (DequantizeLinear of initializers), every intermediate requantized
+        c += [const("sqrt2", np.sqrt(2.0), "float32"), const("one_q", 127, "int8"),
+              const("one_s", 1 / 127, "float32"), const("half_q", 64, "int8"),
+              const("half_s", 1 / 128, "float32"), const("c_z", 0, "int8"),
+              const("e_s", 1 / 127, "float32"), const("e_z", 0, "int8")]  # fmt: skip
+        f += [
+            oh.make_node("DequantizeLinear", ["one_q", "one_s", "c_z"], ["one"], name="one_dq"),
+            oh.make_node("DequantizeLinear", ["half_q", "half_s", "c_z"], ["half"], name="half_dq"),
+            _dq(u, "f2", "dq_dup"),  # ORT duplicates a DequantizeLinear per consumer
+            oh.make_node("Div", ["f", "sqrt2"], ["d"], name="div"),
+            oh.make_node("Erf", ["d"], ["e"], name="erf"),
+            _q("e", "eq", "erf_q", "e_s", "e_z"),
+            oh.make_node("DequantizeLinear", ["eq", "e_s", "e_z"], ["ef"], name="erf_dq"),
+            oh.make_node("Add", ["ef", "one"], ["a"], name="add"),
+            oh.make_node("Mul", ["f2", "a"], ["m"], name="mul"),
+            oh.make_node("Mul", ["m", "half"], ["g"], name="mul_half"),
+        ]
     elif kind == "leakyrelu":
         f.append(oh.make_node("LeakyRelu", ["f"], ["g"], name="lrelu", alpha=0.1))
     elif kind == "chain":  # HardSwish, requantized, then Tanh
@@ -224,4 +242,81 @@ def qdq_conv_region(kind: str) -> onnx.ModelProto:
         [oh.make_tensor_value_info("x", TP.UINT8, [1, 8, 2, 3])],
         [oh.make_tensor_value_info("y", TP.UINT8, [1, 4, 2, 3])],
         inits,
+    )
+
+
+def gemm_region(kind: str, M: int = 2, K: int = 16, N: int = 8) -> onnx.ModelProto:
+    """`x[M,K] -> com.microsoft QGemm 'gemm' (an int32 bias) -> u -> region(kind) -> y`."""
+    inits = [
+        const("W", weights(K, N, 0), "int8"),
+        const("x_s", 0.02, "float32"),
+        const("x_z", 0, "int8"),
+        const("w_s", 0.01, "float32"),
+        const("w_z", 0, "int8"),
+        const("bias", np.arange(-4, 4) * 37, "int32"),
+        *_common_inits(),
+    ]
+    nodes = [
+        oh.make_node(
+            "QGemm",
+            ["x", "x_s", "x_z", "W", "w_s", "w_z", "bias", "u_s", "u_z"],
+            ["u"],
+            name="gemm",
+            domain="com.microsoft",
+        )
+    ]
+    rn, rc = region(kind)
+    return make(
+        nodes + rn,
+        [oh.make_tensor_value_info("x", TP.INT8, [M, K])],
+        [oh.make_tensor_value_info("y", TP.INT8, [M, N])],
+        inits + rc,
+    )
+
+
+def integer_region(kind: str, M: int = 2, K: int = 16, N: int = 8) -> onnx.ModelProto:
+    """`x[M,K] -> MatMulInteger 'mm' -> int32 -> Requantize 'rq' (ai.npufusion, double
+    rounding) -> u -> region(kind) -> y`: the integer compute path's own requantization."""
+    from models import requantize_node
+
+    inits = [const("W", weights(K, N, 0), "int8"), *_common_inits()]
+    nodes = [
+        oh.make_node("MatMulInteger", ["x", "W"], ["acc"], name="mm"),
+        requantize_node("acc", "u", multiplier=1 << 30, shift=9, name="rq"),
+    ]
+    rn, rc = region(kind)
+    return make(
+        nodes + rn,
+        [oh.make_tensor_value_info("x", TP.INT8, [M, K])],
+        [oh.make_tensor_value_info("y", TP.INT8, [M, N])],
+        inits + rc,
+    )
+
+
+def eltwise_region(kind: str, M: int = 2, N: int = 8) -> onnx.ModelProto:
+    """`x[M,N] -> com.microsoft QLinearAdd 'add' (x + a constant) -> u -> region(kind) -> y`:
+    a region after an elementwise op, no compute op."""
+    inits = [
+        const("x_s", 0.04, "float32"),
+        const("x_z", 3, "int8"),
+        const("c", 17, "int8"),
+        const("c_s", 0.03, "float32"),
+        const("c_z", 0, "int8"),
+        *_common_inits(),
+    ]
+    nodes = [
+        oh.make_node(
+            "QLinearAdd",
+            ["x", "x_s", "x_z", "c", "c_s", "c_z", "u_s", "u_z"],
+            ["u"],
+            name="add",
+            domain="com.microsoft",
+        )
+    ]
+    rn, rc = region(kind)
+    return make(
+        nodes + rn,
+        [oh.make_tensor_value_info("x", TP.INT8, [M, N])],
+        [oh.make_tensor_value_info("y", TP.INT8, [M, N])],
+        inits + rc,
     )

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from models import matmul_activation
+from models import matmul_activation, random_inputs
 
 from compiler.api import compile_model
 from compiler.errors import CompilerError
 from compiler.frontend.reader import to_ir
 from compiler.ir.context import Context
+from compiler.ir.semantics import run_graph
 from compiler.passes import legality
 from compiler.passes.pipeline import PASSES
+from npu_backend import codegen, simulator
 from npu_backend.target import load_target
 from prover.policy import Policy
 
@@ -76,9 +78,55 @@ def test_requantize_not_reproducible_negative():
     assert "'rq'" in s.reason.message
 
 
-def test_second_requantize_after_qlinear_is_kept():
-    r, s = only_site(matmul_activation(requantize=dict(multiplier=1 << 30, shift=0)))
+def test_second_requantize_after_qlinear_is_kept_where_no_table_absorbs_it():
+    """The seed's refusal stands on a path that loads no table as given (npu_fixed): the
+    postprocessor has one requantization stage and its toolchain builds only named
+    functions, so nothing reproduces the second one."""
+    r, s = only_site(matmul_activation(requantize=dict(multiplier=1 << 30, shift=0)), FIXED)
     assert_unfused(r, s, "intervening_requantize")
+    assert "'rq' requantizes again" in s.reason.message
+    assert "loads no table as given" in s.reason.message
+
+
+@pytest.mark.parametrize(
+    "rq",
+    [dict(multiplier=1 << 30, shift=0), dict(multiplier=1518500250, shift=-1, zero_point=3)],
+    ids=["half", "sqrt_half_zp3"],
+)
+def test_second_requantize_after_qlinear_is_absorbed_into_the_table(rq):
+    """QLinearMatMul -> Requantize -> QLinearSigmoid on npu_float, whose MatMul path loads
+    any 256-entry table: the second requantization maps one int8 code to one int8 code,
+    so the table is T'[x] = sigmoid_table[rq(x)]; one fused MatMul, proven (the obligation
+    is decided over every accumulator), and it computes what the original graph does."""
+    m = matmul_activation(requantize=rq)
+    r, s = only_site(m)
+    assert s.pattern == "matmul+requantize+sigmoid" and s.verdict == "proven", s.reason
+    assert [n.op for n in r.graph.nodes] == ["fused"]
+    post = fused_nodes(r)[0].attrs["post"]
+    assert post.function == "table" and post.lut.spec is None
+    prog = codegen.generate(r.lowered, FLOAT)
+    for seed in (0, 1):
+        inp = random_inputs(m, seed)
+        got = simulator.run(prog, inp)[0]["y"]
+        np.testing.assert_array_equal(run_graph(r.original, inp)["y"], got)
+
+
+def test_a_wrong_absorbed_requantize_is_refuted(monkeypatch):
+    """Negative control: if the composed table applied the requantize wrongly (one code
+    off), the obligation is refuted, never proven."""
+    from compiler.ir import epilogue
+
+    real = epilogue.composed_table
+
+    def off_by_one(*a, **kw):
+        v, spec = real(*a, **kw)
+        v = v.copy()
+        v[100] += 1
+        return v, spec
+
+    monkeypatch.setattr(epilogue, "composed_table", off_by_one)
+    _, s = only_site(matmul_activation(requantize=dict(multiplier=1 << 30, shift=0)))
+    assert s.verdict == "refuted"
 
 
 # -- intervening_clip --------------------------------------------------------------------

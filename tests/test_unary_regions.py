@@ -89,7 +89,7 @@ def test_region_after_a_window_conv_is_proven_and_equals_ort(kind, window):
     _equal_ort_default(m, r)
 
 
-@pytest.mark.parametrize("kind", ["hardswish", "silu", "gelu_erf", "silu_qdq"])
+@pytest.mark.parametrize("kind", ["hardswish", "silu", "gelu_erf", "silu_qdq", "gelu_dq_consts"])
 def test_region_after_a_qdq_conv_is_proven_and_equals_ort(kind):
     """The zoo's form: a QDQ 1x1 conv (a QLinearConv in the graph ORT's default session
     runs) and a float island after it, uint8 activations."""
@@ -305,3 +305,88 @@ def test_cli_check_compile_run_equals_ort_default(tmp_path):
     assert r.returncode == 0, r.stderr
     with np.load(out) as got:
         np.testing.assert_array_equal(got["y"], session(m, "default").run(None, feeds)[0])
+
+
+class _KernelPath:
+    """A session whose kernel computes code `code` one off on some positions only (a fake
+    vector body / scalar tail / thread chunk that differs), else the real session's."""
+
+    def __init__(self, real, code: int, bad) -> None:
+        self.real, self.code, self.bad = real, code, bad
+
+    def get_inputs(self):
+        return self.real.get_inputs()
+
+    def run(self, names, feeds):
+        (x,) = feeds.values()
+        (y,) = self.real.run(names, feeds)
+        flat_x, y = x.reshape(-1), np.array(y).reshape(-1)
+        hit = (flat_x == self.code) & self.bad(np.arange(flat_x.size), flat_x.size, self)
+        y[hit] = y[hit] + 1
+        return [y.reshape(x.shape)]
+
+
+@pytest.mark.parametrize(
+    "where,bad",
+    [
+        # a scalar tail: the last n % 16 elements of a tensor longer than one vector
+        ("tail", lambda i, n, s: (n > 16) & (i >= n - n % 16)),
+        # one lane of the 16-wide vector body
+        ("lane", lambda i, n, s: (n >= 16) & (i % 16 == 5) & (i < n - n % 16)),
+        # a thread-pool chunk (the second half of a long tensor, default threads only)
+        ("chunk", lambda i, n, s: (n > 60000) & (i > n // 2) & s.threaded),
+    ],
+)
+def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):
+    """The check that makes ORT's 256 answers a proof would fail if a kernel's tail path
+    (or one lane, or one thread's chunk) computed a code differently: each fake path is
+    caught, naming the code."""
+    import compiler.ort.region_table as rt
+
+    real = rt._sessions
+
+    def fake(blob, level):
+        default, single = real(blob, level)
+        a, b = _KernelPath(default, -77, bad), _KernelPath(single, -77, bad)
+        a.threaded, b.threaded = True, False
+        return a, b
+
+    monkeypatch.setattr(rt, "_sessions", fake)
+    with pytest.raises(RegionError) as e:
+        rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default")
+    assert e.value.code == ReasonCode.REGION_POSITION_DEPENDENT
+    assert "code -77" in e.value.message, where
+    # the real sessions (this host's kernels) give one table
+    monkeypatch.setattr(rt, "_sessions", real)
+    assert len(rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default")) == 256
+
+
+def test_hardswish_as_ort_inlines_it_is_the_hardswish_kind():
+    """ORT's session inlines HardSwish as Mul(x, HardSigmoid(x; 1/6, 0.5)): still the
+    hardswish region (a target building only named functions can fuse it); other
+    HardSigmoid parameters or another operand are a loaded table."""
+    dq = oh.make_node("DequantizeLinear", ["u", "s", "z"], ["f"])
+    q = oh.make_node("QuantizeLinear", ["g", "s", "z"], ["y"])
+
+    def members(alpha: float, other: str = "f") -> list:
+        hs = oh.make_node("HardSigmoid", ["f"], ["h"], alpha=alpha, beta=0.5)
+        return [dq, hs, oh.make_node("Mul", [other, "h"], ["g"]), q]
+
+    assert unary_region.kind(members(1 / 6)) == "hardswish"
+    assert unary_region.kind(members(0.2)) == "table"
+    assert unary_region.kind(members(1 / 6, other="h")) == "table"
+
+
+@pytest.mark.parametrize(
+    "build", [conv_region, matmul_region], ids=["qlinearconv", "qlinearmatmul"]
+)
+def test_region_input_typed_when_value_info_leaves_the_compute_output_untyped(build):
+    """ORT's QOperator quantizer keeps the float model's value_info, which does not name the
+    quantized values (so no inference runs): the region's input type is the one the
+    QLinearConv / QLinearMatMul states by its output zero point, or its DequantizeLinear's
+    zero point (was: untyped, no region, the zoo's QOperator HardSwish stayed on the host)."""
+    m = build("hardswish")
+    m.graph.value_info.append(oh.make_tensor_value_info("f", TP.FLOAT, None))
+    assert unary_region.value_types(m)["u"] == "int8"
+    m.graph.node[0].op_type = "NotAnOp"  # only the DequantizeLinear's zero point says it
+    assert unary_region.value_types(m)["u"] == "int8"

@@ -26,10 +26,11 @@ import numpy as np
 from compiler.errors import InternalError
 from npu_backend.postprocess import AddParams, LutParams, PostProcess, RequantParams
 from npu_backend.target import Target, requant_from_scale
+from prover.domain import NUMPY
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, LutSpec, build_lut, reorder_table
 from prover.qlinear_binary import SpanMode
-from prover.terms import Term, Var, op, term_hash
+from prover.terms import Term, Var, evaluate, op, term_hash
 
 from .graph import Node
 from .semantics import (
@@ -233,6 +234,61 @@ def lut_spec_of(lut: Node, target: Target) -> LutSpec:
     )
 
 
+def absorbed_requantizes(site: Site, target: Target) -> list[Node]:
+    """The requantizes of `site.chain` after its requantization stage (and after any bias)
+    that the table absorbs: each maps one 8-bit code to one 8-bit code, so the table the
+    postprocessor applies is the activation's table composed with it, T'[x] = T[rq(x)] (an
+    exact function of the stage's code, decided with the rest of the obligation). Only where
+    the compute path loads a table as given (`LOADED_TABLE` in its functions) of the code's
+    size (`lut_sizes`): a table the toolchain builds from a named function is that function
+    alone. Empty when there is no stage or nothing to absorb."""
+    caps = target.compute(_compute_kind(site))
+    if caps is None or LOADED_TABLE not in caps.functions:
+        return []
+    try:
+        stage = requant_stage(site)
+    except ValueError:
+        return []
+    bi = bias_index(site)
+    start = max(stage, -1 if bi is None else bi) + 1
+    if any(n.op == "requantize" for n in site.chain[stage + 1 : start]):
+        return []  # a requantize before the bias: the add stage would read its output
+    out = []
+    for n in site.chain[start:]:
+        if n.op != "requantize":
+            continue
+        src = n.attrs.get("in") or _value_type(site, n)
+        if src not in ("int8", "uint8") or n.attrs["out"] not in ("int8", "uint8"):
+            return []
+        if int_type(src).size not in caps.lut_sizes:
+            return []
+        out.append(n)
+    return out
+
+
+def _value_type(site: Site, n: Node) -> str | None:
+    """The element type of `n`'s input within the site (the node before it, or the
+    stage's output)."""
+    i = site.chain.index(n)
+    if i == 0:
+        rq = site.compute.attrs.get("requant")
+        return None if rq is None else str(rq["out"])
+    prev = site.chain[i - 1]
+    if prev.op == "requantize":
+        return str(prev.attrs["out"])
+    if prev.op == "lut":
+        return str(prev.attrs["out_type"])
+    if prev.op == "clip":
+        return _value_type(site, prev)
+    return None
+
+
+def _compute_kind(site: Site) -> str:
+    from .npu_step import compute_kind
+
+    return compute_kind(site.compute)
+
+
 def npu_function(lut: Node, functions: Iterable[str]) -> str:
     """The function a compute path (or the standalone unit) with `functions` applies for an
     activation node: its own, or, where the path lacks it but loads any table
@@ -264,13 +320,17 @@ def composed_table(
     xs = np.arange(in_t.min, in_t.max + 1, dtype=np.int64)
     v = xs.copy()
     spec: LutSpec | None = None
+    absorbed = False
     for n in after:
         if n.op == "clip":
             v = np.clip(v, n.attrs["lo"], n.attrs["hi"])
         elif n.op == "lut":
             t, spec = npu_logical_table(n, target, npu_function(n, functions))
             v = t[v - int_type(n.attrs["in_type"]).min]
-    return v, spec
+        elif n.op == "requantize":  # absorbed (`absorbed_requantizes`): T'[x] = T[rq(x)]
+            v = np.asarray(evaluate(node_term(n, Var("x")), NUMPY, {"x": v}), dtype=np.int64)
+            absorbed = True
+    return v, None if absorbed else spec
 
 
 def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[ColumnGroup]:
@@ -284,6 +344,8 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     logical, spec = composed_table(site, target, stage, caps.functions)
     act = site.activation
     function = npu_function(act, caps.functions)
+    if absorbed_requantizes(site, target):
+        function = LOADED_TABLE  # no named function is the table composed with a requantize
     in_type = _stage_out(site, stage)
     order = target.lut_builder.index_order
     table = tuple(int(v) for v in reorder_table(logical, int_type(in_type), "offset", order))

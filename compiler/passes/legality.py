@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.ir import eltwise_site
-from compiler.ir.epilogue import npu_function
+from compiler.ir.epilogue import absorbed_requantizes, npu_function
 from compiler.ir.graph import LAYOUT_OPS, Graph
 from compiler.ir.layout import first_moved, strip_leading_ones
 from compiler.ir.npu_step import compute_kind
@@ -29,6 +29,7 @@ from compiler.ir.reasons import Reason, Rule, RuleResult, rule, rules
 from compiler.ir.site import Site
 from compiler.proving.fixed_synthesis import chooses_index_type
 from prover.inttypes import int_type
+from prover.lut import LOADED_TABLE
 from prover.verdict import ReasonCode, Status
 
 ABSORBABLE = ("requantize", "clip", "lut", "qlinear_binary", *LAYOUT_OPS)
@@ -39,13 +40,33 @@ def _names(nodes) -> str:
     return ", ".join(f"'{o}'" for n in nodes for o in n.origin)
 
 
-def region_refusal(site: Site, code: ReasonCode | None = None) -> Reason | None:
+def region_refusal(site: Site, code: ReasonCode | None = None, ctx=None) -> Reason | None:
     """The refusal the frontend recorded for the site's unary region (of `code` only, when
-    given), or None."""
+    given), or None. With `ctx`, a region of 16-bit codes says which table sizes the
+    site's compute path has (`table_size_refusal`)."""
     mark = site.activation.attrs.get("region_refusal")
     if mark is None or (code is not None and mark["code"] != code.value):
         return None
-    return Reason(ReasonCode(mark["code"]), mark["message"])
+    r = Reason(ReasonCode(mark["code"]), mark["message"])
+    if ctx is not None and r.code == ReasonCode.UNSUPPORTED_INTERMEDIATE_TYPE:
+        return Reason(r.code, f"{r.message}; {table_size_refusal(site, ctx)}")
+    return r
+
+
+def table_size_refusal(site: Site, ctx) -> str:
+    """Why a region of 16-bit codes is not fused on the site's compute path: the path's own
+    table sizes (`lut_sizes`), never another path's."""
+    kind = compute_kind(site.compute)
+    caps = ctx.target.compute(kind)
+    if caps is None:
+        return f"target '{ctx.target.name}' has no {kind} unit"
+    sizes = sorted(caps.lut_sizes)
+    if 65536 not in caps.lut_sizes:
+        return f"the {kind} postprocessor of '{ctx.target.name}' has tables of {sizes} entries"
+    return (
+        f"the {kind} postprocessor of '{ctx.target.name}' lists 65536-entry tables, but region "
+        "tables are taken (and position-checked) for 8-bit codes only"
+    )
 
 
 @rule(
@@ -58,7 +79,7 @@ def rule_region_single_input(g: Graph, site: Site, ctx) -> RuleResult:
     input (or a constant of several values): the region is not a function of one quantized
     value, so it is not one table. (A region the frontend refused for a reason with its own
     code, a value used outside it or 16-bit codes, is reported with that code.)"""
-    r = region_refusal(site)
+    r = region_refusal(site, ctx=ctx)
     if r is None or r.code in (ReasonCode.REGION_REDUCTION, ReasonCode.REGION_POSITION_DEPENDENT):
         return None
     return r if r.code != ReasonCode.REGION_SECOND_INPUT else r.message
@@ -173,7 +194,8 @@ def rule_adjacent(g: Graph, site: Site, ctx) -> str | None:
 def rule_function_supported(g: Graph, site: Site, ctx) -> str | None:
     """This compute path does not support this activation on this target (support on one
     path, e.g. Conv, says nothing about another, e.g. MatMul): it neither builds the
-    function nor loads any table of its size (`table`)."""
+    function nor loads any table of its size (`table`), or the activation is a unary region
+    of a kind the path does not declare (`regions`)."""
     if region_refusal(site) is not None:
         return None  # no table: the region's own rule says why
     kind = compute_kind(site.compute)
@@ -181,11 +203,33 @@ def rule_function_supported(g: Graph, site: Site, ctx) -> str | None:
     f = site.activation.attrs["function"]
     if caps is None:
         return f"target '{ctx.target.name}' has no {kind} unit with postprocessing"
+    undeclared = region_kind_unsupported(site, ctx)
+    if undeclared is not None:
+        return undeclared
     if npu_function(site.activation, caps.functions) not in caps.functions:
         return (
             f"{kind} postprocessing on target '{ctx.target.name}' does not support '{f}' "
             f"(supported: {', '.join(sorted(caps.functions))}) for {_names([site.activation])}"
         )
+    return None
+
+
+def region_kind_unsupported(site: Site, ctx) -> str | None:
+    """Why a unary region's table (a `lut` of source "region" in the site) is not one the
+    site's compute path declares (`[compute.X] regions`), or None. Only that path's own
+    list counts: another path's, the standalone unit's or a similar function's never."""
+    kind = compute_kind(site.compute)
+    caps = ctx.target.compute(kind)
+    for n in site.chain:
+        if n.op != "lut" or n.attrs.get("source") != "region":
+            continue
+        k = str(n.attrs["function"])
+        if k not in caps.regions:
+            have = ", ".join(sorted(caps.regions)) or "none"
+            return (
+                f"the {kind} postprocessor of '{ctx.target.name}' declares no '{k}' region for "
+                f"{_names([n])} (its regions: {have})"
+            )
     return None
 
 
@@ -195,23 +239,29 @@ def rule_function_supported(g: Graph, site: Site, ctx) -> str | None:
 )
 def rule_requantize_reproducible(g: Graph, site: Site, ctx) -> str | None:
     """A requantize between the compute op and the activation that the target's single
-    postprocessing requantization stage cannot reproduce (a second requantization, or a
-    rounding scheme the hardware does not implement, or a QLinearAdd bias placed where the
-    postprocessor cannot add it: `bias_placement`)."""
+    postprocessing requantization stage cannot reproduce (a second requantization the
+    table cannot absorb, or a rounding scheme the hardware does not implement, or a
+    QLinearAdd bias placed where the postprocessor cannot add it: `bias_placement`). A
+    second requantization of an 8-bit code is absorbed into the table where the path
+    loads any table of that size (`absorbed_requantizes`)."""
     if site.compute.op == "host_onnx":
         return None
     misplaced = bias_placement(site, ctx)
     if misplaced is not None:
         return misplaced
-    rqs = [n for n in site.chain if n.op == "requantize"]
+    absorbed = {id(n) for n in absorbed_requantizes(site, ctx.target)}
+    rqs = [n for n in site.chain if n.op == "requantize" and id(n) not in absorbed]
     own = site.compute.attrs.get("requant") is not None
     if own and rqs:
         return (
             f"{_names(rqs)} requantizes again after {_names([site.compute])}'s own requantization; "
-            "the postprocessor has one requantization stage"
+            f"the postprocessor has one requantization stage{_why_not_absorbed(site, ctx)}"
         )
     if len(rqs) > 1:
-        return f"{_names(rqs)}: {len(rqs)} requantizations; the postprocessor has one stage"
+        return (
+            f"{_names(rqs)}: {len(rqs)} requantizations; the postprocessor has one stage"
+            f"{_why_not_absorbed(site, ctx)}"
+        )
     if rqs:
         caps = ctx.target.compute(compute_kind(site.compute))
         fam = SCHEME_FAMILY[rqs[0].attrs["scheme"]]
@@ -221,6 +271,16 @@ def rule_requantize_reproducible(g: Graph, site: Site, ctx) -> str | None:
                 f"postprocessor of '{ctx.target.name}' implements '{caps.requant_scheme}'"
             )
     return None
+
+
+def _why_not_absorbed(site: Site, ctx) -> str:
+    caps = ctx.target.compute(compute_kind(site.compute))
+    if caps is not None and LOADED_TABLE not in caps.functions:
+        return (
+            f", and the {compute_kind(site.compute)} postprocessor of '{ctx.target.name}' "
+            f"loads no table as given ('{LOADED_TABLE}') that could absorb another"
+        )
+    return ""
 
 
 def bias_placement(site: Site, ctx) -> str | None:
@@ -420,7 +480,7 @@ def first_failure(g: Graph, site: Site, ctx) -> tuple[Rule, Reason] | None:
     unless the unary region after it was refused (then that reason).
     """
     if site.compute.op == "host_onnx":
-        refused = region_refusal(site)
+        refused = region_refusal(site, ctx=ctx)
         if refused is None:
             return None
         code = REGION_RULE.get(refused.code, ReasonCode.REGION_SECOND_INPUT)

@@ -205,8 +205,8 @@ def find(ctx: BuildContext, u: str, order: dict[int, int]) -> Region:
     if t in SIXTEEN:
         r.refusal = (
             ReasonCode.UNSUPPORTED_INTERMEDIATE_TYPE,
-            f"the region {_label(members)} reads 16-bit codes of '{u}' ({t}): a 65536-entry "
-            "table, and tables of regions are built for 8-bit codes only",
+            f"the region {_label(members)} reads 16-bit codes of '{u}' ({t}): it is a "
+            "65536-entry table",
         )
     return r
 
@@ -226,7 +226,40 @@ def _producer(ctx: BuildContext, v: str) -> onnx.NodeProto | None:
 
 
 def _single_const(ctx: BuildContext, name: str) -> bool:
-    return name in ctx.consts and ctx.consts[name].size == 1
+    """A single-value constant: an initializer, or a DequantizeLinear of single-value
+    initializers (the QDQ quantizer quantizes GELU's 1.0 and 0.5; `constant_dqs`)."""
+    if name in ctx.consts:
+        return ctx.consts[name].size == 1
+    p = _const_dq(ctx, name)
+    return p is not None
+
+
+def _const_dq(ctx: BuildContext, name: str) -> onnx.NodeProto | None:
+    """The DequantizeLinear producing `name` from single-value initializers only, or None."""
+    cache = ctx.__dict__.setdefault("_region_const_dqs", {})
+    if name not in cache:
+        p = _producer(ctx, name)
+        ok = (
+            p is not None
+            and p.op_type == "DequantizeLinear"
+            and _dom(p) == ""
+            and all(i in ctx.consts and ctx.consts[i].size == 1 for i in p.input if i)
+        )
+        cache[name] = p if ok else None
+    return cache[name]
+
+
+def constant_dqs(ctx: BuildContext, members: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """The DequantizeLinears of constants the region's members read: computed inside the
+    region's model (so ORT computes the constant as it does in the whole model), but not
+    members (they stay in the graph for their other users)."""
+    out: dict[int, onnx.NodeProto] = {}
+    for m in members:
+        for i in m.input:
+            p = _const_dq(ctx, i) if i and i not in ctx.consts else None
+            if p is not None:
+                out[id(p)] = p
+    return list(out.values())
 
 
 def _close(ctx: BuildContext, members: list[onnx.NodeProto], u: str) -> list[onnx.NodeProto]:
@@ -326,7 +359,37 @@ def value_types(m: onnx.ModelProto) -> dict[str, str]:
         t = DTYPES.get(vi.type.tensor_type.elem_type)
         if t is not None:
             out[vi.name] = t
+    inits = {i.name: DTYPES.get(i.data_type) for i in m.graph.initializer}
+    for n in m.graph.node:  # values inference left untyped: the type a node states
+        if n.output and n.output[0] not in out:
+            t = _stated_type(n, inits)
+            if t is not None:
+                out[n.output[0]] = t
+        # a DequantizeLinear's input has its zero point's type
+        if n.op_type == "DequantizeLinear" and len(n.input) > 2 and n.input[0] not in out:
+            t = inits.get(n.input[2])
+            if t is not None:
+                out[n.input[0]] = t
     return out
+
+
+# com.microsoft quantized ops: the input whose type is their output's (the y zero point)
+_OUT_ZP = {"QGemm": 8, "QLinearConv": 7, "QLinearMatMul": 7, **dict.fromkeys(QLINEAR_OPS, 7)}
+_OUT_ZP |= {"QLinearSigmoid": 4, "QLinearLeakyRelu": 4}
+
+
+def _stated_type(n: onnx.NodeProto, inits: dict[str, str | None]) -> str | None:
+    """The output type a quantized op states by its output zero point (QLinearConv,
+    QLinearMatMul, com.microsoft QGemm and QLinear ops) or attribute (ai.npufusion Requantize's `output_type`), or None."""
+    if n.domain == "ai.npufusion" and n.op_type == "Requantize":
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+        t = a.get("output_type", b"int8")
+        return t.decode() if isinstance(t, bytes) else str(t)
+    k = _OUT_ZP.get(n.op_type)
+    ours = _dom(n) == MS or _dom(n) == "" and n.op_type in ("QLinearConv", "QLinearMatMul")
+    if not ours or k is None or len(n.input) <= k or not n.input[k]:
+        return None
+    return inits.get(n.input[k])
 
 
 def _from_compute(ctx: BuildContext, p: onnx.NodeProto) -> bool:
@@ -354,7 +417,7 @@ def kind(members: list[onnx.NodeProto]) -> str:
         a = attrs[id(next(m for m in members if m.op_type == "HardSigmoid"))]
         ok = math.isclose(float(a.get("alpha", 0.2)), 1 / 6, rel_tol=1e-6)
         return "hardsigmoid" if ok and float(a.get("beta", 0.5)) == 0.5 else LOADED_TABLE
-    if s in (["HardSwish"],):
+    if s == ["HardSwish"] or s == ["HardSigmoid", "Mul"] and _inlined_hardswish(members):
         return "hardswish"
     if s == ["Mul", "Sigmoid"]:
         return "silu"
@@ -372,6 +435,16 @@ def kind(members: list[onnx.NodeProto]) -> str:
     if s in (["Sigmoid"], ["Tanh"], ["Relu"]):
         return s[0].lower()
     return LOADED_TABLE
+
+
+def _inlined_hardswish(members: list[onnx.NodeProto]) -> bool:
+    """`Mul(x, HardSigmoid(x; alpha=1/6, beta=0.5))`: HardSwish as ONNX defines it, the
+    form ORT's session leaves after inlining the HardSwish function."""
+    hs = next(m for m in members if m.op_type == "HardSigmoid")
+    mul = next(m for m in members if m.op_type == "Mul")
+    a = {x.name: onnx.helper.get_attribute_value(x) for x in hs.attribute}
+    ok = math.isclose(float(a.get("alpha", 0.2)), 1 / 6, rel_tol=1e-6)
+    return ok and float(a.get("beta", 0.5)) == 0.5 and set(mul.input) == {hs.input[0], hs.output[0]}
 
 
 def _scale_zp(ctx: BuildContext, n: onnx.NodeProto, scale: int, zp: int) -> tuple[float, int]:
@@ -402,12 +475,14 @@ def convert(ctx: BuildContext, r: Region) -> None:
     """Emit the region as one `lut` node (its table from ORT, position-checked)."""
     first = r.members[0]
     x = ctx.value(first, r.u)
+    nodes = [*constant_dqs(ctx, r.members), *r.members]
+    produced = {o for n in nodes for o in n.output}
     consts = {}
-    for m in r.members:
+    for m in nodes:
         for k, i in enumerate(m.input):
-            if i and i not in {o for n in r.members for o in n.output} and i != r.u:
+            if i and i not in produced and i != r.u:
                 consts[i] = ctx.const(m, k, f"input '{i}'")
-    out = region_model(r.members, consts, r.u, r.y, x.dtype, max(1, len(x.shape)), ctx.opsets)
+    out = region_model(nodes, consts, r.u, r.y, x.dtype, max(1, len(x.shape)), ctx.opsets)
     level = "default" if ctx.integer_reading else "off"
     what = f"the region {_label(r.members)}"
     try:
