@@ -103,6 +103,8 @@ def compile_model(
     - `proofs_dir`/`proofs_mode` ("rw" | "ro" | "off"): the proof store;
     - `check_options`: the same options as a dict (`timeout_s`, `solver`, `store`,
       `cross_check`, `jobs`), as the command-line tools pass them; it overrides the keywords;
+      also `known` / `defer` (`compiler.ir.context.CheckOptions`: verdicts decided
+      elsewhere, and collecting obligations undecided), as `prover zoo` runs models;
     - `compose_tables`: allow Act2(Act1(MatMul)) to fuse as one composed, proven table;
     - `synthesis` (default on; acts only on targets whose TOML declares a `synthesis` space):
       where rounding a fixed-point scale is refuted, synthesise the parameters in that
@@ -128,6 +130,8 @@ def compile_model(
             solver=str(opts.pop("solver", solver)),
             cross_check=bool(opts.pop("cross_check", cross_check)),
             store=opts.pop("store", None) or _store(proofs_dir, proofs_mode),
+            known=opts.pop("known", None),
+            defer=opts.pop("defer", None),
         ),
         jobs=int(opts.pop("jobs", jobs)),
         compose_tables=compose_tables,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,9 @@ class CheckOptions:
     schedule_strategy: str = "early"  # --schedule-strategy (compiler.ir.structure)
     synthesis: bool = True  # --no-synthesize turns it off (compiler.proving.fixed_synthesis)
     require_quantized: bool = False  # --require-quantized (always on in a read-only gate)
+    # `prover zoo` (compiler.zoo): verdicts decided apart, and collecting without deciding
+    known: Mapping[str, Any] | None = None
+    defer: MutableMapping[str, Any] | None = None
 
     @classmethod
     def from_args(cls, args: Any) -> CheckOptions:
@@ -157,6 +161,8 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     }
     if store is not None:
         check_options["store"] = store
+    if opts.known is not None or opts.defer is not None:
+        check_options.update(known=opts.known, defer=opts.defer)
     with Progress("checking", enabled=None if opts.progress else False) as bar:
         result = _compile(checked, policy, target, check_options, bar)
     report = Report(
