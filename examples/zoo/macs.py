@@ -131,7 +131,8 @@ def program_macs(program) -> tuple[int, int, list[str]]:
 
     NPU: every `MatMul` instruction, a [..., M, K] x [K, N] product (a tiled one computes
     only its columns `cols`); a conv over a window (`window`, `a` channels-last) computes
-    one K_group-long product per output position and column. Host: the compute nodes inside every host ONNX subgraph.
+    one K_group-long product per output position and column (tiled: every row tile of its
+    columns `cols`). Host: the compute nodes inside every host ONNX subgraph.
     Any other instruction that is not data movement, a table/parameter load, an
     elementwise step or a host call is listed, so a share is never silently wrong.
     """
@@ -150,9 +151,9 @@ def program_macs(program) -> tuple[int, int, list[str]]:
             window = getattr(ins, "window", None)
             if window is None:
                 npu += math.prod(a[:-1]) * a[-1] * n
-            elif ins.tile is not None:  # a row tile of a conv: its rows are not read here
-                unknown.append(f"MatMul {ins.name} (a tiled window conv)")
-            else:  # a conv over a window, `a` channels-last: out positions x K_group x cols
+            else:  # a conv over a window, `a` channels-last: out positions x K_group x cols;
+                # tiled, it streams every row tile of its columns (the simulator's
+                # `_tiled_conv`), so it computes the same products
                 npu += a[0] * math.prod(window.out_spatial(tuple(a[1:-1]))) * w[0] * n
         elif kind == "HostCall":
             step = ins.step
