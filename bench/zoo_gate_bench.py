@@ -23,8 +23,9 @@ Printed: per run the wall seconds and the CPU seconds (this process and its reap
 the process workers, whose cluster is closed by then), and for the zoo runs the obligation
 figures of the report (occurrences over all tasks, distinct hashes, shared by several
 tasks, decided once in the deciding phase, decided inside a model run) and the dedup ratio
-(occurrences / distinct), the model runs and the Dask tasks. Every zoo task's sites
-(verdicts, proof hashes, counterexamples) must equal the loop's, else exit 1.
+(occurrences / distinct), the model runs and the Dask tasks. Every zoo task's report
+(verdicts, proof hashes, counterexamples, summary, MACs, host ops; not times) must equal the
+loop's, else exit 1.
 """
 
 from __future__ import annotations
@@ -46,8 +47,12 @@ def _cpu() -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
-def _sites(rep: dict) -> list[dict]:
-    return [{k: v for k, v in s.items() if k != "time_ms"} for s in rep["sites"]]
+def _sites(rep: dict) -> dict:
+    """The whole report but its times: sites (verdicts, proof hashes, counterexamples),
+    summary, MACs, host ops, findings."""
+    out = {k: v for k, v in rep.items() if k != "sites"}
+    out["sites"] = [{k: v for k, v in s.items() if k != "time_ms"} for s in rep["sites"]]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -139,11 +139,26 @@ def compile_model(
         progress=progress,
         resolve_reference=resolve_reference,
     )
-    g, m = to_ir(
-        os.fspath(model) if isinstance(model, os.PathLike) else model, reference=config.reference
-    )
+    g, m = _frontend(model, config, opts.pop("frontend", None))
     start_workers(config.jobs, g)  # if it pays: their start-up overlaps the legality work
     return _run(g, Context(config, PipelineState(model=m, original=_snapshot(g))))
+
+
+def _frontend(model: Any, config: CompileConfig, cached: Any) -> tuple[Graph, Any]:
+    """`to_ir` of `model`; with `cached` = (a `compiler.frontend.cache.FrontendCache`, the
+    model file's digest, its size), a fresh snapshot of the IR read before under the same
+    reference."""
+    source = os.fspath(model) if isinstance(model, os.PathLike) else model
+    if cached is None:
+        return to_ir(source, reference=config.reference)
+    cache, digest, cost = cached
+    key = ("ir", digest, repr(config.reference))
+    hit = cache.get(key)
+    if hit is not None:
+        return _snapshot(hit[0]), hit[1]
+    g, m = to_ir(source, reference=config.reference)
+    cache.put(key, (_snapshot(g), m), cost)
+    return g, m
 
 
 def _snapshot(g: Graph) -> Graph:

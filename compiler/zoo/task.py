@@ -20,7 +20,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from compiler.frontend.cache import FrontendCache
 from compiler.zoo.manifest import TaskSpec
+
+
+# a worker collects a model, then assembles it (on the same worker where it can): the file
+# checked and read by the frontend once (the ORT session behind the frontend's reading is
+# cached by the frontend itself)
+FRONTEND = FrontendCache()
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ def run_task(
         require_quantized=settings.require_quantized,
         known=known,
         defer=needs,
+        frontend_cache=FRONTEND if collect else None,
     )
     try:
         run = run_pipeline(spec.model, opts)
