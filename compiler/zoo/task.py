@@ -23,7 +23,6 @@ from typing import Any
 from compiler.frontend.cache import FrontendCache
 from compiler.zoo.manifest import TaskSpec
 
-
 # a worker collects a model, then assembles it (on the same worker where it can): the file
 # checked and read by the frontend once (the ORT session behind the frontend's reading is
 # cached by the frontend itself)
