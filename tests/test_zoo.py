@@ -296,3 +296,19 @@ def test_an_obligation_whose_decision_fails_twice_makes_its_models_unknown(tmp_p
     others = [o for o in run.outcomes if target not in o.result["obligations"]]
     assert others and all(o.status == "checked" for o in others)
     assert report.zoo_json(run)["summary"]["complete"] is False
+
+
+def test_frontend_cache_is_lru_bounded_by_count_and_bytes():
+    from compiler.frontend.cache import FrontendCache
+
+    c = FrontendCache(size=3, max_bytes=100)
+    for k in "abc":
+        c.put((k,), k, 30)
+    assert c.get(("a",)) == "a"  # a is now the most recent: b goes first
+    c.put(("d",), "d", 30)  # 120 bytes: over, b evicted
+    assert c.get(("b",)) is None and c.get(("c",)) == "c" and c.get(("d",)) == "d"
+    c.put(("big",), "x", 101)  # larger than the whole cache: not kept, nothing evicted
+    assert c.get(("big",)) is None and c.get(("a",)) == "a"
+    c.put(("e",), "e", 1)
+    c.put(("f",), "f", 1)  # more items than 3: the least recent (c, then d) go
+    assert c.get(("c",)) is None and c.get(("d",)) is None and c.hits == 4
