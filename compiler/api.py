@@ -103,6 +103,8 @@ def compile_model(
     - `proofs_dir`/`proofs_mode` ("rw" | "ro" | "off"): the proof store;
     - `check_options`: the same options as a dict (`timeout_s`, `solver`, `store`,
       `cross_check`, `jobs`), as the command-line tools pass them; it overrides the keywords;
+      also `known` / `defer` (`compiler.ir.context.CheckOptions`: verdicts decided
+      elsewhere, and collecting obligations undecided), as `prover zoo` runs models;
     - `compose_tables`: allow Act2(Act1(MatMul)) to fuse as one composed, proven table;
     - `synthesis` (default on; acts only on targets whose TOML declares a `synthesis` space):
       where rounding a fixed-point scale is refuted, synthesise the parameters in that
@@ -128,6 +130,8 @@ def compile_model(
             solver=str(opts.pop("solver", solver)),
             cross_check=bool(opts.pop("cross_check", cross_check)),
             store=opts.pop("store", None) or _store(proofs_dir, proofs_mode),
+            known=opts.pop("known", None),
+            defer=opts.pop("defer", None),
         ),
         jobs=int(opts.pop("jobs", jobs)),
         compose_tables=compose_tables,
@@ -135,11 +139,26 @@ def compile_model(
         progress=progress,
         resolve_reference=resolve_reference,
     )
-    g, m = to_ir(
-        os.fspath(model) if isinstance(model, os.PathLike) else model, reference=config.reference
-    )
+    g, m = _frontend(model, config, opts.pop("frontend", None))
     start_workers(config.jobs, g)  # if it pays: their start-up overlaps the legality work
     return _run(g, Context(config, PipelineState(model=m, original=_snapshot(g))))
+
+
+def _frontend(model: Any, config: CompileConfig, cached: Any) -> tuple[Graph, Any]:
+    """`to_ir` of `model`; with `cached` = (a `compiler.frontend.cache.FrontendCache`, the
+    model file's digest, its size), a fresh snapshot of the IR read before under the same
+    reference."""
+    source = os.fspath(model) if isinstance(model, os.PathLike) else model
+    if cached is None:
+        return to_ir(source, reference=config.reference)
+    cache, digest, cost = cached
+    key = ("ir", digest, repr(config.reference))
+    hit = cache.get(key)
+    if hit is not None:
+        return _snapshot(hit[0]), hit[1]
+    g, m = to_ir(source, reference=config.reference)
+    cache.put(key, (_snapshot(g), m), cost)
+    return g, m
 
 
 def _snapshot(g: Graph) -> Graph:

@@ -280,3 +280,23 @@ def test_u8s8_window_conv_saturable_pairs_are_a_finding_under_any_reference():
     assert f["reference_saturates"] is False and f["columns"]
     reduced = compile_model(qconv(x_type="uint8", w_range=(-64, 63)), "bitwise", FLOAT)
     assert not reduced.context.findings  # 7-bit weights: no two products reach int16's bounds
+
+
+@pytest.mark.slow  # ~0.6 s idle (a compile and an ORT shape run): kept out of the default run
+def test_zoo_mac_count_includes_tiled_window_convs():
+    """examples/zoo/macs.py counts a tiled window conv's products (every row tile of its
+    columns): the program's NPU MACs equal the model's (they were listed as not understood,
+    and resnet18's share was a lower bound)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "zoo"))
+    from macs import model_macs, program_macs
+
+    target = _small_sram_target()
+    m = qconv(**TILED["stride2_same_lower"])
+    r = compile_model(m, "bitwise", target)
+    prog = codegen.generate(r.lowered, target)
+    assert any(getattr(i, "tile", None) is not None for i in prog.instructions)
+    npu, host, unknown = program_macs(prog)
+    assert (npu, host, unknown) == (model_macs(m)[0], 0, [])

@@ -160,3 +160,23 @@ def test_survey_measures_small_zoo_models(tmp_path):
     assert mlp.check.rc == 0 and mlp.check.summary["proven"] >= 2 and mlp.compile.rc == 0
     assert mlp.macs == 18752 and mlp.npu_macs + mlp.host_macs == mlp.macs and mlp.npu_share == 1.0
     assert lstm.macs == 6208 and lstm.check.rc in (0, 2) and lstm.check.cpu_s > 0
+
+
+def test_make_zoo_is_build_under_the_issues_name_and_lists_the_four_ways(monkeypatch, capsys):
+    """`examples/zoo/make_zoo.py --list` (no torch) lists the CNNs of the convolution issue
+    in its four ways, and the transformers and RNNs static, dynamic and pre-processed."""
+    for mod in ("torch", "torchvision", "transformers"):
+        monkeypatch.setitem(sys.modules, mod, None)
+    import build
+    import make_zoo
+
+    assert make_zoo.main is build.main
+    assert make_zoo.main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {lines[i].split()[0]: lines[i + 1].split() for i in range(0, len(lines) - 1, 2)}
+    four = {"qop_u8s8_pt", "qop_s8s8_pc", "qdq_u8s8_pc", "qdq_s8s8_pt"}
+    for arch in ("mobilenet_v2", "mobilenet_v3_small", "resnet18", "efficientnet_b0"):
+        assert four | {f"{v}_pre" for v in four} <= set(listed[arch])
+    for arch in ("bert", "vit", "gpt2", "lstm", "gru"):
+        v = set(listed[arch])
+        assert four <= v and {"dyn_u8s8_pt", "dyn_u8s8_pt_pre", "qop_u8s8_pt_pre"} <= v

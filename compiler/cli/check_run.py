@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,11 @@ class CheckOptions:
     schedule_strategy: str = "early"  # --schedule-strategy (compiler.ir.structure)
     synthesis: bool = True  # --no-synthesize turns it off (compiler.proving.fixed_synthesis)
     require_quantized: bool = False  # --require-quantized (always on in a read-only gate)
+    # `prover zoo` (compiler.zoo): verdicts decided apart, and collecting without deciding
+    known: Mapping[str, Any] | None = None
+    defer: MutableMapping[str, Any] | None = None
+    # a process checking the same files again (a zoo worker): compiler.frontend.cache
+    frontend_cache: Any = None
 
     @classmethod
     def from_args(cls, args: Any) -> CheckOptions:
@@ -143,7 +149,7 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     solver = check_solver(opts.solver)
     external: list[str] = []
     read = InputsRead()
-    checked = check_model_file(model, external, read)
+    checked = _checked_model(model, external, read, opts.frontend_cache)
     target = resolve_target(opts.target, read)
     profile = resolve_reference_option(opts.reference)
     store = open_store(opts.proofs, opts.proofs_mode, opts.proof_key_file, opts.recheck_budget_s)
@@ -157,6 +163,10 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     }
     if store is not None:
         check_options["store"] = store
+    if opts.known is not None or opts.defer is not None:
+        check_options.update(known=opts.known, defer=opts.defer)
+    if opts.frontend_cache is not None and read.model is not None and not external:
+        check_options["frontend"] = (opts.frontend_cache, read.model, checked.proto.ByteSize())
     with Progress("checking", enabled=None if opts.progress else False) as bar:
         result = _compile(checked, policy, target, check_options, bar)
     report = Report(
@@ -175,6 +185,28 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     report.proof_misses = [why for _, why in misses]
     report.proof_records = served_records(result)
     return CheckRun(report, result, target, policy, [h for h, _ in misses], store, external, read)
+
+
+def _checked_model(model: str, external: list[str], read: InputsRead, cache: Any) -> Any:
+    """`check_model_file`, served from `cache` (a `FrontendCache`) for a file whose bytes
+    were checked before in this process (and that names no external data)."""
+    if cache is None:
+        return check_model_file(model, external, read)
+    from hashlib import sha256
+
+    try:
+        data = Path(model).read_bytes()
+    except OSError:
+        return check_model_file(model, external, read)
+    key = ("checked", str(Path(model).absolute()), sha256(data).hexdigest())
+    hit = cache.get(key)
+    if hit is not None:
+        checked, read.model = hit
+        return checked
+    checked = check_model_file(model, external, read)
+    if not external:
+        cache.put(key, (checked, read.model), len(data))
+    return checked
 
 
 def host_ops(result: CompileResult) -> list[Diagnostic]:

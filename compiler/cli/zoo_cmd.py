@@ -49,8 +49,9 @@ def add_zoo_parser(sub: Any) -> None:
         "zoo",
         help="check a model zoo (manifest or directory) on Dask distributed",
         description="Check many models x targets x policies x references on Dask distributed "
-        "(an embedded LocalCluster, or --scheduler), obligations shared through one proof "
-        "store, and write one aggregated report.",
+        "(an embedded LocalCluster, or --scheduler): each model's obligations are collected "
+        "by canonical hash, each distinct one is decided once on the workers, each model's "
+        "verdicts are assembled from the answers; one aggregated report.",
         epilog=ZOO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

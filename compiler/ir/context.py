@@ -11,7 +11,7 @@ read `ctx.config.<field>` / `ctx.state.<field>` (the flat attribute names, `ctx.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
@@ -40,6 +40,13 @@ class CheckOptions:
     solver: str = "auto"
     cross_check: bool = False
     store: ProofStore | None = field(default=None, compare=False)
+    # A distributed zoo (compiler.zoo.run) decides obligations apart from the models:
+    # `known` holds verdicts (or the errors deciding them raised) decided elsewhere, by
+    # hash, taken as if decided here; `defer` (the caller's dict) receives every other
+    # obligation asked for, by hash, undecided, answered provisionally `proven`: a run that
+    # deferred anything only collects what to decide, and its result is discarded.
+    known: Mapping[str, Any] | None = field(default=None, compare=False)
+    defer: MutableMapping[str, Obligation] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,7 +36,7 @@ from compiler.proving.cex import lift_spec
 from prover.obligation import Obligation
 from prover.policy import Policy
 from prover.terms import Var
-from prover.verdict import Status
+from prover.verdict import Status, Verdict
 
 SiteObligation = tuple[Obligation, tuple[int, ...], int]  # (obligation, columns, lift column)
 
@@ -141,11 +141,30 @@ def _loud(v: Any) -> Any:
     return v
 
 
+def provisional(ob: Obligation) -> Verdict:
+    """The stand-in answer of a deferred obligation (`CheckOptions.defer`): `proven`, so a
+    collecting run goes on the way most runs go and asks for what follows a proof (the
+    lowering's obligations); a run that deferred anything is discarded, never reported."""
+    return Verdict(
+        Status.PROVEN, ob.policy, ob.hash, "deferred", 0.0, reason="deferred", details={}
+    )
+
+
 def check(ob: Obligation, ctx: Context) -> Any:
-    """The verdict of `ob` (or the `ProverError` deciding it raised), decided once per run."""
+    """The verdict of `ob` (or the `ProverError` deciding it raised), decided once per run;
+    taken from `CheckOptions.known` if there, else deferred if `CheckOptions.defer`."""
     verdicts = ctx.state.verdicts
     if ob.hash in verdicts:
         return verdicts[ob.hash]
+    o = ctx.config.check
+    if o.known is not None and ob.hash in o.known:
+        v = o.known[ob.hash]
+        verdicts[ob.hash] = v
+        return _loud(v) if isinstance(v, Exception) else v
+    if o.defer is not None:
+        o.defer[ob.hash] = ob
+        verdicts[ob.hash] = v = provisional(ob)
+        return v
     from prover.api import ProverError
     from prover.api import check as decide
 
@@ -219,6 +238,13 @@ def decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
     longer than starting them. Verdicts do not depend on where an obligation was decided.
     """
     todo = list({ob.hash: ob for ob in obligations if ob.hash not in ctx.state.verdicts}.values())
+    o = ctx.config.check
+    if o.defer is not None or o.known is not None:  # decided elsewhere (a zoo), or to be
+        known = o.known or {}
+        for ob in todo:
+            if o.defer is not None or ob.hash in known:
+                check(ob, ctx)
+        todo = [ob for ob in todo if ob.hash not in ctx.state.verdicts]
     jobs = ctx.config.jobs
     if jobs > 1 and len(todo) > 1:
         from prover import parallel

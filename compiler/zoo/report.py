@@ -33,13 +33,18 @@ PRECEDENCE = (
 
 
 def obligation_figures(run: ZooRun) -> dict[str, Any]:
-    """How obligations recurred across tasks and how each was answered."""
+    """How obligations recurred across tasks and how each distinct one was answered.
+
+    `occurrences`: one per task relying on one; `distinct`: their hashes; `shared`: hashes
+    several tasks rely on; `decided` / `served` / `errors`: how the deciding phase answered
+    each distinct hash, once (`speculative`: answered for a model's provisional path that
+    its final run did not take); `inline`: decided inside a model run (a refutation's
+    lifting, or a model past its collecting runs)."""
     seen: Counter[str] = Counter()
-    answers: Counter[str] = Counter()
     for o in run.outcomes:
-        for h, how in o.result["obligations"].items():
-            seen[h] += 1
-            answers[how] += 1
+        seen.update(o.result["obligations"].keys())
+    answers = Counter(run.answers.values())
+    inline = {h for o in run.outcomes for h in o.result["obligations"] if h not in run.answers}
     occurrences = sum(seen.values())
     distinct = len(seen)
     return {
@@ -49,6 +54,8 @@ def obligation_figures(run: ZooRun) -> dict[str, Any]:
         "decided": answers["decided"],
         "served": answers["served"],
         "errors": answers["error"],
+        "speculative": sum(1 for h in run.answers if h not in seen),
+        "inline": len(inline),
         "dedup_ratio": round(occurrences / distinct, 4) if distinct else 1.0,
     }
 
@@ -128,6 +135,8 @@ def zoo_json(
             "workers": run.workers,
             "wall_s": round(run.wall_s, 3),
             "store": run.store,
+            "model_runs": run.model_runs,
+            "dask_tasks": run.dask_tasks,
         },
         "tasks": tasks,
     }
@@ -175,8 +184,10 @@ def headline(data: dict[str, Any]) -> list[str]:
         f"{s['refuted']} refuted, {s['unknown']} unknown, {s['rejected']} rejected"
         + ("" if s["complete"] else "; INCOMPLETE"),
         f"obligations: {ob['occurrences']} over all tasks, {ob['distinct']} distinct, "
-        f"{ob['shared']} shared by several tasks; {ob['decided']} decided, "
-        f"{ob['served']} served from the store (dedup ratio {ob['dedup_ratio']:.2f})",
+        f"{ob['shared']} shared by several tasks (dedup ratio {ob['dedup_ratio']:.2f}); "
+        f"each decided once: {ob['decided']} decided, {ob['served']} served from the store, "
+        f"{ob['errors']} error(s)"
+        + (f", {ob['inline']} decided in a model run" if ob["inline"] else ""),
         f"{eng['workers']} worker(s) on {eng['scheduler']}, {eng['wall_s']:.1f} s; "
         f"exit {s['exit_code']}",
     ]

@@ -1,20 +1,32 @@
-"""One zoo task, run on a Dask worker: `prover check` of one model x target x policy x
+"""One zoo model run, on a Dask worker: `prover check` of one model x target x policy x
 reference, through the same pipeline (`compiler.cli.check_run.run_pipeline`).
 
-It returns plain data (picklable, JSON-ready): the check's JSON report, its exit code,
-and how each obligation was answered ("decided", "served" from the shared proof store,
-or "error"), which the zoo adds up into its deduplication figures. Bad input (a corrupt
-model) is a result (`status: error`, exit 2), not an exception: only a tool bug or a dead
-worker makes the task fail, and the zoo retries those once.
+Run alone (`known` None), it decides its obligations itself: `prover check` exactly. The
+zoo runs it with `known` (the verdicts decided so far, by hash) and `collect`: every other
+obligation it asks for is deferred (`compiler.ir.context.CheckOptions.defer`), and if
+there was one the result is `pending` with those obligations (`needs`, by hash) to be
+decided apart (`compiler.zoo.decide`), once across the zoo, and the model run again with
+them known. A run that needed nothing new is the check's result: its JSON report, its exit
+code, and how each obligation it relied on was answered ("decided", "served" from the
+proof store, or "error"). Bad input (a corrupt model) is a result (`status: error`, exit
+2), not an exception: only a tool bug or a dead worker makes a run fail, and the zoo
+retries those once.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from compiler.frontend.cache import FrontendCache
 from compiler.zoo.manifest import TaskSpec
+
+# a worker collects a model, then assembles it (on the same worker where it can): the file
+# checked and read by the frontend once (the ORT session behind the frontend's reading is
+# cached by the frontend itself)
+FRONTEND = FrontendCache()
 
 
 @dataclass(frozen=True)
@@ -35,8 +47,14 @@ class RunSettings:
         return asdict(self)
 
 
-def run_task(spec: TaskSpec, settings: RunSettings) -> dict[str, Any]:
-    """Check one task; see the module docstring for what is returned."""
+def run_task(
+    spec: TaskSpec,
+    settings: RunSettings,
+    known: Mapping[str, Any] | None = None,
+    collect: bool = False,
+) -> dict[str, Any]:
+    """Check one task (with the verdicts `known`; deferring the rest if `collect`); see
+    the module docstring for what is returned."""
     from compiler.cli.check_run import CheckOptions, run_pipeline
     from compiler.cli.common import expected_errors, one_line
     from compiler.report.json_form import report_json
@@ -45,6 +63,7 @@ def run_task(spec: TaskSpec, settings: RunSettings) -> dict[str, Any]:
     from prover.policy import Policy
 
     t0 = time.perf_counter()
+    needs: dict[str, Any] | None = {} if collect else None
     opts = CheckOptions(
         policy=Policy.parse(spec.policy),
         target=spec.target,
@@ -60,15 +79,25 @@ def run_task(spec: TaskSpec, settings: RunSettings) -> dict[str, Any]:
         schedule_strategy=settings.schedule_strategy,
         synthesis=settings.synthesis,
         require_quantized=settings.require_quantized,
+        known=known,
+        defer=needs,
+        frontend_cache=FRONTEND if collect else None,
     )
     try:
         run = run_pipeline(spec.model, opts)
-    except StoreMiss as e:
-        return _failed(spec, t0, ExitCode.PROOF_MISSING, one_line(e))
-    except expected_errors() as e:
-        return _failed(spec, t0, ExitCode.BAD_INPUT, one_line(e))
+    except Exception as e:
+        if needs:  # perhaps only on the provisional path: run again with the verdicts
+            return _pending(needs, t0)
+        if isinstance(e, StoreMiss):
+            return _failed(spec, t0, ExitCode.PROOF_MISSING, one_line(e))
+        if isinstance(e, expected_errors()):
+            return _failed(spec, t0, ExitCode.BAD_INPUT, one_line(e))
+        raise
+    if needs:
+        return _pending(needs, t0)
+    ctx = run.result.context
     run.report.model = spec.label
-    verdicts = {} if run.result.context is None else run.result.context.verdicts
+    verdicts = {} if ctx is None else ctx.verdicts
     return {
         "status": "checked",
         "exit_code": int(run.report.exit_code()),
@@ -76,6 +105,10 @@ def run_task(spec: TaskSpec, settings: RunSettings) -> dict[str, Any]:
         "obligations": {h: _answer(v) for h, v in verdicts.items()},
         "time_s": time.perf_counter() - t0,
     }
+
+
+def _pending(needs: dict[str, Any], t0: float) -> dict[str, Any]:
+    return {"status": "pending", "needs": needs, "time_s": time.perf_counter() - t0}
 
 
 def _answer(v: Any) -> str:

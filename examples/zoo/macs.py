@@ -4,8 +4,10 @@ The compile report does not give MACs, so they are counted here: for an ONNX mod
 shapes ONNX Runtime computes (every tensor a compute op reads or writes is fetched in one
 run with optimisations off, so run-time shapes such as those behind `Shape` ops are exact),
 for a program from its NPU `MatMul` instructions and from the ONNX subgraphs of its host
-steps. Conv, ConvInteger, QLinearConv, MatMul, MatMulInteger, QLinearMatMul, Gemm, QGemm
-and the recurrent ops (LSTM, GRU, RNN, DynamicQuantizeLSTM) count.
+steps. Conv, ConvInteger, QLinearConv, MatMul, MatMulInteger, QLinearMatMul, Gemm, QGemm,
+the recurrent ops (LSTM, GRU, RNN, DynamicQuantizeLSTM), and ORT's fused forms that host
+steps run (FusedConv, FusedMatMul, FusedGemm, DynamicQuantizeMatMul,
+MatMulIntegerToFloat) count.
 """
 
 from __future__ import annotations
@@ -17,8 +19,23 @@ import numpy as np
 import onnx
 from onnx import helper
 
-CONV = {"Conv": (0, 1), "ConvInteger": (0, 1), "QLinearConv": (0, 3)}  # op: (x, w) inputs
-MATMUL = {"MatMul": 0, "MatMulInteger": 0, "QLinearMatMul": 0, "Gemm": 0, "QGemm": 0}
+# op: (x, w) inputs; FusedConv and the MatMul forms below are ONNX Runtime's fusions
+# (com.microsoft), which host ONNX steps run at ORT's default optimisation level
+CONV = {"Conv": (0, 1), "ConvInteger": (0, 1), "QLinearConv": (0, 3), "FusedConv": (0, 1)}
+MATMUL = {
+    op: 0
+    for op in (
+        "MatMul",
+        "MatMulInteger",
+        "QLinearMatMul",
+        "Gemm",
+        "QGemm",
+        "FusedMatMul",
+        "FusedGemm",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+    )
+}
 RNN = {"LSTM": 4, "GRU": 3, "RNN": 1, "DynamicQuantizeLSTM": 4}  # op: gates
 COMPUTE = set(CONV) | set(MATMUL) | set(RNN)
 
@@ -41,7 +58,7 @@ def node_macs(node: onnx.NodeProto, shape: dict[str, tuple[int, ...]]) -> int:
     if op in MATMUL:
         a = shape[node.input[0]]
         k = a[-1]
-        if op in ("Gemm", "QGemm") and _attr(node, "transA", 0):
+        if op in ("Gemm", "QGemm", "FusedGemm") and _attr(node, "transA", 0):
             k = a[0]
         return math.prod(shape[node.output[0]]) * k
     if op in RNN:
@@ -131,8 +148,9 @@ def program_macs(program) -> tuple[int, int, list[str]]:
 
     NPU: every `MatMul` instruction, a [..., M, K] x [K, N] product (a tiled one computes
     only its columns `cols`); a conv over a window (`window`, `a` channels-last) computes
-    one K_group-long product per output position and column; a Pool-unit MatMul (a global
-    average pool) is no model MAC. Host: the compute nodes inside every host ONNX subgraph.
+    one K_group-long product per output position and column (tiled: every row tile of its
+    columns `cols`); a Pool-unit MatMul (a global average pool) is no model MAC. Host: the
+    compute nodes inside every host ONNX subgraph.
     Any other instruction that is not data movement, a table/parameter load, an
     elementwise step or a host call is listed, so a share is never silently wrong.
     """
@@ -156,9 +174,9 @@ def program_macs(program) -> tuple[int, int, list[str]]:
             window = getattr(ins, "window", None)
             if window is None:
                 npu += math.prod(a[:-1]) * a[-1] * n
-            elif ins.tile is not None:  # a row tile of a conv: its rows are not read here
-                unknown.append(f"MatMul {ins.name} (a tiled window conv)")
-            else:  # a conv over a window, `a` channels-last: out positions x K_group x cols
+            else:  # a conv over a window, `a` channels-last: out positions x K_group x cols;
+                # tiled, it streams every row tile of its columns (the simulator's
+                # `_tiled_conv`), so it computes the same products
                 npu += a[0] * math.prod(window.out_spatial(tuple(a[1:-1]))) * w[0] * n
         elif kind == "HostCall":
             step = ins.step
