@@ -483,16 +483,5 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
-def write_output(text: str, output: str | None) -> None:
-    """Write a report to a file (parents created) or to stdout."""
-    if output is None or output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    p = Path(output)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
-
-
 def argv_or_default(argv: Sequence[str] | None) -> list[str]:
     return list(sys.argv[1:] if argv is None else argv)

@@ -31,7 +31,7 @@ from compiler.cli.common import (
     run_main,
     warn_float_compute,
 )
-from compiler.report import json_form as report_json
+from compiler.cli.outputs import FORMATS, Staged, check_destination, render_report, report_format
 from compiler.report.model import ExitCode
 from prover.verdict import ReasonCode, Status
 
@@ -63,8 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--report",
         metavar="FILE",
-        help="write the report (sites, ledger) here: HTML for .html/.htm (needs the 'report' "
-        "extra), markdown for .md, else JSON",
+        help="write the report (sites, ledger) here, in --format, else as its extension "
+        "says (.json, .html/.htm, .md, .txt, .sarif, .xml); another extension is an error",
+    )
+    c.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="format of --report (default: from its extension; html needs the 'report' extra)",
     )
     add_indent_option(c, "JSON report")
     c.add_argument(
@@ -163,11 +169,13 @@ def _compile(args: argparse.Namespace) -> int:
 
     opts = CheckOptions.from_args(args)
     out = Path(args.output)
-    if out.is_dir():
-        raise UsageError(f"-o is a directory, not a program file: {args.output}")
-    kind = report_kind(args.report)
+    if args.format is not None and args.report is None:
+        raise UsageError("--format applies to --report FILE; add one")
+    kind = report_format(args.format, args.report, "--report", None)
     if args.indent is not None and kind != "json":
         raise UsageError(f"--indent applies to a JSON --report, not {kind or 'none'}")
+    for path, option in ((args.output, "-o"), (args.report, "--report")):
+        check_destination(path, option)  # before the work: nothing is written on bad usage
     if kind == "html":
         from compiler.report.plots import require_matplotlib
 
@@ -181,8 +189,6 @@ def _compile(args: argparse.Namespace) -> int:
         return ExitCode.FLOAT_COMPUTE  # a gate: no program is written
     program = generate(run.result.lowered, run.target)
     check_program(run.result.sites, run.result.lowered, program)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    program.save(out)
     given = None
     if args.input:
         from npu_backend.runner import load_inputs
@@ -202,23 +208,17 @@ def _compile(args: argparse.Namespace) -> int:
     for d in run.result.diagnostics:  # a proven fusion not applied
         if d.code == ReasonCode.BUFFERS_EXCEED_MEMORY:
             print(f"{PROG}: {d.message}", file=sys.stderr)
-    if args.report:
-        rp = Path(args.report)
-        rp.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "html":
-            from compiler.report import html as report_html
-
-            rp.write_text(report_html.render(run), encoding="utf-8")
-        elif kind == "markdown":
-            from compiler.report import markdown as report_markdown
-
-            rp.write_text(report_markdown.render(run.report), encoding="utf-8")
-        else:
-            data = report_json.report_json(run.report)
-            data["program"] = str(out)
-            rp.write_text(report_json.dumps(data, args.indent))
+    staged = Staged()  # the program and the report are written together or not at all
+    staged.add(out, program.to_bytes(), "NPU program")
+    if args.report and kind is not None:
+        extra = {"program": str(out)} if kind == "json" else None
+        text = render_report(kind, run, args.indent, extra, progress=opts.progress)
+        staged.add(args.report, text, f"{kind} report")
+    lines = staged.commit()
+    for line in lines[1:]:
+        print(line)
     print(
-        f"wrote {out}: {applied} of {s.candidates} candidate fusions applied "
+        f"{lines[0]}: {applied} of {s.candidates} candidate fusions applied "
         f"({s.refuted} refuted, {s.unknown} unknown, {s.rejected} rejected; "
         f"policy {run.report.policy}, target {run.report.target})"
     )
@@ -230,14 +230,6 @@ def _compile(args: argparse.Namespace) -> int:
                 "than unfused (see the report's ledger)"
             )
     return ExitCode.OK
-
-
-def report_kind(path: str | None) -> str | None:
-    """The --report format its file name asks for: html, markdown or json (None: no report)."""
-    if path is None:
-        return None
-    suffix = Path(path).suffix.lower()
-    return {".html": "html", ".htm": "html", ".md": "markdown"}.get(suffix, "json")
 
 
 def _run(args: argparse.Namespace) -> int:

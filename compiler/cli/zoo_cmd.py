@@ -19,8 +19,8 @@ from compiler.cli.common import (
     parse_policy,
     positive_float,
     positive_int,
-    write_output,
 )
+from compiler.cli.outputs import write_output
 
 FORMATS = ("text", "json", "markdown", "html")
 BASELINE_HELP = (
@@ -111,8 +111,9 @@ def add_zoo_parser(sub: Any) -> None:
     z.add_argument(
         "--format",
         choices=FORMATS,
-        default="text",
-        help="report format (markdown: a pull-request comment; html: a self-contained dashboard)",
+        default=None,
+        help="report format (default: from -o's extension, else text; markdown: a "
+        "pull-request comment; html: a self-contained dashboard)",
     )
     add_indent_option(z, "JSON")
     z.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
@@ -173,7 +174,7 @@ def zoo(args: argparse.Namespace) -> int:
         text = report.render_html(data)
     else:
         text = report.render_text(data)
-    write_output(text, args.output)
+    write_output(text, args.output, "prover", f"{args.format} zoo report")
     for c in base.worse(changes):
         print(f"prover: {c.line()}", file=sys.stderr)
     return int(data["summary"]["exit_code"])

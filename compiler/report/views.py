@@ -39,6 +39,8 @@ class GraphNode:
     site: str | None = None
     verdict: str | None = None
     host: bool = False
+    count: int = 1  # ONNX nodes or sites this box stands for (a collapsed graph)
+    href: str | None = None  # where a click goes (default: the site's section)
 
 
 @dataclass
@@ -108,8 +110,9 @@ class Views:
     versions: dict[str, str]
 
 
-def collect(run: CheckRun) -> Views:
-    """The views of a `compiler.cli.check_run.CheckRun`."""
+def collect(run: CheckRun, drawn: set[str] | None = None) -> Views:
+    """The views of a `compiler.cli.check_run.CheckRun`; epilogues and ledgers only for
+    the sites in `drawn` (None: every site)."""
     result, report = run.result, run.report
     verdicts = {s.id: s.verdict.value for s in report.sites}
     nodes, edges = _graph(None if result.context is None else result.context.model)
@@ -125,6 +128,8 @@ def collect(run: CheckRun) -> Views:
     ledger, note = _ledger(run)
     sites: dict[str, SiteView] = {}
     for cs in result.sites:
+        if drawn is not None and cs.id not in drawn:
+            continue
         sv = SiteView(cs.id)
         if cs.verdict is Status.PROVEN:  # only an applied fusion has a ledger entry to show
             sv.ledger = next(
