@@ -33,6 +33,7 @@ from compiler.cli.common import (
 )
 from compiler.cli.outputs import FORMATS, Staged, check_destination, render_report, report_format
 from compiler.report.model import ExitCode
+from compiler.report.words import plural
 from prover.verdict import ReasonCode, Status
 
 PROG = "npuc"
@@ -215,13 +216,13 @@ def _compile(args: argparse.Namespace) -> int:
         text = render_report(kind, run, args.indent, extra, progress=opts.progress)
         staged.add(args.report, text, f"{kind} report")
     lines = staged.commit()
-    for line in lines[1:]:
-        print(line)
     print(
-        f"{lines[0]}: {applied} of {s.candidates} candidate fusions applied "
+        f"{lines[0]}: {applied} of {plural(s.candidates, 'candidate fusion')} applied "
         f"({s.refuted} refuted, {s.unknown} unknown, {s.rejected} rejected; "
         f"policy {run.report.policy}, target {run.report.target})"
     )
+    for line in lines[1:]:
+        print(line)
     for e in entries:
         if e.get("costs_more"):
             print(
