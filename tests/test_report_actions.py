@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cli_helpers import prover
 
+import compiler.passes.legality  # noqa: F401 - registers the rules whose actions are read below
 from compiler.ir.site import ACTIONS
 
 MODEL = str(
@@ -16,9 +17,9 @@ MODEL = str(
 ACTION = ACTIONS["unsupported_intermediate_type"]  # uint8 intermediates on npu_fixed
 
 
-def _check(fmt: str) -> str:
+def _check(fmt: str, *more: str) -> str:
     r = prover("check", MODEL, "--proofs-mode", "off", "--target", "npu_fixed", "--no-synthesize",
-               "--format", fmt)  # fmt: skip
+               "--format", fmt, *more)  # fmt: skip
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -31,7 +32,7 @@ def test_every_reason_code_has_an_action():
 
 
 def test_site_actions_in_text_json_sarif_junit():
-    text = _check("text")
+    text = _check("text", "-v")  # the action is in -v (a line stays short without)
     rejected = [line for line in text.splitlines() if line.startswith("REJECTED")]
     assert len(rejected) == 2 and all(f"; action: {ACTION}" in line for line in rejected)
     sites = json.loads(_check("json"))["sites"]

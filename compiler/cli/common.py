@@ -447,6 +447,17 @@ def add_indent_option(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def add_verbose_option(p: argparse.ArgumentParser) -> None:
+    """`-v/--verbose`: the text report's long form."""
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="text report: every reason in full with its action, every check's items, "
+        "whole hashes (default: one line of at most 160 characters per site)",
+    )
+
+
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """The proof store, the per-obligation timeout, progress and tracebacks."""
     add_proof_store_options(p)

@@ -26,6 +26,7 @@ from compiler.cli.common import (
     add_indent_option,
     add_model_options,
     add_run_options,
+    add_verbose_option,
     argv_or_default,
     positive_int,
     run_main,
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="format of --report (default: from its extension; html needs the 'report' extra)",
     )
     add_indent_option(c, "JSON report")
+    add_verbose_option(c)
     c.add_argument(
         "--input",
         metavar="IN.npz",
@@ -213,7 +215,7 @@ def _compile(args: argparse.Namespace) -> int:
     staged.add(out, program.to_bytes(), "NPU program")
     if args.report and kind is not None:
         extra = {"program": str(out)} if kind == "json" else None
-        text = render_report(kind, run, args.indent, extra, progress=opts.progress)
+        text = render_report(kind, run, args.indent, extra, opts.progress, args.verbose)
         staged.add(args.report, text, f"{kind} report")
     lines = staged.commit()
     print(

@@ -85,10 +85,11 @@ def render_report(
     indent: int | None = None,
     extra: dict[str, Any] | None = None,
     progress: bool = True,
+    verbose: bool = False,
 ) -> str:
     """The report of a `compiler.cli.check_run.CheckRun` in `fmt`; `extra`: keys added to a
     JSON report (e.g. npuc's "program"); an HTML report shows a progress bar while drawn
-    (on a terminal, `progress` True)."""
+    (on a terminal, `progress` True); `verbose`: the text report's -v form."""
     if fmt == "html":
         from compiler.report import html as report_html
         from compiler.report.progress import Progress
@@ -103,6 +104,10 @@ def render_report(
         data = report_json.report_json(run.report)
         data.update(extra)
         return report_json.dumps(data, indent)
+    if fmt == "text":
+        from compiler.report import text as report_text
+
+        return report_text.render(run.report, verbose)
     import importlib
 
     return str(importlib.import_module(f"compiler.report.{fmt}").render(run.report))

@@ -23,6 +23,7 @@ from compiler.cli.common import (
     add_indent_option,
     add_model_options,
     add_run_options,
+    add_verbose_option,
     argv_or_default,
     positive_int,
     run_main,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         "self-contained file with the graph and plots, needs the 'report' extra)",
     )
     add_indent_option(c, "JSON")
+    add_verbose_option(c)
     c.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
     c.add_argument(
         "--emit-tests",
@@ -153,7 +155,9 @@ def _check(args: argparse.Namespace) -> int:
         target_file = str(run.target.path) if opts.target else None  # loaded once, by the run
         tests = emit_tests(report, args.model, args.emit_tests, target_file, run.external_data)
         print(f"{PROG}: {emitted_line(tests, args.emit_tests)}", file=sys.stderr)
-    text = render_report(args.format, run, args.indent, progress=opts.progress)
+    text = render_report(
+        args.format, run, args.indent, progress=opts.progress, verbose=args.verbose
+    )
     write_output(text, args.output, PROG, f"{args.format} report")
     lines = print_store_summary(PROG, run, args.model) + warn_float_compute(PROG, report)
     code = report.exit_code()
