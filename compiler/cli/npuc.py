@@ -20,6 +20,7 @@ from pathlib import Path
 
 from compiler.cli.common import (
     PROOFS_HELP,
+    REFERENCE_PROFILES,
     Parser,
     UsageError,
     VersionAction,
@@ -40,43 +41,86 @@ from prover.verdict import ReasonCode, Status
 PROG = "npuc"
 EXIT_HELP = """exit codes:
   0  program written (only proven fusions applied)
-  2  bad usage or bad input (one-line error on stderr)
+  2  bad usage or bad input (one-line error on stderr; nothing written)
   4  internal error (rerun with --debug for the traceback)
   5  proof gate failed (--proofs-mode ro): an obligation has no trusted record; nothing written
   7  a compute op runs in float on the host (not quantized) under --require-quantized or
      --proofs-mode ro; nothing written
 """
+COMPILE_EXAMPLES = """examples:
+  npuc compile model.onnx -o model.npuprog     only proven fusions reach the program
+  npuc compile model.onnx -o model.npuprog --report report.html
+                                               and the report (the format is the extension's)
+  npuc compile model.onnx -o model.npuprog --proofs proofs --proofs-mode ro
+                                               the CI gate: no program without every proof
+"""
+RUN_HELP = """examples:
+  npuc inputs model.onnx -o in.npz --from float.npz
+                                               the inputs, quantized as the model's own ops do
+  npuc run model.npuprog --input in.npz -o out.npz --counters counters.json
+
+exit codes:
+  0  outputs written (and the counters, with --counters)
+  2  bad usage or bad input: a missing or malformed program or input file, an input
+     missing or of the wrong shape or dtype (one-line error on stderr)
+  4  internal error (rerun with --debug for the traceback)
+"""
+INPUTS_HELP = """examples:
+  npuc inputs model.onnx -o in.npz             a zero skeleton to fill
+  npuc inputs model.onnx -o in.npz --from float.npz --batch 4
+
+exit codes:
+  0  IN.npz written
+  2  bad usage or bad input (a bad model, --from data of the wrong names or shapes,
+     inputs quantized with different parameters by the ops reading them)
+  4  internal error (rerun with --debug for the traceback)
+"""
+TOP_EPILOG = """examples:
+  npuc compile model.onnx -o model.npuprog --report report.html
+  npuc inputs model.onnx -o in.npz --from float.npz
+  npuc run model.npuprog --input in.npz -o out.npz
+Run 'npuc COMMAND --help' for a command's options, examples and exit codes.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `npuc` argument parser (subcommands `compile` and `run`)."""
-    p = Parser(prog=PROG, description="NPU compiler: only proven fusions reach the program.")
+    """The `npuc` argument parser (subcommands `compile`, `run` and `inputs`)."""
+    raw = argparse.RawDescriptionHelpFormatter
+    p = Parser(
+        prog=PROG,
+        description="NPU compiler: only proven fusions reach the program.",
+        epilog=TOP_EPILOG,
+        formatter_class=raw,
+    )
     p.add_argument("--version", action=VersionAction)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     c = sub.add_parser(
         "compile",
         help="compile an ONNX model to an NPU program file",
-        epilog=PROOFS_HELP + "\n" + EXIT_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compile an ONNX model to an NPU program file, applying only the fusions "
+        "the prover proves.",
+        epilog="\n".join((COMPILE_EXAMPLES, PROOFS_HELP, REFERENCE_PROFILES, EXIT_HELP)),
+        formatter_class=raw,
     )
     add_model_options(c)
-    c.add_argument("-o", "--output", required=True, metavar="PROGRAM", help="program file to write")
-    c.add_argument(
+    o = c.add_argument_group("outputs")
+    o.add_argument("-o", "--output", required=True, metavar="PROGRAM", help="program file to write")
+    o.add_argument(
         "--report",
         metavar="FILE",
         help="write the report (sites, ledger) here, in --format, else as its extension "
         "says (.json, .html/.htm, .md, .txt, .sarif, .xml); another extension is an error",
     )
-    c.add_argument(
+    o.add_argument(
         "--format",
         choices=FORMATS,
         default=None,
         help="format of --report (default: from its extension; html needs the 'report' extra)",
     )
-    add_indent_option(c, "JSON report")
-    add_verbose_option(c)
-    c.add_argument(
+    add_indent_option(o, "JSON report")
+    add_verbose_option(o)
+    o.add_argument(
         "--input",
         metavar="IN.npz",
         help="inputs the ledger measures the program on (default: made up in each input's "
@@ -84,8 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(c)
     c.set_defaults(func=_compile)
-    r = sub.add_parser("run", help="run an NPU program on the simulator")
-    r.add_argument("program", metavar="PROGRAM", help="program file from `npuc compile`")
+    r = sub.add_parser(
+        "run",
+        help="run an NPU program on the simulator",
+        description="Run an NPU program on the bit-exact simulator; inputs and outputs are "
+        "keyed by the ONNX graph's names.",
+        epilog=RUN_HELP,
+        formatter_class=raw,
+    )
+    r.add_argument("program", metavar="PROGRAM", help="program file from npuc compile")
     r.add_argument("--input", required=True, metavar="IN.npz", help="inputs by graph input name")
     r.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="outputs by name")
     r.add_argument(
@@ -101,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         "and dtypes: zeros (a skeleton to fill), or --from float data (float inputs taken "
         "as float32; 8-bit inputs quantized by ONNX Runtime's QuantizeLinear with the scale "
         "and zero point of the model's own ops reading them; refused when two of them differ).",
+        epilog=INPUTS_HELP,
+        formatter_class=raw,
     )
     i.add_argument("model", metavar="MODEL", help="ONNX model file")
     i.add_argument("-o", "--output", required=True, metavar="IN.npz", help="file to write")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from compiler.cli.common import (
     PROOFS_HELP,
+    REFERENCE_PROFILES,
     Parser,
     UsageError,
     VersionAction,
@@ -59,12 +60,30 @@ EXIT_HELP = """exit codes:
 """
 
 
+CHECK_EXAMPLES = """examples:
+  prover check model.onnx                      text report: one line per site (-v: in full)
+  prover check model.onnx -o report.html       HTML report (the format is the extension's)
+  prover check model.onnx --policy bounded:1   allow fused outputs to differ by 1
+  prover check model.onnx --proofs proofs      record the proofs (rw) for a CI gate
+  prover check model.onnx --proofs proofs --proofs-mode ro --format sarif -o prover.sarif
+                                               the CI gate: decide nothing new, fail on a miss
+  prover check model.onnx --emit-tests regress/
+                                               a replayable pytest per refuted site
+"""
+TOP_EPILOG = """examples:
+  prover check model.onnx                      check one model
+  prover zoo models/ --format markdown -o zoo.md
+                                               check a directory of models
+Run 'prover COMMAND --help' for a command's options, examples and exit codes.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The `prover` argument parser (subcommand `check`)."""
+    """The `prover` argument parser (subcommands `check` and `zoo`)."""
     p = Parser(
         prog=PROG,
         description="Formal legality checker for operator fusion in an NPU compiler.",
-        epilog=EXIT_HELP,
+        epilog=TOP_EPILOG + "\n" + EXIT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action=VersionAction)
@@ -74,28 +93,35 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="check every candidate fusion site of an ONNX model",
         description="Prove or refute every candidate fusion site of an ONNX model.",
-        epilog=PROOFS_HELP + "\n" + EXIT_HELP,
+        epilog="\n".join((CHECK_EXAMPLES, PROOFS_HELP, REFERENCE_PROFILES, EXIT_HELP)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_options(c)
-    c.add_argument(
+    o = c.add_argument_group("report and outputs")
+    o.add_argument(
         "--format",
         choices=FORMATS,
         default=None,
         help="report format (default: from -o's extension, else text; html: one "
         "self-contained file with the graph and plots, needs the 'report' extra)",
     )
-    add_indent_option(c, "JSON")
-    add_verbose_option(c)
-    c.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
-    c.add_argument(
+    add_indent_option(o, "JSON")
+    add_verbose_option(o)
+    o.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the report here (default stdout); its extension names the format "
+        "(.txt .json .sarif .xml .md .html); a missing directory is created",
+    )
+    o.add_argument(
         "--emit-tests",
         metavar="DIR",
         help="write a replayable pytest module and .npz data per refuted site",
     )
-    add_baseline_option(c)
-    add_run_options(c)
-    c.add_argument(
+    add_baseline_option(o)
+    store, run = add_run_options(c)
+    store.add_argument(
         "--result-cache",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -104,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "packages, CPU and Python) from its signed run record in the store's runs/ "
         "(local, git-ignored); --no-result-cache always checks",
     )
-    c.add_argument(
+    run.add_argument(
         "--jobs",
         type=positive_int,
         default=1,
