@@ -51,6 +51,8 @@ COMPILE_EXAMPLES = """examples:
   npuc compile model.onnx -o model.npuprog     only proven fusions reach the program
   npuc compile model.onnx -o model.npuprog --report report.html
                                                and the report (the format is the extension's)
+  npuc compile model.onnx -o model.npuprog --onnx-out model_npu.onnx
+                                               the compiled graph as ONNX, for Netron
   npuc compile model.onnx -o model.npuprog --proofs proofs --proofs-mode ro
                                                the CI gate: no program without every proof
 """
@@ -117,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FORMATS,
         default=None,
         help="format of --report (default: from its extension; html needs the 'report' extra)",
+    )
+    o.add_argument(
+        "--onnx-out",
+        metavar="FILE",
+        help="also write the compiled graph as ONNX, to look at in Netron: each NPU step a "
+        "node of domain ai.npufusion naming the ops it fuses and the proofs it rests on, "
+        "host ops as they are (not for running: ONNX Runtime has no NPU kernels)",
     )
     add_indent_option(o, "JSON report")
     add_verbose_option(o)
@@ -230,7 +239,11 @@ def _compile(args: argparse.Namespace) -> int:
     kind = report_format(args.format, args.report, "--report", None)
     if args.indent is not None and kind != "json":
         raise UsageError(f"--indent applies to a JSON --report, not {kind or 'none'}")
-    for path, option in ((args.output, "-o"), (args.report, "--report")):
+    for path, option in (
+        (args.output, "-o"),
+        (args.report, "--report"),
+        (args.onnx_out, "--onnx-out"),
+    ):
         check_destination(path, option)  # before the work: nothing is written on bad usage
     if kind == "html":
         from compiler.report.plots import require_matplotlib
@@ -270,6 +283,11 @@ def _compile(args: argparse.Namespace) -> int:
         extra = {"program": str(out)} if kind == "json" else None
         text = render_report(kind, run, args.indent, extra, opts.progress, args.verbose)
         staged.add(args.report, text, f"{kind} report")
+    if args.onnx_out:
+        from compiler.report.onnx_out import onnx_view
+
+        view = onnx_view(run)
+        staged.add(args.onnx_out, view.SerializeToString(), "ONNX view of the compiled graph")
     lines = staged.commit()
     print(
         f"{lines[0]}: {applied} of {plural(s.candidates, 'candidate fusion')} applied "
