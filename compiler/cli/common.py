@@ -321,9 +321,9 @@ def add_reference_option(p: Any) -> None:
     (the parser stays cheap for a run served at start-up)."""
 
     def write() -> tuple[str, str]:
-        from prover.reference import DEFAULT_PROFILE
+        from prover.reference import CHOICES, DEFAULT_PROFILE
 
-        return "PROFILE", (
+        return "{" + ",".join(CHOICES) + "}", (
             f"reference semantics the model is checked against (default {DEFAULT_PROFILE}; "
             "every profile is listed under 'reference profiles' below)"
         )
