@@ -234,6 +234,8 @@ def _compile(args: argparse.Namespace) -> int:
 
     opts = CheckOptions.from_args(args)
     out = Path(args.output)
+    if args.report == "-":
+        raise UsageError("--report needs a file name (the program's summary is stdout's)")
     if args.format is not None and args.report is None:
         raise UsageError("--format applies to --report FILE; add one")
     kind = report_format(args.format, args.report, "--report", None)
