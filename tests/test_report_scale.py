@@ -60,6 +60,15 @@ def test_runs_break_at_branches_and_at_a_different_verdict():
     assert sum(n.count for n in got if n.site) == 30
 
 
+def test_constant_nodes_are_left_out_of_a_collapsed_graph():
+    nodes, edges = _chain_nodes(30)
+    consts = [GraphNode(f"c{i}", "Constant", [], [f"c{i}_out"]) for i in range(40)]
+    edges += [(f"c{i}", f"mm{i % 30}") for i in range(40)]
+    got, e, note = graph_view.collapse(consts + nodes, edges, {}, set())
+    assert [n.name for n in got] == ["site-0 .. site-29"] and e == []
+    assert "Constant nodes left out" in note
+
+
 def test_a_graph_too_big_to_draw_is_cut_and_says_so():
     nodes, edges = _chain_nodes(100)
     for i, n in enumerate(nodes):  # alternate verdicts per site: nothing merges

@@ -53,7 +53,7 @@ def test_host_lines_say_a_lowering_verdict_in_words_and_group_alike_ops():
     out = text.render(_report())
     assert "[refuted]" not in out and "HOST     lut  its NPU form was refuted" in out
     grouped = [ln for ln in out.splitlines() if "[unsupported_op]" in ln]
-    assert grouped == ["HOST     5 ops (op0, op1, op2, op3, ... (+1))  [unsupported_op]"]
+    assert grouped == ["HOST     [unsupported_op]: 5 ops: op0, op1, op2, op3, ... (+1)"]
     assert len([ln for ln in text.render(_report(), True).splitlines() if "op" in ln]) >= 5
 
 

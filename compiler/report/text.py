@@ -151,7 +151,7 @@ def host_lines(hosts: list[Diagnostic], verbose: bool) -> list[str]:
         nodes = [n for h in group for n in h.nodes]
         shown = ", ".join(nodes[:4]) + (f", ... (+{len(nodes) - 4})" if len(nodes) > 4 else "")
         said = _HOST_VERDICT.get(ReasonCode(code)) if code in set(ReasonCode) else None
-        out.append(clip(f"HOST     {len(nodes)} ops ({shown})  {said or f'[{code}]'}", WIDTH))
+        out.append(clip(f"HOST     {said or f'[{code}]'}: {len(nodes)} ops: {shown}", WIDTH))
     return out
 
 
