@@ -66,7 +66,7 @@ def test_constant_nodes_are_left_out_of_a_collapsed_graph():
     edges += [(f"c{i}", f"mm{i % 30}") for i in range(40)]
     got, e, note = graph_view.collapse(consts + nodes, edges, {}, set())
     assert [n.name for n in got] == ["site-0 .. site-29"] and e == []
-    assert "Constant nodes left out" in note
+    assert "parameter nodes (Constant, weight Dequantize) left out" in note
 
 
 def test_a_graph_too_big_to_draw_is_cut_and_says_so():

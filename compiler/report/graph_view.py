@@ -2,7 +2,8 @@
 view that stays readable at any model size.
 
 Collapsing, in order, only as far as needed (each step keeps the graph's shape):
-0. `Constant` nodes (parameters, not computation) are left out;
+0. parameter nodes (computing from constants only: a `Constant`, a weight's
+   `DequantizeLinear`) are left out: they are not the model's computation;
 1. the nodes of one site become one box (the site's pattern);
 2. a run of boxes in a line (each the only consumer of the one before) that look alike
    (same label, verdict and placement) and have no section of their own becomes one box
@@ -33,14 +34,14 @@ def collapse(
     if len(nodes) <= FULL:
         return nodes, edges, ""
     n0 = len(nodes)
-    consts = {n.name for n in nodes if n.op_type == "Constant" and n.site is None}
+    consts = {n.name for n in nodes if (n.param or n.op_type == "Constant") and n.site is None}
     nodes = [n for n in nodes if n.name not in consts]
     edges = [(u, v) for u, v in edges if u not in consts and v not in consts]
     nodes, edges = _by_site(nodes, edges, patterns)
     nodes, edges = _runs(nodes, edges, sections)
     note = (
         f"{n0} ONNX nodes shown as {len(nodes)} boxes (a site's nodes in one box; alike runs "
-        f"as N x{'; Constant nodes left out' if consts else ''})"
+        f"as N x{'; parameter nodes (Constant, weight Dequantize) left out' if consts else ''})"
     )
     if len(nodes) > MAX_DRAWN:
         kept = {n.name for n in nodes[:MAX_DRAWN]}

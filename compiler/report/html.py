@@ -98,7 +98,9 @@ def _table(r: Report, sections: set[str], plotted: set[str]) -> str:
         sid = _e(s.id)
         link = f'<a href="#{sid}">{sid}</a>' if s.id in sections else sid
         nodes = ", ".join(s.nodes[:3]) + (f" (+{len(s.nodes) - 3})" if len(s.nodes) > 3 else "")
-        code = f"<code>{_e(s.reason.code)}</code>" if s.reason is not None else ""
+        code = ""
+        if s.reason is not None:  # the message on hover; the section or JSON has the rest
+            code = f'<code title="{_e(s.reason.message)}">{_e(s.reason.code)}</code>'
         rows.append(
             f'<tr id="row-{sid}"><td>{link}</td>'
             f'<td><span class="pill {s.verdict.value}">{s.verdict.value}</span></td>'

@@ -40,6 +40,7 @@ class GraphNode:
     verdict: str | None = None
     host: bool = False
     count: int = 1  # ONNX nodes or sites this box stands for (a collapsed graph)
+    param: bool = False  # computes from constants only (a Constant, a weight's Dequantize)
     href: str | None = None  # where a click goes (default: the site's section)
 
 
@@ -158,6 +159,11 @@ def _graph(model: Any) -> tuple[list[GraphNode], list[tuple[str, str]]]:
         GraphNode(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output))
         for i, n in enumerate(model.graph.node)
     ]
+    constant = {t.name for t in model.graph.initializer} - {i.name for i in model.graph.input}
+    for n in nodes:  # in graph order, so a producer is seen before its users
+        if all(t in constant for t in n.inputs if t):
+            n.param = True
+            constant.update(n.outputs)
     producer = {o: n.name for n in nodes for o in n.outputs if o}
     edges = []
     for n in nodes:
