@@ -52,6 +52,7 @@ class ReasonCode(StrEnum):
     UNSUPPORTED_OP = "unsupported_op"
     BUFFERS_EXCEED_MEMORY = "buffers_exceed_memory"  # lowering: kept on the host
     FLOAT_COMPUTE = "float_compute"  # a compute op runs in float: the model is not quantized
+    PROOF_MISSING = "proof_missing"  # read-only gate: no trusted record (never decided here)
     # unary regions (compiler.frontend.ops.unary_region): why a region is not one table
     REGION_SECOND_INPUT = "region_second_input"
     REGION_REDUCTION = "region_reduction"

@@ -345,7 +345,7 @@ def test_a_model_larger_than_sram_is_tiled_and_equals_onnx_runtime(tmp_path, per
         "--policy", "bitwise", "--proofs-mode", "off",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "1 of 1 candidate fusions applied" in r.stdout, r.stdout
+    assert "1 of 1 candidate fusion applied" in r.stdout, r.stdout
     prog = Program.load(prog_path)
     mms = prog.ops(MatMul)
     assert mms and all(i.structure == "tiled" and i.post_enable for i in mms)

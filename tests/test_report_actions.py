@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cli_helpers import prover
 
+import compiler.passes.legality  # noqa: F401 - registers the rules whose actions are read below
 from compiler.ir.site import ACTIONS
 
 MODEL = str(
@@ -16,9 +17,9 @@ MODEL = str(
 ACTION = ACTIONS["unsupported_intermediate_type"]  # uint8 intermediates on npu_fixed
 
 
-def _check(fmt: str) -> str:
+def _check(fmt: str, *more: str) -> str:
     r = prover("check", MODEL, "--proofs-mode", "off", "--target", "npu_fixed", "--no-synthesize",
-               "--format", fmt)  # fmt: skip
+               "--format", fmt, *more)  # fmt: skip
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -31,12 +32,17 @@ def test_every_reason_code_has_an_action():
 
 
 def test_site_actions_in_text_json_sarif_junit():
-    text = _check("text")
+    # two Sigmoid sites rejected for their intermediate type; the last layer's bias Add
+    # (ORT keeps it float before the Softmax) closes no unary region
+    region = ACTIONS["region_second_input"]
+    text = _check("text", "-v")  # the action is in -v (a line stays short without)
     rejected = [line for line in text.splitlines() if line.startswith("REJECTED")]
-    assert len(rejected) == 2 and all(f"; action: {ACTION}" in line for line in rejected)
+    assert len(rejected) == 3
+    assert sum(f"; action: {ACTION}" in line for line in rejected) == 2
+    assert sum(f"; action: {region}" in line for line in rejected) == 1
     sites = json.loads(_check("json"))["sites"]
-    assert [s["reason"]["action"] for s in sites] == [ACTION, ACTION]
-    assert all("'Sigmoid" in s["reason"]["message"] for s in sites)
+    assert [s["reason"]["action"] for s in sites] == [ACTION, ACTION, region]
+    assert all("'Sigmoid" in s["reason"]["message"] for s in sites[:2])
     results = json.loads(_check("sarif"))["runs"][0]["results"]
     site_results = [x for x in results if x["ruleId"] == "unsupported_intermediate_type"]
     assert len(site_results) == 2
@@ -45,6 +51,6 @@ def test_site_actions_in_text_json_sarif_junit():
     )
     root = ET.fromstring(_check("junit"))
     skipped = [el.get("message") for el in root.iter("skipped")]
-    assert len(skipped) == 2 and all(
-        s.startswith("[unsupported_intermediate_type]") and ACTION in s for s in skipped
-    )
+    assert len(skipped) == 3 and all(ACTION in s for s in skipped[:2])
+    assert all(s.startswith("[unsupported_intermediate_type]") for s in skipped[:2])
+    assert skipped[2].startswith("[region_second_input]") and region in skipped[2]

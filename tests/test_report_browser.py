@@ -32,8 +32,9 @@ PLOT_BOX = (672, 88, 1272, 488)
 INSET = 12  # stay off the boxes' rounded borders
 
 
-def screenshot(html: Path, out: Path, profile: Path) -> str:
-    """Render `html` in headless Chromium to `out` (PNG); returns the browser's log."""
+def screenshot(html: Path, out: Path, profile: Path, window: tuple[int, int] = WINDOW) -> str:
+    """Render `html` in headless Chromium to `out` (PNG) in a window of `window` pixels;
+    returns the browser's log."""
     cmd = [
         BROWSER,
         "--headless",
@@ -49,7 +50,7 @@ def screenshot(html: Path, out: Path, profile: Path) -> str:
         "--enable-logging=stderr",
         "--v=0",
         f"--screenshot={out}",
-        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        f"--window-size={window[0]},{window[1]}",
         html.resolve().as_uri(),
     ]
     env = {**os.environ, "HOME": str(profile)}
@@ -64,19 +65,21 @@ def console_errors(log: str) -> list[str]:
     return [ln for ln in log.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
 
 
-def ink(png: Path, box: tuple[int, int, int, int]) -> tuple[float, int]:
+def ink(
+    png: Path, box: tuple[int, int, int, int], window: tuple[int, int] = WINDOW
+) -> tuple[float, int]:
     """(fraction of pixels in `box` that are not the box's white background, number of
     distinct colours there)."""
     x0, y0, x1, y1 = box
-    px = pixels(png)[y0 + INSET : y1 - INSET, x0 + INSET : x1 - INSET].reshape(-1, 3)
+    px = pixels(png, window)[y0 + INSET : y1 - INSET, x0 + INSET : x1 - INSET].reshape(-1, 3)
     dark = int(np.count_nonzero(px.min(axis=1) < 235))
     return dark / len(px), len(np.unique(px, axis=0))
 
 
-def pixels(png: Path) -> np.ndarray:
+def pixels(png: Path, window: tuple[int, int] = WINDOW) -> np.ndarray:
     """The screenshot as an (height, width, 3) uint8 array."""
     im = Image.open(png).convert("RGB")
-    assert im.size == WINDOW, im.size
+    assert im.size == window, im.size
     return np.asarray(im)
 
 
@@ -135,3 +138,67 @@ def test_console_errors_are_detected(tmp_path):
     log = screenshot(page, tmp_path / "bad.png", tmp_path / "profile")
     errs = console_errors(log)
     assert errs and "undefined_function" in errs[0]
+
+
+# Measures the laid-out page (added to a copy of it; the report itself has no scripts): every
+# HTML element (and each inline <svg>) that reaches past the window's right edge, outside a
+# scrolling container (a wide table scrolls in place: not clipped), and the boxes of the
+# graph and the headline plot.
+FIT_JS = """<script>
+(function () {
+  const w = document.documentElement.clientWidth;
+  const scrolls = (e) => { for (let a = e.parentElement; a; a = a.parentElement) {
+    const o = getComputedStyle(a).overflowX; if (o === "auto" || o === "scroll") return true; }
+    return false; };
+  const over = [];
+  for (const e of document.querySelectorAll("body *")) {
+    if (e.namespaceURI !== "http://www.w3.org/1999/xhtml" && e.tagName !== "svg") continue;
+    const r = e.getBoundingClientRect();
+    if (r.width > 0 && r.right > w + 0.5 && !scrolls(e)) over.push(e.tagName + " " + Math.ceil(r.right));
+  }
+  const box = (id) => { const r = document.getElementById(id).getBoundingClientRect();
+    return [r.left, r.top, r.right, r.bottom].map(Math.round); };
+  console.log("FIT " + JSON.stringify({width: w, scroll: document.documentElement.scrollWidth,
+    over: over.slice(0, 8), graph: box("graph"), headline: box("headline")}));
+})();
+</script>"""
+
+
+def fit(html: Path, width: int, tmp: Path, extra: str = "") -> tuple[dict, Path]:
+    """(the page's measurements in a window `width` px wide, its screenshot); `extra` is
+    HTML added at the top of the body (the control's too-wide element)."""
+    import json
+    import re
+
+    page = tmp / f"fit{width}.html"
+    text = html.read_text(encoding="utf-8").replace("<body>", "<body>" + extra, 1)
+    page.write_text(text.replace("</body>", FIT_JS + "</body>"), encoding="utf-8")
+    png = tmp / f"fit{width}.png"
+    log = screenshot(page, png, tmp / "profile", (width, 900))
+    m = re.search(r"FIT (\{.*\})\", source", log)
+    assert m, log[-800:]
+    return json.loads(m.group(1)), png
+
+
+@pytest.mark.slow  # two browser runs (about 2 s each)
+@pytest.mark.parametrize("width", [800, 1400])
+def test_page_fits_the_window(rendered, width, tmp_path):
+    """At 800 and 1400 px nothing reaches past the window (wide tables scroll in place),
+    and the graph and the headline plot are drawn in their boxes."""
+    html, _, _ = rendered
+    got, png = fit(html, width, tmp_path)
+    assert got["width"] == width and got["scroll"] <= width, got
+    assert got["over"] == [], got
+    for name in ("graph", "headline"):
+        x0, y0, x1, y1 = got[name]
+        assert 0 <= x0 < x1 <= width, (name, got)
+        if y1 <= 900:  # in the screenshot (at 800 px the headline plot is below the graph)
+            assert ink(png, (x0, y0, x1, y1), (width, 900))[0] > 0.02, (name, got)
+
+
+@pytest.mark.slow
+def test_a_too_wide_page_is_detected(rendered, tmp_path):
+    """Control: the page with an element wider than the window fails the fit check."""
+    html, _, _ = rendered
+    got, _ = fit(html, 800, tmp_path, '<div style="width: 1290px">wide</div>')
+    assert got["scroll"] > 800 and got["over"], got

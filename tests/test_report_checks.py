@@ -61,7 +61,7 @@ def _expected_counts(check: dict) -> str:
 
 
 def test_text_shows_the_json_counts_and_a_bounded_listing(pc):
-    out = text.render(pc)
+    out = text.render(pc, verbose=True)
     sites = json.loads(json_form.render(pc))["sites"]
     for site, sj in zip(pc.sites, sites, strict=True):
         block = _site_block(out, site)
@@ -90,7 +90,7 @@ def test_site0_counts(pc):
 
 
 def test_a_refuted_site_shows_why_no_parameters_exist(pc):
-    out = text.render(pc)
+    out = text.render(pc, verbose=True)
     for site in pc.sites:
         block = _site_block(out, site)
         assert "no multiplier/shift/zero_point/table on this target works" in site.reason.message
@@ -161,7 +161,7 @@ def test_a_held_tile_check_is_one_line():
     lines = text.render(Report("m.onnx", "bitwise", "npu_float", [s])).splitlines()
     assert lines[1].startswith("PROVEN   ")
     assert lines[2] == " " * 9 + "tile_columns held: 1 column tile over columns 0..11 (grouped)"
-    assert lines[3].startswith("1 candidates:")
+    assert lines[3].startswith("1 candidate:")
     md = markdown.render(Report("m.onnx", "bitwise", "npu_float", [s]))
     assert "- ✅ `tile_columns` held: 1 column tile over columns 0..11 (grouped)" in md
 

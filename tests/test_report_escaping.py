@@ -99,8 +99,8 @@ def test_text_has_no_raw_control_character():
     assert CONTROL.search(t) is None
     assert "mm\\x1b[31mred\\x07\\x00" in t
     # header, refuted site and its reason (its newline shown), rejected site, finding,
-    # host op, summary
-    assert len(t.splitlines()) == 7 and "differs\\x0asecond line" in t
+    # host op, the -v hint, summary
+    assert len(t.splitlines()) == 8 and "differs\\x0asecond line" in t
 
 
 def test_sarif_messages_are_inert_and_locations_exact():

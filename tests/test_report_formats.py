@@ -69,7 +69,7 @@ def test_json_has_design_fields():
 
 
 def test_text_one_line_per_site_and_summary():
-    out = report_text.render(sample_report())
+    out = report_text.render(sample_report(), verbose=True)
     lines = out.splitlines()
     assert len(lines) == 1 + 4 + 1
     assert lines[1].startswith("PROVEN") and "mm_ok,sig_ok" in lines[1]

@@ -44,10 +44,17 @@ def test_host_ops_are_not_site_diagnostics(run, host):
 
 
 def test_text(run, host):
-    lines = [x for x in text.render(run.report).splitlines() if x.startswith("HOST")]
+    lines = [x for x in text.render(run.report, verbose=True).splitlines() if x.startswith("HOST")]
     assert len(lines) == len(host)
     for line, h in zip(lines, host, strict=True):
-        assert f"[{h.code}]" in line and h.message in line and f"action: {h.action}" in line
+        assert h.message.split(" stays on the host: ")[-1] in line and f"action: {h.action}" in line
+        if h.code is ReasonCode.REFUTED:  # a lowering verdict in words: it is no refuted site
+            assert "[refuted]" not in line and "its NPU form was refuted" in line
+        else:
+            assert f"[{h.code}]" in line
+    short = [x for x in text.render(run.report).splitlines() if x.startswith("HOST")]
+    assert all(len(x) <= 160 and "action:" not in x for x in short)
+    assert any("ArgMax" in x for x in short)
 
 
 def test_json_validates_and_keeps_the_fields(run, host):

@@ -42,7 +42,7 @@ def test_npuc_compile_rw_then_ro_writes_the_program_on_npu_fixed(tmp_path):
     prog = tmp_path / "b.npuprog"
     ro = npuc("compile", MODEL, "-o", prog, *FIXED, "--proofs", store, "--proofs-mode", "ro")
     assert ro.returncode == 0, ro.stderr
-    assert prog.is_file() and "1 of 1 candidate fusions applied" in ro.stdout
+    assert prog.is_file() and "1 of 1 candidate fusion applied" in ro.stdout
     assert prog.read_bytes() == (tmp_path / "a.npuprog").read_bytes()
 
 

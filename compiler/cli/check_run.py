@@ -19,6 +19,7 @@ from compiler.cli.inputs_read import InputsRead
 from compiler.ir.site import Diagnostic
 from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
+from compiler.report.words import plural
 from prover.verdict import Status
 
 if TYPE_CHECKING:
@@ -345,9 +346,9 @@ def store_summary(prog: str, run: CheckRun, model: str) -> list[str]:
         why = "" if code == 5 else ": a refuted site takes precedence"
         lines.append(
             f"{prog}: proof gate failed (exit {code}{why}): "
-            f"{len(misses)} obligation(s) without a "
-            f"trusted record in {run.store.root}; first: {misses[0]}; run `prover check "
-            f"{model} --proofs {run.store.root}` (rw) and commit the new records"
+            f"{plural(len(misses), 'obligation')} without a trusted record in "
+            f"{run.store.root}; first: {misses[0]}; record them with: prover check {model} "
+            f"--proofs {run.store.root} (rw), then commit the new records"
         )
     return lines
 

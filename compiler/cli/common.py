@@ -65,7 +65,7 @@ class Parser(argparse.ArgumentParser):
     help is costly to write (`LazyHelp`) written only when help or usage is shown."""
 
     def _write_lazy_help(self) -> None:
-        for a in self._actions:
+        for a in self._actions:  # (argument groups share the parser's actions)
             if isinstance(a.help, LazyHelp):
                 a.metavar, a.help = a.help.write()
 
@@ -75,6 +75,8 @@ class Parser(argparse.ArgumentParser):
 
     def format_help(self) -> str:
         self._write_lazy_help()
+        if self.epilog and REFERENCE_PROFILES in self.epilog:  # written only when shown
+            self.epilog = self.epilog.replace(REFERENCE_PROFILES, reference_profiles_help())
         return super().format_help()
 
     def error(self, message: str) -> NoReturn:
@@ -293,24 +295,43 @@ def parse_policy(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_reference_option(p: argparse.ArgumentParser) -> None:
+REFERENCE_PROFILES = "{reference profiles}"  # an epilog's place for `reference_profiles_help`
+
+
+def reference_profiles_help() -> str:
+    """The epilog section listing every --reference profile, one entry each (shared by
+    every command that has the option; written only when help is shown)."""
+    import textwrap
+
+    from prover.reference import HOST, PROFILES
+
+    entries = [(n, p.summary) for n, p in PROFILES.items()]
+    entries.append((HOST, "the profile this machine's ONNX Runtime matches, probed once"))
+    out = ['reference profiles (--reference; what "equals ONNX Runtime" means):']
+    for name, summary in entries:
+        out.append(f"  {name}")
+        out += textwrap.wrap(summary, 88, initial_indent="      ", subsequent_indent="      ")
+    return "\n".join(out) + "\n"
+
+
+def add_reference_option(p: Any) -> None:
     """`--reference PROFILE`: what "equals ONNX Runtime" means (prover.reference); the
-    default (None) is `prover.reference.DEFAULT_PROFILE`. The help lists every profile,
-    written only when shown (the parser stays cheap for a run served at start-up)."""
+    default (None) is `prover.reference.DEFAULT_PROFILE`. The help names the default; the
+    profiles are listed once, in the epilog (`REFERENCE_PROFILES`), written only when shown
+    (the parser stays cheap for a run served at start-up)."""
 
     def write() -> tuple[str, str]:
-        from prover.reference import CHOICES, DEFAULT_PROFILE, HOST, PROFILES
+        from prover.reference import CHOICES, DEFAULT_PROFILE
 
-        names = "; ".join(f"{n}: {p.summary}" for n, p in PROFILES.items())
         return "{" + ",".join(CHOICES) + "}", (
             f"reference semantics the model is checked against (default {DEFAULT_PROFILE}; "
-            f"{names}; {HOST}: the profile this machine's ONNX Runtime matches, probed once)"
+            "every profile is listed under 'reference profiles' below)"
         )
 
     p.add_argument("--reference", default=None, metavar="PROFILE", help=LazyHelp(write))
 
 
-def add_synthesis_option(p: argparse.ArgumentParser) -> None:
+def add_synthesis_option(p: Any) -> None:
     """`--synthesize` (default) / `--no-synthesize`: fixed-point parameter synthesis."""
     p.add_argument(
         "--synthesize",
@@ -323,7 +344,7 @@ def add_synthesis_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_schedule_strategy_option(p: argparse.ArgumentParser) -> None:
+def add_schedule_strategy_option(p: Any) -> None:
     """`--schedule-strategy`: when a fused site's scheduling structure is decided."""
     from compiler.ir.strategy import DEFAULT_STRATEGY, ScheduleStrategy
 
@@ -368,7 +389,7 @@ PROOFS_HELP = """proof store (the CI gate):
 """
 
 
-def add_proof_store_options(p: argparse.ArgumentParser) -> None:
+def add_proof_store_options(p: Any) -> None:
     """--proofs, --proofs-mode, --proof-key-file, --recheck-budget and --solver."""
     from prover.solver_names import SOLVERS
     from prover.trust import DEFAULT_RECHECK_BUDGET_S, KEY_ENV
@@ -417,10 +438,11 @@ def warn_float_compute(prog: str, report: Any) -> list[str]:
     return [line]
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    """What both tools ask of a compilation: the model, policy, target, reference,
-    synthesis and schedule strategy."""
-    p.add_argument("model", metavar="MODEL", help="ONNX model file")
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """What both tools ask of a compilation, in the help group "what is checked": the
+    model, policy, target, reference, synthesis and schedule strategy."""
+    parser.add_argument("model", metavar="MODEL", help="ONNX model file")
+    p = parser.add_argument_group("what is checked")
     p.add_argument(
         "--policy",
         type=parse_policy,
@@ -429,14 +451,16 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         help="equivalence policy (default: bitwise)",
     )
     p.add_argument(
-        "--target", metavar="FILE", help="target description TOML (or a shipped target name)"
+        "--target",
+        metavar="FILE",
+        help="target description TOML, or a shipped target's name (default: npu_float)",
     )
     add_reference_option(p)
     add_synthesis_option(p)
     add_schedule_strategy_option(p)
 
 
-def add_indent_option(p: argparse.ArgumentParser, what: str) -> None:
+def add_indent_option(p: Any, what: str) -> None:
     """`--indent N` for a JSON report (`what` names it in the help)."""
     p.add_argument(
         "--indent",
@@ -447,11 +471,29 @@ def add_indent_option(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The proof store, the per-obligation timeout, progress and tracebacks."""
-    add_proof_store_options(p)
+def add_verbose_option(p: Any) -> None:
+    """`-v/--verbose`: the text report's long form."""
     p.add_argument(
-        "--timeout", type=positive_float, default=10.0, metavar="SECONDS", help="per obligation"
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="text report: every reason in full with its action, every check's items, "
+        "whole hashes (default: one line of at most 160 characters per site)",
+    )
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> tuple[Any, Any]:
+    """The proof store (help group "proof store"), then the per-obligation timeout, the
+    float gate, progress and tracebacks (group "run"); returns both groups."""
+    store = parser.add_argument_group("proof store (the CI gate; details below)")
+    add_proof_store_options(store)
+    p = parser.add_argument_group("run")
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="time to decide each obligation before it is unknown (default 10)",
     )
     p.add_argument(
         "--require-quantized",
@@ -459,8 +501,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         help="exit 7 when a compute op (MatMul, Gemm, Conv, ...) runs in float on the host, "
         "i.e. the model or part of it is not quantized (always on with --proofs-mode ro)",
     )
-    p.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="never draw a progress bar (default: drawn on a terminal after 0.5 s)",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    return store, p
 
 
 def _int_at_least(text: str, low: int) -> int:
@@ -481,17 +528,6 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type: an int >= 0."""
     return _int_at_least(text, 0)
-
-
-def write_output(text: str, output: str | None) -> None:
-    """Write a report to a file (parents created) or to stdout."""
-    if output is None or output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    p = Path(output)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
 
 
 def argv_or_default(argv: Sequence[str] | None) -> list[str]:

@@ -20,54 +20,116 @@ from pathlib import Path
 
 from compiler.cli.common import (
     PROOFS_HELP,
+    REFERENCE_PROFILES,
     Parser,
     UsageError,
     VersionAction,
     add_indent_option,
     add_model_options,
     add_run_options,
+    add_verbose_option,
     argv_or_default,
     positive_int,
     run_main,
     warn_float_compute,
 )
-from compiler.report import json_form as report_json
+from compiler.cli.outputs import FORMATS, Staged, check_destination, render_report, report_format
 from compiler.report.model import ExitCode
+from compiler.report.words import plural
 from prover.verdict import ReasonCode, Status
 
 PROG = "npuc"
 EXIT_HELP = """exit codes:
   0  program written (only proven fusions applied)
-  2  bad usage or bad input (one-line error on stderr)
+  2  bad usage or bad input (one-line error on stderr; nothing written)
   4  internal error (rerun with --debug for the traceback)
   5  proof gate failed (--proofs-mode ro): an obligation has no trusted record; nothing written
   7  a compute op runs in float on the host (not quantized) under --require-quantized or
      --proofs-mode ro; nothing written
 """
+COMPILE_EXAMPLES = """examples:
+  npuc compile model.onnx -o model.npuprog     only proven fusions reach the program
+  npuc compile model.onnx -o model.npuprog --report report.html
+                                               and the report (the format is the extension's)
+  npuc compile model.onnx -o model.npuprog --onnx-out model_npu.onnx
+                                               the compiled graph as ONNX, for Netron
+  npuc compile model.onnx -o model.npuprog --proofs proofs --proofs-mode ro
+                                               the CI gate: no program without every proof
+"""
+RUN_HELP = """examples:
+  npuc inputs model.onnx -o in.npz --from float.npz
+                                               the inputs, quantized as the model's own ops do
+  npuc run model.npuprog --input in.npz -o out.npz --counters counters.json
+
+exit codes:
+  0  outputs written (and the counters, with --counters)
+  2  bad usage or bad input: a missing or malformed program or input file, an input
+     missing or of the wrong shape or dtype (one-line error on stderr)
+  4  internal error (rerun with --debug for the traceback)
+"""
+INPUTS_HELP = """examples:
+  npuc inputs model.onnx -o in.npz             a zero skeleton to fill
+  npuc inputs model.onnx -o in.npz --from float.npz --batch 4
+
+exit codes:
+  0  IN.npz written
+  2  bad usage or bad input (a bad model, --from data of the wrong names or shapes,
+     inputs quantized with different parameters by the ops reading them)
+  4  internal error (rerun with --debug for the traceback)
+"""
+TOP_EPILOG = """examples:
+  npuc compile model.onnx -o model.npuprog --report report.html
+  npuc inputs model.onnx -o in.npz --from float.npz
+  npuc run model.npuprog --input in.npz -o out.npz
+Run 'npuc COMMAND --help' for a command's options, examples and exit codes.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `npuc` argument parser (subcommands `compile` and `run`)."""
-    p = Parser(prog=PROG, description="NPU compiler: only proven fusions reach the program.")
+    """The `npuc` argument parser (subcommands `compile`, `run` and `inputs`)."""
+    raw = argparse.RawDescriptionHelpFormatter
+    p = Parser(
+        prog=PROG,
+        description="NPU compiler: only proven fusions reach the program.",
+        epilog=TOP_EPILOG,
+        formatter_class=raw,
+    )
     p.add_argument("--version", action=VersionAction)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     c = sub.add_parser(
         "compile",
         help="compile an ONNX model to an NPU program file",
-        epilog=PROOFS_HELP + "\n" + EXIT_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compile an ONNX model to an NPU program file, applying only the fusions "
+        "the prover proves.",
+        epilog="\n".join((COMPILE_EXAMPLES, PROOFS_HELP, REFERENCE_PROFILES, EXIT_HELP)),
+        formatter_class=raw,
     )
     add_model_options(c)
-    c.add_argument("-o", "--output", required=True, metavar="PROGRAM", help="program file to write")
-    c.add_argument(
+    o = c.add_argument_group("outputs")
+    o.add_argument("-o", "--output", required=True, metavar="PROGRAM", help="program file to write")
+    o.add_argument(
         "--report",
         metavar="FILE",
-        help="write the report (sites, ledger) here: HTML for .html/.htm (needs the 'report' "
-        "extra), markdown for .md, else JSON",
+        help="write the report (sites, ledger) here, in --format, else as its extension "
+        "says (.json, .html/.htm, .md, .txt, .sarif, .xml); another extension is an error",
     )
-    add_indent_option(c, "JSON report")
-    c.add_argument(
+    o.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="format of --report (default: from its extension; html needs the 'report' extra)",
+    )
+    o.add_argument(
+        "--onnx-out",
+        metavar="FILE",
+        help="also write the compiled graph as ONNX, to look at in Netron: each NPU step a "
+        "node of domain ai.npufusion naming the ops it fuses and the proofs it rests on, "
+        "host ops as they are (not for running: ONNX Runtime has no NPU kernels)",
+    )
+    add_indent_option(o, "JSON report")
+    add_verbose_option(o)
+    o.add_argument(
         "--input",
         metavar="IN.npz",
         help="inputs the ledger measures the program on (default: made up in each input's "
@@ -75,8 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(c)
     c.set_defaults(func=_compile)
-    r = sub.add_parser("run", help="run an NPU program on the simulator")
-    r.add_argument("program", metavar="PROGRAM", help="program file from `npuc compile`")
+    r = sub.add_parser(
+        "run",
+        help="run an NPU program on the simulator",
+        description="Run an NPU program on the bit-exact simulator; inputs and outputs are "
+        "keyed by the ONNX graph's names.",
+        epilog=RUN_HELP,
+        formatter_class=raw,
+    )
+    r.add_argument("program", metavar="PROGRAM", help="program file from npuc compile")
     r.add_argument("--input", required=True, metavar="IN.npz", help="inputs by graph input name")
     r.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="outputs by name")
     r.add_argument(
@@ -92,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         "and dtypes: zeros (a skeleton to fill), or --from float data (float inputs taken "
         "as float32; 8-bit inputs quantized by ONNX Runtime's QuantizeLinear with the scale "
         "and zero point of the model's own ops reading them; refused when two of them differ).",
+        epilog=INPUTS_HELP,
+        formatter_class=raw,
     )
     i.add_argument("model", metavar="MODEL", help="ONNX model file")
     i.add_argument("-o", "--output", required=True, metavar="IN.npz", help="file to write")
@@ -163,11 +234,19 @@ def _compile(args: argparse.Namespace) -> int:
 
     opts = CheckOptions.from_args(args)
     out = Path(args.output)
-    if out.is_dir():
-        raise UsageError(f"-o is a directory, not a program file: {args.output}")
-    kind = report_kind(args.report)
+    if args.report == "-":
+        raise UsageError("--report needs a file name (the program's summary is stdout's)")
+    if args.format is not None and args.report is None:
+        raise UsageError("--format applies to --report FILE; add one")
+    kind = report_format(args.format, args.report, "--report", None)
     if args.indent is not None and kind != "json":
         raise UsageError(f"--indent applies to a JSON --report, not {kind or 'none'}")
+    for path, option in (
+        (args.output, "-o"),
+        (args.report, "--report"),
+        (args.onnx_out, "--onnx-out"),
+    ):
+        check_destination(path, option)  # before the work: nothing is written on bad usage
     if kind == "html":
         from compiler.report.plots import require_matplotlib
 
@@ -181,8 +260,6 @@ def _compile(args: argparse.Namespace) -> int:
         return ExitCode.FLOAT_COMPUTE  # a gate: no program is written
     program = generate(run.result.lowered, run.target)
     check_program(run.result.sites, run.result.lowered, program)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    program.save(out)
     given = None
     if args.input:
         from npu_backend.runner import load_inputs
@@ -202,26 +279,25 @@ def _compile(args: argparse.Namespace) -> int:
     for d in run.result.diagnostics:  # a proven fusion not applied
         if d.code == ReasonCode.BUFFERS_EXCEED_MEMORY:
             print(f"{PROG}: {d.message}", file=sys.stderr)
-    if args.report:
-        rp = Path(args.report)
-        rp.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "html":
-            from compiler.report import html as report_html
+    staged = Staged()  # the program and the report are written together or not at all
+    staged.add(out, program.to_bytes(), "NPU program")
+    if args.report and kind is not None:
+        extra = {"program": str(out)} if kind == "json" else None
+        text = render_report(kind, run, args.indent, extra, opts.progress, args.verbose)
+        staged.add(args.report, text, f"{kind} report")
+    if args.onnx_out:
+        from compiler.report.onnx_out import onnx_view
 
-            rp.write_text(report_html.render(run), encoding="utf-8")
-        elif kind == "markdown":
-            from compiler.report import markdown as report_markdown
-
-            rp.write_text(report_markdown.render(run.report), encoding="utf-8")
-        else:
-            data = report_json.report_json(run.report)
-            data["program"] = str(out)
-            rp.write_text(report_json.dumps(data, args.indent))
+        view = onnx_view(run)
+        staged.add(args.onnx_out, view.SerializeToString(), "ONNX view of the compiled graph")
+    lines = staged.commit()
     print(
-        f"wrote {out}: {applied} of {s.candidates} candidate fusions applied "
+        f"{lines[0]}: {applied} of {plural(s.candidates, 'candidate fusion')} applied "
         f"({s.refuted} refuted, {s.unknown} unknown, {s.rejected} rejected; "
         f"policy {run.report.policy}, target {run.report.target})"
     )
+    for line in lines[1:]:
+        print(line)
     for e in entries:
         if e.get("costs_more"):
             print(
@@ -230,14 +306,6 @@ def _compile(args: argparse.Namespace) -> int:
                 "than unfused (see the report's ledger)"
             )
     return ExitCode.OK
-
-
-def report_kind(path: str | None) -> str | None:
-    """The --report format its file name asks for: html, markdown or json (None: no report)."""
-    if path is None:
-        return None
-    suffix = Path(path).suffix.lower()
-    return {".html": "html", ".htm": "html", ".md": "markdown"}.get(suffix, "json")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -10,24 +10,32 @@ Exit codes: 0 every candidate decided and nothing refuted; 1 at least one refute
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compiler.cli.common import (
     PROOFS_HELP,
+    REFERENCE_PROFILES,
     Parser,
     UsageError,
     VersionAction,
     add_indent_option,
     add_model_options,
     add_run_options,
+    add_verbose_option,
     argv_or_default,
     positive_int,
     run_main,
     tool_version,
     warn_float_compute,
+)
+from compiler.cli.outputs import (
+    FORMATS,
+    check_destination,
+    render_report,
+    report_format,
     write_output,
 )
 from compiler.cli.zoo_cmd import add_baseline_option, add_zoo_parser
@@ -36,9 +44,6 @@ if TYPE_CHECKING:
     from compiler.report.model import Report
 
 PROG = "prover"
-# format -> renderer module (compiler.report.<format>), imported only for the chosen format
-RENDERERS = ("text", "json", "sarif", "junit", "markdown", "github")
-FORMATS = sorted([*RENDERERS, "html"])  # html is rendered from the whole run (graph, plots)
 EXIT_HELP = """exit codes:
   0  every candidate site decided and none refuted
   1  at least one site refuted (a counterexample was found and replayed)
@@ -55,12 +60,30 @@ EXIT_HELP = """exit codes:
 """
 
 
+CHECK_EXAMPLES = """examples:
+  prover check model.onnx                      text report: one line per site (-v: in full)
+  prover check model.onnx -o report.html       HTML report (the format is the extension's)
+  prover check model.onnx --policy bounded:1   allow fused outputs to differ by 1
+  prover check model.onnx --proofs proofs      record the proofs (rw) for a CI gate
+  prover check model.onnx --proofs proofs --proofs-mode ro --format sarif -o prover.sarif
+                                               the CI gate: decide nothing new, fail on a miss
+  prover check model.onnx --emit-tests regress/
+                                               a replayable pytest per refuted site
+"""
+TOP_EPILOG = """examples:
+  prover check model.onnx                      check one model
+  prover zoo models/ --format markdown -o zoo.md
+                                               check a directory of models
+Run 'prover COMMAND --help' for a command's options, examples and exit codes.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The `prover` argument parser (subcommand `check`)."""
+    """The `prover` argument parser (subcommands `check` and `zoo`)."""
     p = Parser(
         prog=PROG,
         description="Formal legality checker for operator fusion in an NPU compiler.",
-        epilog=EXIT_HELP,
+        epilog=TOP_EPILOG + "\n" + EXIT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action=VersionAction)
@@ -70,27 +93,35 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="check every candidate fusion site of an ONNX model",
         description="Prove or refute every candidate fusion site of an ONNX model.",
-        epilog=PROOFS_HELP + "\n" + EXIT_HELP,
+        epilog="\n".join((CHECK_EXAMPLES, PROOFS_HELP, REFERENCE_PROFILES, EXIT_HELP)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_options(c)
-    c.add_argument(
+    o = c.add_argument_group("report and outputs")
+    o.add_argument(
         "--format",
         choices=FORMATS,
-        default="text",
-        help="report format (html: one self-contained file with the graph and plots; needs "
-        "the 'report' extra; github: GitHub Actions annotations, one per finding)",
+        default=None,
+        help="report format (default: from -o's extension, else text; html: one "
+        "self-contained file with the graph and plots, needs the 'report' extra; github: GitHub Actions annotations, one per finding)",
     )
-    add_indent_option(c, "JSON")
-    c.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
-    c.add_argument(
+    add_indent_option(o, "JSON")
+    add_verbose_option(o)
+    o.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the report here (default stdout); its extension names the format "
+        "(.txt .json .sarif .xml .md .html); a missing directory is created",
+    )
+    o.add_argument(
         "--emit-tests",
         metavar="DIR",
         help="write a replayable pytest module and .npz data per refuted site",
     )
-    add_baseline_option(c)
-    add_run_options(c)
-    c.add_argument(
+    add_baseline_option(o)
+    store, run = add_run_options(c)
+    store.add_argument(
         "--result-cache",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -99,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "packages, CPU and Python) from its signed run record in the store's runs/ "
         "(local, git-ignored); --no-result-cache always checks",
     )
-    c.add_argument(
+    run.add_argument(
         "--jobs",
         type=positive_int,
         default=1,
@@ -124,6 +155,9 @@ def _check(args: argparse.Namespace) -> int:
     if args.indent is not None and args.format != "json":
         raise UsageError(f"--indent applies to --format json, not {args.format}")
     opts = CheckOptions.from_args(args)
+    check_destination(args.output, "-o")  # before the work: nothing is written on bad usage
+    if args.emit_tests and Path(args.emit_tests).exists() and not Path(args.emit_tests).is_dir():
+        raise UsageError(f"--emit-tests is not a directory: {args.emit_tests}")
     if args.format == "html":
         from compiler.report.plots import require_matplotlib
 
@@ -145,18 +179,12 @@ def _check(args: argparse.Namespace) -> int:
         from compiler.regress.emit_tests import emit_tests
 
         target_file = str(run.target.path) if opts.target else None  # loaded once, by the run
-        emit_tests(report, args.model, args.emit_tests, target_file, run.external_data)
-    if args.format == "html":
-        from compiler.report import html as report_html
-
-        text = report_html.render(run)
-    elif args.format == "json":
-        from compiler.report import json_form as report_json
-
-        text = report_json.render(report, args.indent)
-    else:
-        text = importlib.import_module(f"compiler.report.{args.format}").render(report)
-    write_output(text, args.output)
+        tests = emit_tests(report, args.model, args.emit_tests, target_file, run.external_data)
+        print(f"{PROG}: {emitted_line(tests, args.emit_tests)}", file=sys.stderr)
+    text = render_report(
+        args.format, run, args.indent, progress=opts.progress, verbose=args.verbose
+    )
+    write_output(text, args.output, PROG, f"{args.format} report")
     lines = print_store_summary(PROG, run, args.model) + warn_float_compute(PROG, report)
     code = report.exit_code()
     if any(c.worse for c in changes):
@@ -165,6 +193,27 @@ def _check(args: argparse.Namespace) -> int:
         records = relied_on_records(run)
         run_record.save(PROG, args, run.inputs, text, code, lines, records, complete(run), before)
     return code
+
+
+def emitted_line(tests: list[Path], directory: str) -> str:
+    """The line naming what --emit-tests wrote (also when nothing: no site was refuted)."""
+    if not tests:
+        return f"--emit-tests: no refuted site, nothing written to {directory}"
+    n = len(tests)
+    return f"wrote {n} replay test{'' if n == 1 else 's'} (pytest modules and .npz data) to {directory}"
+
+
+def resolve_format(args: argparse.Namespace) -> None:
+    """`args.format` from --format, else -o's extension (`compiler.cli.outputs`), before
+    anything reads it (the run record's key includes it)."""
+    if args.command not in ("check", "zoo"):
+        return
+    args.format = report_format(args.format, args.output, "-o", "text")
+    if args.command == "zoo":
+        from compiler.cli.zoo_cmd import FORMATS as ZOO_FORMATS
+
+        if args.format not in ZOO_FORMATS:
+            raise UsageError(f"prover zoo writes {', '.join(ZOO_FORMATS)}, not {args.format}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -181,7 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv == ["--version"]:  # as argparse would, without importing the prover for the parser
         print(f"{PROG} {tool_version()}")
         return 0
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        resolve_format(args)
+    except UsageError as e:
+        parser.error(str(e))
     from compiler.cli.run_record import serve
 
     served = None

@@ -251,9 +251,9 @@ def serve(prog: str, args: argparse.Namespace) -> int | None:
     if why is not None:
         print(f"{prog}: ignoring run record {path}: {why}; checking again", file=sys.stderr)
         return None
-    from compiler.cli.common import write_output
+    from compiler.cli.outputs import write_output
 
-    write_output(rec["output"], args.output)
+    write_output(rec["output"], args.output, prog, f"{args.format} report")
     for line in rec["stderr"]:
         print(line, file=sys.stderr)
     print(

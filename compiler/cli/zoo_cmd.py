@@ -19,8 +19,8 @@ from compiler.cli.common import (
     parse_policy,
     positive_float,
     positive_int,
-    write_output,
 )
+from compiler.cli.outputs import write_output
 
 FORMATS = ("text", "json", "markdown", "html")
 BASELINE_HELP = (
@@ -28,7 +28,14 @@ BASELINE_HELP = (
     "against it (proven -> refuted/unknown, fused -> host, new/removed site, NPU share down, "
     "check time more than doubled) and exit 6 when something got worse"
 )
-ZOO_EPILOG = """exit codes (over the whole zoo):
+ZOO_EPILOG = """examples:
+  prover zoo models/                           every *.onnx under models/, the defaults
+  prover zoo zoo.toml --workers 2 --format markdown -o zoo.md
+                                               a manifest's models x targets x policies
+  prover zoo models/ --baseline old.json       exit 6 when something got worse
+
+{reference profiles}
+exit codes (over the whole zoo):
   0  every task checked, every site decided, none refuted
   1  a site refuted somewhere
   2  bad usage, a bad manifest or baseline, or a model that could not be checked
@@ -36,10 +43,12 @@ ZOO_EPILOG = """exit codes (over the whole zoo):
   4  internal error
   5  read-only proof gate (--proofs-mode ro): an obligation without a trusted record
   6  --baseline: something got worse (listed, with the model and site)
+  7  a model's compute runs in float (not quantized) under --require-quantized or
+     --proofs-mode ro
 """
 
 
-def add_baseline_option(p: argparse.ArgumentParser) -> None:
+def add_baseline_option(p: Any) -> None:
     p.add_argument("--baseline", metavar="FILE", default=None, help=BASELINE_HELP)
 
 
@@ -61,27 +70,28 @@ def add_zoo_parser(sub: Any) -> None:
         help="a TOML/YAML manifest (models with targets, policies, references; globs "
         "relative to it), or a directory: every *.onnx under it with the defaults",
     )
-    z.add_argument(
+    cl = z.add_argument_group("cluster")
+    cl.add_argument(
         "--workers",
         type=positive_int,
         default=None,
         metavar="N",
         help="workers of the embedded LocalCluster (default: the CPU count)",
     )
-    z.add_argument(
+    cl.add_argument(
         "--scheduler",
         metavar="ADDRESS",
         default=None,
         help="use an existing Dask cluster (e.g. tcp://host:8786) instead of a LocalCluster",
     )
-    z.add_argument(
+    cl.add_argument(
         "--processes",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="LocalCluster workers are processes (default); --no-processes runs them as "
         "threads of this process (quick start for small zoos)",
     )
-    z.add_argument(
+    cl.add_argument(
         "--task-timeout",
         type=positive_float,
         default=None,
@@ -89,8 +99,8 @@ def add_zoo_parser(sub: Any) -> None:
         help="wall time of one task (model x target x policy x reference) before it is "
         "retried once, then reported unknown (default: none; --timeout bounds each obligation)",
     )
-    add_baseline_option(z)
-    z.add_argument(
+    m = z.add_argument_group("what is checked (defaults for the manifest's models)")
+    m.add_argument(
         "--policy",
         type=parse_policy,
         action="append",
@@ -99,24 +109,27 @@ def add_zoo_parser(sub: Any) -> None:
         help="default policy of models whose manifest entry names none (repeatable; "
         "default bitwise)",
     )
-    z.add_argument(
+    m.add_argument(
         "--target",
         action="append",
         default=None,
         metavar="FILE",
         help="default target (TOML or shipped name; repeatable; default: the default target)",
     )
-    add_reference_option(z)
-    add_synthesis_option(z)
-    add_schedule_strategy_option(z)
-    z.add_argument(
+    add_reference_option(m)
+    add_synthesis_option(m)
+    add_schedule_strategy_option(m)
+    o = z.add_argument_group("report and outputs")
+    add_baseline_option(o)
+    o.add_argument(
         "--format",
         choices=FORMATS,
-        default="text",
-        help="report format (markdown: a pull-request comment; html: a self-contained dashboard)",
+        default=None,
+        help="report format (default: from -o's extension, else text; markdown: a "
+        "pull-request comment; html: a self-contained dashboard)",
     )
-    add_indent_option(z, "JSON")
-    z.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
+    add_indent_option(o, "JSON")
+    o.add_argument("-o", "--output", metavar="FILE", help="write the report here (default stdout)")
     add_run_options(z)
 
 
@@ -174,7 +187,7 @@ def zoo(args: argparse.Namespace) -> int:
         text = report.render_html(data)
     else:
         text = report.render_text(data)
-    write_output(text, args.output)
+    write_output(text, args.output, "prover", f"{args.format} zoo report")
     for c in base.worse(changes):
         print(f"prover: {c.line()}", file=sys.stderr)
     return int(data["summary"]["exit_code"])

@@ -114,6 +114,12 @@ OTHER_REASONS: dict[ReasonCode, tuple[str, str]] = {
         "The prover could not decide within its budget.",
         "keep the original; raise --timeout or try another --solver",
     ),
+    ReasonCode.PROOF_MISSING: (
+        "The read-only proof gate found no trusted record for this obligation in the store, "
+        "so it was not decided here (ro mode decides nothing new).",
+        "record the proofs: run prover check MODEL --proofs DIR (rw, without --proofs-mode ro) "
+        "and commit the new records to the store",
+    ),
     ReasonCode.REFERENCE_DIVERGENCE: (
         "The host's ONNX Runtime can differ from the named reference on a reachable input.",
         "keep the matmul on the host, or quantize with reduce_range=True "
@@ -137,7 +143,7 @@ OTHER_REASONS: dict[ReasonCode, tuple[str, str]] = {
     ),
     ReasonCode.UNSUPPORTED_CONV_WINDOW: (
         "A convolution whose kernel size, strides, dilations or groups the target's Conv "
-        "unit does not compute (its `window_*` lists); it stays on the host.",
+        "unit does not compute (its window_* lists); it stays on the host.",
         "keep it on the host, or choose a target whose [compute.Conv] lists this kernel, "
         "stride, dilation and group kind",
     ),

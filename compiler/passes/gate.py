@@ -20,6 +20,7 @@ from compiler.ir.policy_scope import effective_policy
 from compiler.ir.site import Site
 from compiler.proving import cex, divergence, fixed_synthesis, prove
 from compiler.proving.prove import SiteObligation
+from prover.errors import StoreMiss
 from prover.verdict import ReasonCode, Status
 
 # the site's obligations (built once per site; `compiler.report.views` redraws from them)
@@ -118,7 +119,9 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
         return
     first = verdicts[0]
     site.obligation_hash, site.solver = first[0].hash, getattr(first[1], "solver", None)
-    if errors:
+    if errors and all(isinstance(e, StoreMiss) for _, e in errors):  # the ro gate's miss
+        site.decide(Status.UNKNOWN, ReasonCode.PROOF_MISSING, str(errors[0][1]))
+    elif errors:
         site.decide(Status.UNKNOWN, ReasonCode.UNKNOWN, f"prover error: {errors[0][1]}")
     elif unknown:
         site.decide(Status.UNKNOWN, ReasonCode.UNKNOWN, unknown[0][1].reason or "budget exhausted")

@@ -61,6 +61,7 @@ from npu_backend.target import requant_from_scale
 from npu_backend.validate import validate_step, window_issues
 from prover.domain import KernelError
 from prover.eltwise import EltwiseParams
+from prover.errors import StoreMiss
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, build_lut, reorder_table
 from prover.obligation import Obligation
@@ -104,6 +105,8 @@ class Lowerer(LayoutLowering):
         policy = effective_policy(self.g, n.output, self.ctx.config.policy)
         ob = Obligation(kind, before, after, ranges, policy, note=f"lower {n.name}")
         v = prove.check(ob, self.ctx)
+        if isinstance(v, StoreMiss):  # the ro gate's miss: recording fixes it, not a budget
+            return False, ReasonCode.PROOF_MISSING, str(v)
         if isinstance(v, Exception):
             return False, ReasonCode.UNKNOWN, f"prover error: {v}"
         if v.status == Status.PROVEN:

@@ -6,6 +6,7 @@ from `compiler.report.views`; the page skeleton is `template.html`.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from importlib import resources
 from string import Template
 from typing import Any
@@ -14,6 +15,7 @@ import numpy as np
 
 from . import plots as P
 from .checks import of_site
+from .graph_view import collapse
 from .inert import visible
 from .model import Report, SiteReport, Status, WholeModelCounterexample
 from .views import EpilogueView, SiteView, Views, collect
@@ -21,25 +23,111 @@ from .views import EpilogueView, SiteView, Views, collect
 MAX_ARRAY = 64  # array elements printed in full; larger arrays are summarised
 
 
-def render(run: Any) -> str:
-    """The HTML report of a `compiler.cli.check_run.CheckRun`."""
+SMALL = 8  # up to this many sites, every site gets a section with its plots
+PROVEN_SHOWN = 3  # in a larger model: sections for the refuted, unknown and these proven
+MAX_PLOTTED = 12  # sections whose plots are drawn at most (refuted first, then unknown)
+MAX_SECTIONS = 48  # sections at most (every site is in the summary table either way)
+
+
+def plan(r: Report) -> tuple[list[SiteReport], set[str]]:
+    """(the sites with a section, in page order; the sites whose plots are drawn)."""
+    if len(r.sites) <= SMALL:
+        return list(r.sites), {s.id for s in r.sites}
+    rank = {Status.REFUTED: 0, Status.UNKNOWN: 1}
+    bad = sorted((s for s in r.sites if s.verdict in rank), key=lambda s: rank[s.verdict])
+    proven = [s for s in r.sites if s.verdict is Status.PROVEN][:PROVEN_SHOWN]
+    shown = (bad + proven)[:MAX_SECTIONS]
+    return shown, {s.id for s in shown[:MAX_PLOTTED]}
+
+
+def render(run: Any, progress: Callable[[int, int], None] | None = None) -> str:
+    """The HTML report of a `compiler.cli.check_run.CheckRun`; `progress(done, total)` is
+    told after each drawn part (the graph, each site's section, the ledger)."""
     P.require_matplotlib()
-    views = collect(run)
     r: Report = run.report
+    shown, plotted = plan(r)
+    views = collect(run, plotted)
+    total, done = len(shown) + 3, 0
+
+    def step() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    sections = {s.id for s in shown}
+    nodes, edges, graph_note = collapse(
+        views.nodes, views.edges, {s.id: s.pattern for s in r.sites}, sections
+    )
+    for n in nodes:
+        if n.site:
+            n.href = f"#{n.site}" if n.site in sections else f"#row-{n.site}"
+    graph = P.graph_svg(nodes, edges) if nodes else "<p>no graph</p>"
+    step()
     head = _headline(r, views)
+    headline = P.headline_svg(head[1]) if head else _times(r)
+    step()
+    parts = []
+    for s in shown:
+        parts.append(_site(s, views.sites.get(s.id)))
+        step()
+    ledger = _ledger(views)
+    step()
     tmpl = Template(resources.files("compiler.report").joinpath("template.html").read_text("utf-8"))
     return tmpl.substitute(
         version=_e(r.tool_version),
         title=_e(f"{r.model}: {_counts(r)}"),
         summary=_summary(r),
-        graph=P.graph_svg(views.nodes, views.edges) if views.nodes else "<p>no graph</p>",
+        graph=graph,
+        graph_note=f'<p class="note">{_e(graph_note)}</p>' if graph_note else "",
         headline_title=_e(head[0] if head else "no epilogue to plot"),
-        headline=P.headline_svg(head[1]) if head else _times(r),
+        headline=headline,
         legend=_legend(),
-        sites="\n".join(_site(s, views.sites.get(s.id)) for s in r.sites),
-        ledger=_ledger(views),
+        table=_table(r, sections, plotted),
+        sites="\n".join(parts),
+        ledger=ledger,
         meta=_meta(r, views),
     )
+
+
+def _table(r: Report, sections: set[str], plotted: set[str]) -> str:
+    """Every site in one table: verdict, pattern, nodes, reason code, time; linked to its
+    section when it has one."""
+    rows = []
+    for s in r.sites:
+        sid = _e(s.id)
+        link = f'<a href="#{sid}">{sid}</a>' if s.id in sections else sid
+        nodes = ", ".join(s.nodes[:3]) + (f" (+{len(s.nodes) - 3})" if len(s.nodes) > 3 else "")
+        code = ""
+        if s.reason is not None:  # the message on hover; the section or JSON has the rest
+            code = f'<code title="{_e(s.reason.message)}">{_e(s.reason.code)}</code>'
+        rows.append(
+            f'<tr id="row-{sid}"><td>{link}</td>'
+            f'<td><span class="pill {s.verdict.value}">{s.verdict.value}</span></td>'
+            f"<td>{_e(s.pattern)}</td><td>{_e(nodes)}</td><td>{code}</td>"
+            f"<td>{s.time_ms:.1f} ms</td></tr>"
+        )
+    if not rows:
+        return ""
+    hidden = len(r.sites) - len(sections)
+    note = ""
+    if hidden or len(plotted) < len(sections):
+        note = (
+            f'<p class="note">{len(sections)} of {len(r.sites)} sites have a section below '
+            f"(refuted and unknown first, then the first {PROVEN_SHOWN} proven), "
+            f"{len(plotted)} with plots; the JSON report has every site in full.</p>"
+        )
+    n = len(r.sites)
+    opened = " open" if n <= TABLE_OPEN else ""
+    return (
+        f'<section id="sites"><details{opened}><summary><b>All {n} site{"" if n == 1 else "s"}'
+        f'</b> (table)</summary>{note}<div class="wide"><table><tr><th>site</th><th>verdict</th>'
+        "<th>pattern</th><th>nodes</th><th>reason</th><th>time</th></tr>"
+        f"{''.join(rows)}</table></div></details></section>"
+    )
+
+
+TABLE_OPEN = 40  # a longer site table starts folded
 
 
 def _e(s: Any) -> str:
@@ -76,7 +164,11 @@ def _summary(r: Report) -> str:
 def _times(r: Report) -> str:
     if not r.sites:
         return "<p class='note'>no candidate sites</p>"
-    return P.times_svg([(s.id, s.verdict.value, float(s.time_ms)) for s in r.sites])
+    slow = sorted(r.sites, key=lambda s: -float(s.time_ms))[:TIMES_SHOWN]
+    return P.times_svg([(s.id, s.verdict.value, float(s.time_ms)) for s in slow], len(r.sites))
+
+
+TIMES_SHOWN = 20  # sites in the time chart (the slowest)
 
 
 def _legend() -> str:
@@ -120,7 +212,7 @@ def _site(s: SiteReport, sv: SiteView | None) -> str:
     parts = [
         f'<section id="{_e(s.id)}" class="site-{s.verdict.value}">',
         f"<h2>{_e(s.id)}: {_e(s.pattern)}</h2>",
-        f"<table>{''.join(rows)}</table>",
+        f'<div class="wide"><table>{"".join(rows)}</table></div>',
     ]
     if s.checks:
         parts.append(_checks(s))
@@ -132,9 +224,7 @@ def _site(s: SiteReport, sv: SiteView | None) -> str:
         if sv.ledger is not None:
             flag = " &mdash; costs more than it saves" if sv.ledger.get("costs_more") else ""
             parts.append(f"<h3>Ledger (measured on the simulator){flag}</h3>")
-            parts.append(
-                f'<div class="plot">{P.ledger_svg(sv.ledger, f"{s.id}: fused vs unfused")}</div>'
-            )
+            parts.append(_ledger_table(sv.ledger))
         parts.extend(f'<p class="note">{_e(n)}</p>' for n in sv.notes)
     parts.append("</section>")
     return "\n".join(parts)
@@ -186,11 +276,11 @@ def _counterexample(c: WholeModelCounterexample) -> str:
     if c.npz:
         rows.append(_row("data", f"<code>{_e(c.npz)}</code>"))
     out.append("<p>The whole-model input, and the outputs that differ:</p>")
-    out.append(f"<table>{''.join(rows)}</table>")
+    out.append(f'<div class="wide"><table>{"".join(rows)}</table></div>')
     if same:
         out.append(
             f"<details><summary>{len(same) // 2} other output(s), equal</summary>"
-            f"<table>{''.join(same)}</table></details>"
+            f'<div class="wide"><table>{"".join(same)}</table></div></details>'
         )
     if diffs:
         shown = "; ".join(f"{n}{list(i)}: {e} vs {a}" for n, i, e, a in diffs[:8])
@@ -237,9 +327,22 @@ def _epilogue(ev: EpilogueView) -> str:
                 for i in d[:32]
             )
             out.append(
-                f"<table><tr><th>table input</th><th>reference</th><th>NPU</th></tr>{rows}</table>"
+                '<div class="wide"><table><tr><th>table input</th><th>reference</th><th>NPU</th>'
+                f"</tr>{rows}</table></div>"
             )
     return "\n".join(out)
+
+
+def _ledger_table(entry: dict[str, Any]) -> str:
+    """One fusion's ledger as numbers: each quantity unfused, fused (or the one figure)."""
+    rows = []
+    for unit, fields in P.LEDGER_GROUPS:
+        for k, label in fields:
+            if entry.get(k) is not None:
+                rows.append(
+                    f"<tr><th>{_e(label)}</th><td>{int(entry[k]):,}</td><td>{_e(unit)}</td></tr>"
+                )
+    return f'<div class="wide"><table>{"".join(rows)}</table></div>'
 
 
 def _ledger(views: Views) -> str:
@@ -285,7 +388,7 @@ def _meta(r: Report, views: Views) -> str:
     rows += [_row(k, f"<code>{_e(v)}</code>") for k, v in views.versions.items()]
     out = [
         '<section id="meta"><h2>Reference, target, policy, versions</h2>',
-        f"<table>{''.join(rows)}</table>",
+        f'<div class="wide"><table>{"".join(rows)}</table></div>',
     ]
     if r.findings:
         out.append("<h3>Findings</h3><ul>")
@@ -294,14 +397,14 @@ def _meta(r: Report, views: Views) -> str:
         ]
         out.append("</ul>")
     if r.host_ops:
-        out.append('<h3 id="host-ops">Kept on the host</h3><table>')
+        out.append('<h3 id="host-ops">Kept on the host</h3><div class="wide"><table>')
         out.append("<tr><th>code</th><th>nodes</th><th>message</th><th>action</th></tr>")
         for d in r.host_ops:
             out.append(
                 f"<tr><td><code>{_e(d.code)}</code></td><td>{_e(', '.join(d.nodes))}</td>"
                 f"<td>{_e(d.message)}</td><td>{_e(d.action)}</td></tr>"
             )
-        out.append("</table>")
+        out.append("</table></div>")
     if r.proof_records:
         out.append("<h3>Proof records served</h3><ul>")
         out += [

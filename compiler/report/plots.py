@@ -57,7 +57,7 @@ def require_matplotlib() -> Any:
 def _svg(fig: Any, tight: bool = False) -> str:
     plt = require_matplotlib()
     buf = io.StringIO()
-    # figures laid out by tight_layout need no second (costly) tight bounding-box pass
+    # fixed margins (no tight_layout): a tight layout costs a full extra draw per figure
     fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight" if tight else None)
     plt.close(fig)
     text = buf.getvalue()
@@ -113,11 +113,12 @@ def graph_svg(nodes: list[GraphNode], edges: list[tuple[str, str]]) -> str:
             linestyle="--" if n.host else "-",
             alpha=0.92,
         )
-        if n.site:
-            box.set_url(f"#{n.site}")
+        href = n.href or (f"#{n.site}" if n.site else None)
+        if href:
+            box.set_url(href)
         ax.add_patch(box)
         dark = n.verdict in (Status.PROVEN, Status.REFUTED, Status.REJECTED)
-        label = f"{visible(n.op_type)}\n{_short(visible(n.name))}"
+        label = f"{_short(visible(n.op_type), 22)}\n{_short(visible(n.name), 22)}"
         if n.host:  # a badge on the box's corner: this op runs on the host CPU
             ax.text(x + w / 2, y + h / 2, "host", ha="right", va="center", fontsize=6,
                     color="white", bbox={"boxstyle": "round,pad=0.2", "fc": "#222222", "lw": 0})  # fmt: skip
@@ -131,8 +132,8 @@ def graph_svg(nodes: list[GraphNode], edges: list[tuple[str, str]]) -> str:
             color="white" if dark else "#111111",
             parse_math=False,  # a name from the model is text, never a (failing) formula
         )
-        if n.site:
-            t.set_url(f"#{n.site}")
+        if href:
+            t.set_url(href)
     ax.set_xlim(-0.6, cols - 0.4)
     ax.set_ylim(-rows + 0.4, 0.6)
     ax.set_axis_off()
@@ -213,7 +214,7 @@ def epilogue_svg(ev: EpilogueView) -> str:
     diff.set_ylim(-lim - 0.5, lim + 0.5)
     for ax in axs:
         ax.legend(fontsize=7, loc="upper left", frameon=False)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.1, right=0.98, top=0.96, bottom=0.08, hspace=0.4)
     return _svg(fig)
 
 
@@ -235,37 +236,51 @@ def table_svg(tab: TableView, site: str) -> str:
     ax.set_xlabel("table input (requantized value)")
     ax.set_ylabel("table output")
     ax.legend(fontsize=7, loc="upper left", frameon=False)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.1, right=0.98, top=0.9, bottom=0.18)
     return _svg(fig)
 
 
-LEDGER_FIELDS = (
-    ("bytes_not_written", "bytes not written"),
-    ("bytes_not_read", "bytes not read"),
-    ("table_loads_added", "table loads added"),
-    ("param_loads_added", "parameter loads added"),
-    ("instructions_before", "instructions unfused"),
-    ("instructions_after", "instructions fused"),
-    ("cycles_before", "cycles unfused"),
-    ("cycles_after", "cycles fused"),
-    ("peak_sram_before", "peak sram bytes unfused"),
-    ("peak_sram_after", "peak sram bytes fused"),
-)
+LEDGER_GROUPS = (  # one chart panel per unit: quantities of one unit share an axis
+    ("bytes", (("bytes_not_written", "bytes not written"), ("bytes_not_read", "bytes not read"))),
+    ("loads", (("table_loads_added", "table loads added"), ("param_loads_added", "parameter loads added"))),
+    ("instructions", (("instructions_before", "instructions unfused"), ("instructions_after", "instructions fused"))),
+    ("cycles", (("cycles_before", "cycles unfused"), ("cycles_after", "cycles fused"))),
+    ("bytes", (("peak_sram_before", "peak SRAM unfused"), ("peak_sram_after", "peak SRAM fused"))),
+)  # fmt: skip
+LEDGER_FIELDS = tuple(f for _, fields in LEDGER_GROUPS for f in fields)
 
 
 def ledger_svg(entry: dict[str, Any], title: str) -> str:
-    """One horizontal bar per ledger quantity (bytes, loads, instructions)."""
+    """The ledger as small multiples: one panel per unit (bytes saved, loads added,
+    instructions, cycles, peak SRAM), each with its own linear axis from 0, so a count of
+    bytes never dwarfs a count of cycles."""
     plt = require_matplotlib()
-    labels = [lab for k, lab in LEDGER_FIELDS if entry.get(k) is not None]
-    values = [int(entry[k]) for k, _ in LEDGER_FIELDS if entry.get(k) is not None]
-    fig, ax = plt.subplots(figsize=(4.6, 0.28 * len(values) + 0.6))
-    colours = ["#2e9e4f" if "not" in lab else "#3465a4" for lab in labels]
-    bars = ax.barh(labels, values, color=colours)
-    ax.bar_label(bars, fontsize=7, padding=2)
-    ax.invert_yaxis()
-    ax.set_title(title, fontsize=9, loc="left")
-    ax.tick_params(labelsize=7)
-    fig.tight_layout()
+    panels = []
+    for unit, fields in LEDGER_GROUPS:
+        got = [(lab, int(entry[k])) for k, lab in fields if entry.get(k) is not None]
+        if got:
+            panels.append((unit, got))
+    if not panels:
+        return "<p class='note'>no ledger quantity measured</p>"
+    bars = sum(len(g) for _, g in panels)
+    height = 0.32 * bars + 0.42 * len(panels) + 0.3
+    fig, axs = plt.subplots(
+        len(panels), 1, figsize=(5.4, height), squeeze=False,
+        height_ratios=[len(g) + 0.8 for _, g in panels],
+    )  # fmt: skip
+    for ax, (unit, got) in zip(axs[:, 0], panels, strict=True):
+        labels = [lab for lab, _ in got]
+        values = [v for _, v in got]
+        colours = ["#2e9e4f" if "not" in lab else "#3465a4" for lab in labels]
+        b = ax.barh(labels, values, color=colours, height=0.7)
+        ax.bar_label(b, labels=[f"{v:,}" for v in values], fontsize=7, padding=2)
+        ax.invert_yaxis()
+        ax.set_xlim(min(0, *values) * 1.3, max(1, *values) * 1.3)
+        ax.set_xlabel(unit, fontsize=7, labelpad=1)
+        ax.tick_params(labelsize=7)
+    axs[0, 0].set_title(title, fontsize=9, loc="left")
+    fig.subplots_adjust(left=0.36, right=0.97, top=1 - 0.3 / height, bottom=0.35 / height,
+                        hspace=0.9)  # fmt: skip
     return _svg(fig)
 
 
@@ -291,12 +306,13 @@ def headline_svg(ev: EpilogueView) -> str:
     bottom.set_ylabel("difference")
     lim = max(1, ev.bound, int(np.abs(ev.diff).max()) if ev.diff.size else 1)
     bottom.set_ylim(-lim - 0.5, lim + 0.5)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.11, right=0.98, top=0.93, bottom=0.12, hspace=0.3)
     return _svg(fig)
 
 
-def times_svg(sites: list[tuple[str, str, float]]) -> str:
-    """Per site (id, verdict, milliseconds): a bar of the time spent deciding it."""
+def times_svg(sites: list[tuple[str, str, float]], of: int | None = None) -> str:
+    """Per site (id, verdict, milliseconds): a bar of the time spent deciding it (`of`: the
+    model's number of sites, when these are only the slowest)."""
     plt = require_matplotlib()
     fig, ax = plt.subplots(figsize=(6.4, 0.32 * len(sites) + 1.0))
     labels = [f"{sid} ({v})" for sid, v, _ in sites]
@@ -307,6 +323,8 @@ def times_svg(sites: list[tuple[str, str, float]]) -> str:
     ax.invert_yaxis()
     ax.set_xlim(0, max(1.0, 1.25 * max(t for _, _, t in sites)))
     ax.set_xlabel("time to decide (ms)")
-    ax.set_title("no epilogue to plot: time per site", fontsize=9, loc="left")
-    fig.tight_layout()
+    some = f" (the {len(sites)} slowest of {of})" if of is not None and of > len(sites) else ""
+    ax.set_title(f"no epilogue to plot: time per site{some}", fontsize=9, loc="left")
+    h = 0.32 * len(sites) + 1.0
+    fig.subplots_adjust(left=0.26, right=0.97, top=1 - 0.35 / h, bottom=0.5 / h)
     return _svg(fig)

@@ -39,6 +39,9 @@ class GraphNode:
     site: str | None = None
     verdict: str | None = None
     host: bool = False
+    count: int = 1  # ONNX nodes or sites this box stands for (a collapsed graph)
+    param: bool = False  # computes from constants only (a Constant, a weight's Dequantize)
+    href: str | None = None  # where a click goes (default: the site's section)
 
 
 @dataclass
@@ -108,8 +111,9 @@ class Views:
     versions: dict[str, str]
 
 
-def collect(run: CheckRun) -> Views:
-    """The views of a `compiler.cli.check_run.CheckRun`."""
+def collect(run: CheckRun, drawn: set[str] | None = None) -> Views:
+    """The views of a `compiler.cli.check_run.CheckRun`; epilogues and ledgers only for
+    the sites in `drawn` (None: every site)."""
     result, report = run.result, run.report
     verdicts = {s.id: s.verdict.value for s in report.sites}
     nodes, edges = _graph(None if result.context is None else result.context.model)
@@ -125,6 +129,8 @@ def collect(run: CheckRun) -> Views:
     ledger, note = _ledger(run)
     sites: dict[str, SiteView] = {}
     for cs in result.sites:
+        if drawn is not None and cs.id not in drawn:
+            continue
         sv = SiteView(cs.id)
         if cs.verdict is Status.PROVEN:  # only an applied fusion has a ledger entry to show
             sv.ledger = next(
@@ -153,6 +159,11 @@ def _graph(model: Any) -> tuple[list[GraphNode], list[tuple[str, str]]]:
         GraphNode(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output))
         for i, n in enumerate(model.graph.node)
     ]
+    constant = {t.name for t in model.graph.initializer} - {i.name for i in model.graph.input}
+    for n in nodes:  # in graph order, so a producer is seen before its users
+        if all(t in constant for t in n.inputs if t):
+            n.param = True
+            constant.update(n.outputs)
     producer = {o: n.name for n in nodes for o in n.outputs if o}
     edges = []
     for n in nodes:
