@@ -86,7 +86,7 @@ def _ort(op: str, a: np.ndarray, b: np.ndarray, p: QLinearBinaryParams) -> np.nd
 
 
 def _param_sets(dtype: str) -> list[QLinearBinaryParams]:
-    """Zero points at the type's ends and middle, scale ratios from 1/4096 to 512, near-ties."""
+    """Zero points at the type's ends and middle, scale ratios from 1/4096 to 3e7, near-ties."""
     i = np.iinfo(dtype)
     lo, hi, mid = int(i.min), int(i.max), (0 if dtype == "int8" else 128)
     tie = F32(2.0**-6 * 3 * (1 + 3 * 2.0**-23))  # a short binary fraction a few ulps off
@@ -97,6 +97,9 @@ def _param_sets(dtype: str) -> list[QLinearBinaryParams]:
         ((1e-4, lo), (3e-4, hi), (0.4, mid)),  # ratios ~1/4000: almost constant output
         ((float(tie), 3 + lo), (float(tie) * 2, hi - 7), (float(tie) * 4, mid + 1)),
         ((0.0117, mid + 5), (0.0093, mid - 9), (0.0201, lo + 11)),
+        # beyond int32 after scaling: MLAS's cvtps gives INT32_MIN, which saturates to the
+        # type's minimum (not its maximum) on the vector paths
+        ((3000.0, mid), (1.0, lo), (1e-4, lo)),
     ]
     return [
         QLinearBinaryParams(
@@ -124,7 +127,8 @@ def test_reference_and_npu_record_equal_onnxruntime_on_every_pair(op, dtype, lay
     a, b = _pairs(dtype, layout)
     mode = span_mode(a.shape, b.shape)
     sets = _param_sets(dtype)
-    # default run: extreme zero points, a saturating ratio, a near-tie (-m slow: all six)
+    # default run: extreme zero points, a saturating ratio, a near-tie, int32 overflow
+    # (-m slow: all seven)
     for p in sets[::2] if (op, dtype, layout) in FAST else sets:
         want = _ort(op, a, b, p)
         np.testing.assert_array_equal(qlinear_binary(op, a, b, p, fma=HOST_FMA), want)
