@@ -335,3 +335,23 @@ def test_npuc_compile_and_run_a_residual_add_equal_onnxruntime(tmp_path):
     assert r.returncode == 0, r.stderr
     want = session(m, "default").run(None, feed)[0]
     np.testing.assert_array_equal(np.load(out)["c"], want)
+
+
+@SLOW
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("layout", ["same", "inner"])
+def test_every_pair_at_every_vector_lane_and_tail_position(op, layout):
+    """Every operand pair at every offset of MLAS's vector bodies and tails: spans of 49
+    (the inner broadcast of a 7x7 map) and 33 consecutive copies of each pair (same shape),
+    so a kernel whose tail rounds differently from its body would show here."""
+    i = np.iinfo("uint8")
+    v = np.arange(i.min, i.max + 1, dtype=np.int64)
+    va, vb = np.repeat(v, 256), np.tile(v, 256)  # the 65,536 pairs
+    if layout == "inner":  # [1, 65536, 7, 7] + [1, 65536, 1, 1]: each pair over a span of 49
+        a = np.broadcast_to(va[None, :, None, None], (1, va.size, 7, 7)).copy()
+        b = vb.reshape(1, -1, 1, 1)
+    else:  # [65536 * 33] + [65536 * 33]
+        a, b = np.repeat(va, 33), np.repeat(vb, 33)
+    for p in _param_sets("uint8")[3:6]:
+        want = _ort(op, a, b, p)
+        np.testing.assert_array_equal(qlinear_binary(op, a, b, p, fma=HOST_FMA), want)
