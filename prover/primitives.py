@@ -51,6 +51,9 @@ class Primitive:
     precondition: Callable[..., Any] | None = None
     doc: str = ""
     requires: str = ""
+    # False: no bit-vector form (float32 arithmetic); `fn` raises NotApplicable in a
+    # symbolic domain, so only enumeration decides obligations using it
+    symbolic: bool = True
 
 
 def _requant_double(d: Domain, acc, *, multiplier, shift, zp, out):
@@ -185,6 +188,7 @@ PRIMITIVES: dict[str, Primitive] = {
             "one of B (MLAS's float32 kernel for the node's span mode and the reference's FMA "
             "flag). Reference side: assumed; the ONNX tensors hold dtype values only.",
             requires="a and b lie in dtype",
+            symbolic=False,
         ),
         Primitive(
             "npu_eltwise",
@@ -194,6 +198,7 @@ PRIMITIVES: dict[str, Primitive] = {
             "(`prover.eltwise.EltwiseParams`). NPU side: an obligation (operands outside "
             "dtype are not what its 8-bit inputs hold).",
             requires="a and b lie in dtype",
+            symbolic=False,
         ),
         Primitive("floordiv_const", _floordiv_const, doc="floor(x / c), c > 0"),
         Primitive("mod_const", _mod_const, doc="x - c * floor(x / c), c > 0"),

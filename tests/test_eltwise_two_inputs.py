@@ -86,7 +86,7 @@ def _ort(op: str, a: np.ndarray, b: np.ndarray, p: QLinearBinaryParams) -> np.nd
 
 
 def _param_sets(dtype: str) -> list[QLinearBinaryParams]:
-    """Zero points at the type's ends and middle, scale ratios from 1/4096 to 512, near-ties."""
+    """Zero points at the type's ends and middle, scale ratios from 1/4096 to 3e7, near-ties."""
     i = np.iinfo(dtype)
     lo, hi, mid = int(i.min), int(i.max), (0 if dtype == "int8" else 128)
     tie = F32(2.0**-6 * 3 * (1 + 3 * 2.0**-23))  # a short binary fraction a few ulps off
@@ -97,6 +97,9 @@ def _param_sets(dtype: str) -> list[QLinearBinaryParams]:
         ((1e-4, lo), (3e-4, hi), (0.4, mid)),  # ratios ~1/4000: almost constant output
         ((float(tie), 3 + lo), (float(tie) * 2, hi - 7), (float(tie) * 4, mid + 1)),
         ((0.0117, mid + 5), (0.0093, mid - 9), (0.0201, lo + 11)),
+        # beyond int32 after scaling: MLAS's cvtps gives INT32_MIN, which saturates to the
+        # type's minimum (not its maximum) on the vector paths
+        ((3000.0, mid), (1.0, lo), (1e-4, lo)),
     ]
     return [
         QLinearBinaryParams(
@@ -106,16 +109,27 @@ def _param_sets(dtype: str) -> list[QLinearBinaryParams]:
     ]
 
 
-@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
-@pytest.mark.parametrize("dtype", ["uint8", "int8"])
-@pytest.mark.parametrize(
-    "layout",
-    ["same", "inner_b", pytest.param("inner_a", marks=SLOW), pytest.param("outer", marks=SLOW)],
-)
+# the default run keeps one case per op and layout kind; the rest under -m slow
+FAST = {
+    ("QLinearAdd", "uint8", "same"), ("QLinearAdd", "int8", "inner_b"),
+    ("QLinearMul", "int8", "same"), ("QLinearMul", "uint8", "inner_b"),
+}  # fmt: skip
+CASES = [
+    pytest.param(o, d, lay, marks=() if (o, d, lay) in FAST else SLOW)
+    for o in ("QLinearAdd", "QLinearMul")
+    for d in ("uint8", "int8")
+    for lay in ("same", "inner_b", "inner_a", "outer")
+]
+
+
+@pytest.mark.parametrize("op,dtype,layout", CASES)
 def test_reference_and_npu_record_equal_onnxruntime_on_every_pair(op, dtype, layout):
     a, b = _pairs(dtype, layout)
     mode = span_mode(a.shape, b.shape)
-    for p in _param_sets(dtype):
+    sets = _param_sets(dtype)
+    # default run: extreme zero points, a saturating ratio, a near-tie, int32 overflow
+    # (-m slow: all seven)
+    for p in sets[::2] if (op, dtype, layout) in FAST else sets:
         want = _ort(op, a, b, p)
         np.testing.assert_array_equal(qlinear_binary(op, a, b, p, fma=HOST_FMA), want)
         rec = EltwiseParams.of(op, p, mode, fma=HOST_FMA)
@@ -265,7 +279,7 @@ def test_activation_the_unit_lacks_stays_a_separate_op():
 @pytest.mark.parametrize(
     "act,dtype",
     [
-        ("HardSwish", "uint8"),
+        pytest.param("HardSwish", "uint8", marks=SLOW),
         pytest.param("HardSwish", "int8", marks=SLOW),
         pytest.param("Relu", "uint8", marks=SLOW),
         ("Relu", "int8"),
@@ -306,6 +320,7 @@ def test_second_table_in_a_row_is_already_fused():
     assert step.lut is not None and step.out == "s"  # the first table is fused
 
 
+@SLOW
 def test_npuc_compile_and_run_a_residual_add_equal_onnxruntime(tmp_path):
     """The command line as a user runs it: `npuc compile`, then `npuc run`, then ORT."""
     m = eltwise_model(dtype="int8", zps=(-3, 5, 1), residual_conv=True, a_shape=(1, 8, 6, 6))
@@ -320,3 +335,23 @@ def test_npuc_compile_and_run_a_residual_add_equal_onnxruntime(tmp_path):
     assert r.returncode == 0, r.stderr
     want = session(m, "default").run(None, feed)[0]
     np.testing.assert_array_equal(np.load(out)["c"], want)
+
+
+@SLOW
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("layout", ["same", "inner"])
+def test_every_pair_at_every_vector_lane_and_tail_position(op, layout):
+    """Every operand pair at every offset of MLAS's vector bodies and tails: spans of 49
+    (the inner broadcast of a 7x7 map) and 33 consecutive copies of each pair (same shape),
+    so a kernel whose tail rounds differently from its body would show here."""
+    i = np.iinfo("uint8")
+    v = np.arange(i.min, i.max + 1, dtype=np.int64)
+    va, vb = np.repeat(v, 256), np.tile(v, 256)  # the 65,536 pairs
+    if layout == "inner":  # [1, 65536, 7, 7] + [1, 65536, 1, 1]: each pair over a span of 49
+        a = np.broadcast_to(va[None, :, None, None], (1, va.size, 7, 7)).copy()
+        b = vb.reshape(1, -1, 1, 1)
+    else:  # [65536 * 33] + [65536 * 33]
+        a, b = np.repeat(va, 33), np.repeat(vb, 33)
+    for p in _param_sets("uint8")[3:6]:
+        want = _ort(op, a, b, p)
+        np.testing.assert_array_equal(qlinear_binary(op, a, b, p, fma=HOST_FMA), want)

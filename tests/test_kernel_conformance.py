@@ -179,8 +179,36 @@ def test_every_primitive_has_a_conformance_case():
         "add", "sub", "add_const", "mul_const", "clip", "saturate", "wrap", "requant_double",
         "requant_single", "requant_float", "lut", "dot", "floordiv_const", "mod_const",
     }  # fmt: skip
-    missing = set(PRIMITIVES) - covered
+    numpy_only = {name for name, p in PRIMITIVES.items() if not p.symbolic}
+    missing = set(PRIMITIVES) - covered - numpy_only
     assert not missing, f"add a Z3-vs-numpy conformance case for primitives {sorted(missing)}"
+    assert numpy_only == {"qlinear_binary", "npu_eltwise"}  # each has its case below
+
+
+def test_numpy_only_primitives_decline_every_symbolic_domain():
+    """A primitive without a bit-vector form never gives the SMT encoding a value: it
+    raises NotApplicable there (its obligations are decided by enumeration; its numpy
+    values are checked against ONNX Runtime in tests/test_eltwise_two_inputs.py)."""
+    from prover.domain import Z3Domain
+    from prover.eltwise import EltwiseParams
+    from prover.errors import NotApplicable
+    from prover.qlinear_binary import QLinearBinaryParams, SpanMode
+
+    p = QLinearBinaryParams(
+        a_scale=0.02, a_zp=1, b_scale=0.03, b_zp=2, c_scale=0.04, c_zp=3, dtype="uint8"
+    )
+    rec = EltwiseParams.of("QLinearAdd", p, SpanMode.GENERAL, fma=True)
+    terms = [
+        op("qlinear_binary", Var("a"), Var("b"), binary="QLinearAdd", mode="general",
+           fma=True, **vars(p)),
+        op("npu_eltwise", Var("a"), Var("b"), **rec.params()),
+    ]  # fmt: skip
+    d = Z3Domain()
+    for t in terms:
+        with pytest.raises(NotApplicable):
+            evaluate(t, d, {"a": d.var("a"), "b": d.var("b")})
+        v = evaluate(t, NUMPY, {"a": np.arange(256), "b": np.arange(256)[::-1]})
+        assert v.shape == (256,) and v.min() >= 0 and v.max() <= 255
 
 
 def test_add_sub(rng):
