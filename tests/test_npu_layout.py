@@ -167,3 +167,19 @@ def test_program_file_with_gathers_round_trips(tmp_path):
         simulator.run(prog, inp)[0]["y"], simulator.run(back, inp)[0]["y"]
     )
     assert back.ops("Move")
+
+
+def test_two_npu_readers_of_one_host_tensor_share_its_gather():
+    import onnx
+    from onnx import helper as oh
+
+    m = conv_chain(("3x3",))
+    second = onnx.NodeProto()
+    second.CopyFrom(m.graph.node[0])
+    second.name, second.output[0] = "c_b", "y2"
+    m.graph.node.append(second)
+    m.graph.output.append(oh.make_tensor_value_info("y2", 3, [1, 4, 6, 5]))
+    r = compile_model(m, "bitwise", FLOAT)
+    names = [s.out for s in r.lowered.steps if isinstance(s, NpuMove)]
+    assert names.count("x.nhwc") == 1, names
+    _equal(m, r)

@@ -258,10 +258,10 @@ class Lowerer(LayoutLowering):
         if cf:
             to_last = (0, *range(2, r + 2), 1)
             kept = self.kept_layout(n, x, nat_in, to_last)
-            if kept is None:
-                self.steps.append(self.transpose_step(n, x, nat_in, to_last))
-            else:  # the NPU already holds x channels-last: read it there
+            if kept is not None:  # the NPU already holds x channels-last: read it there
                 step = dataclasses.replace(step, a=kept)
+            elif not self.emitted(nat_in.name):  # else an earlier reader's transpose
+                self.steps.append(self.transpose_step(n, x, nat_in, to_last))
         self.steps.append(step)
         self.shapes[step.out] = tuple(out.shape)
         if out is not y:

@@ -92,6 +92,11 @@ class LayoutLowering:
     def host_onnx(self, n: Node, m: Any) -> HostOnnx:
         raise NotImplementedError
 
+    def emitted(self, name: str) -> bool:
+        """Whether a step lowered so far writes `name` (`<x>.nhwc` is always the same
+        transpose of x: a second reader of x reads the first one's)."""
+        return any(name in step_outputs(st) for st in self.steps)
+
     def kept_layout(self, n: Node, x: Value, nat_in: Value, perm: tuple[int, ...]) -> str | None:
         """The NPU tensor holding `x` already permuted by `perm` (an NPU op's natural output
         that a layout transpose made `x`), if the index map from it through that transpose
@@ -145,10 +150,10 @@ class LayoutLowering:
             self.steps.extend(self.host_origin(n))
             return
         kept = self.kept_layout(n, x, nat_in, to_last)
-        if kept is None:
-            self.steps.append(self.transpose_step(n, x, nat_in, to_last))
-        else:
+        if kept is not None:
             step = dataclasses.replace(step, x=kept)
+        elif not self.emitted(nat_in.name):  # else an earlier reader's transpose
+            self.steps.append(self.transpose_step(n, x, nat_in, to_last))
         self.steps.append(step)
         self.shapes[step.out] = tuple(nat_out.shape)
         t = self.transpose_step(n, nat_out, y, to_first)
