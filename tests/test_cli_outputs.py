@@ -29,7 +29,11 @@ def model(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize(
     "name, start",
-    [("r.md", "### Fusion check"), ("r.sarif", "{"), ("r.txt", "/")],
+    [
+        ("r.md", "### Fusion check"),
+        pytest.param("r.sarif", "{", marks=pytest.mark.slow),  # the default run keeps .md
+        pytest.param("r.txt", "/", marks=pytest.mark.slow),  # (npuc's test reads .txt)
+    ],
 )  # fmt: skip
 def test_prover_format_follows_the_extension(model, tmp_path, name, start):
     out = tmp_path / name
@@ -43,6 +47,7 @@ def test_prover_format_follows_the_extension(model, tmp_path, name, start):
     assert f"prover: wrote {out} (" in r.stderr
 
 
+@pytest.mark.slow  # npuc's --format test covers the rule in the default run
 def test_explicit_format_wins_over_the_extension(model, tmp_path):
     out = tmp_path / "r.txt"
     r = prover("check", model, "--no-progress", "--format", "json", "-o", out)

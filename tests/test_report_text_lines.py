@@ -57,6 +57,16 @@ def test_host_lines_say_a_lowering_verdict_in_words_and_group_alike_ops():
     assert len([ln for ln in text.render(_report(), True).splitlines() if "op" in ln]) >= 5
 
 
+def test_alike_findings_are_one_line_without_v():
+    r = _report()
+    r.findings = [
+        {"code": "reference_divergence", "message": f"conv{i}: may saturate"} for i in range(5)
+    ]
+    lines = [ln for ln in text.render(r).splitlines() if ln.startswith("FINDING")]
+    assert lines == ["FINDING  [reference_divergence] 5 findings; first: conv0: may saturate"]
+    assert len([ln for ln in text.render(r, True).splitlines() if ln.startswith("FINDING")]) == 5
+
+
 def test_no_backticks_and_one_candidate():
     r = _report()
     r.sites = r.sites[1:]

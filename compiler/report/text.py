@@ -155,6 +155,24 @@ def host_lines(hosts: list[Diagnostic], verbose: bool) -> list[str]:
     return out
 
 
+def finding_lines(findings: list[dict], verbose: bool) -> list[str]:
+    """One line per finding; without `verbose` each cut to `WIDTH`, and more than 3 of one
+    code one line (how many, and the first's message)."""
+    if verbose:
+        return [f"FINDING  [{f['code']}] {f['message']}" for f in findings]
+    by_code: dict[str, list[dict]] = {}
+    for f in findings:
+        by_code.setdefault(str(f["code"]), []).append(f)
+    out = []
+    for code, group in by_code.items():
+        if len(group) <= 3:
+            out += [clip(f"FINDING  [{code}] {f['message']}", WIDTH) for f in group]
+        else:
+            first = group[0]["message"]
+            out.append(clip(f"FINDING  [{code}] {len(group)} findings; first: {first}", WIDTH))
+    return out
+
+
 def summary_line(r: Report) -> str:
     """The last line: counts per verdict (and the ops kept on the host, if any)."""
     s = r.summary
@@ -178,8 +196,7 @@ def render(r: Report, verbose: bool = False) -> str:
         lines += [site_line(x, verbose), *site_details(x, verbose)]
     if not r.sites:
         lines.append("no candidate sites")
-    findings = [f"FINDING  [{f['code']}] {f['message']}" for f in r.findings]
-    lines += findings if verbose else [clip(f, WIDTH) for f in findings]
+    lines += finding_lines(r.findings, verbose)
     lines += host_lines(r.host_ops, verbose)
     if not verbose and (any(x.verdict is not Status.PROVEN for x in r.sites) or r.host_ops):
         lines.append("(-v: every reason in full with its action; --format json: everything)")
