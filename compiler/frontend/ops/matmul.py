@@ -41,7 +41,9 @@ def qlinear_matmul(ctx: BuildContext, n: onnx.NodeProto) -> None:
     ctx.attrs(n)
     at = ctx.expect_dtype(n, n.input[0], EIGHT_BIT)
     a = ctx.value(n, n.input[0])
-    if n.input[3] in ctx.values:  # attention's Q.K^T and P.V: both operands activations
+    # attention's Q.K^T and P.V: both operands activations (an overridable initializer
+    # keeps its own message: weights the user may replace at run time stay on the host)
+    if n.input[3] in ctx.values and n.input[3] not in ctx.overridable:
         return qlinear_matmul_act(ctx, n)
     w = weights(ctx, n, 3)
     N = w.shape[1]
