@@ -68,6 +68,9 @@ def activations(m: Any) -> list[dict[str, Any]]:
         return out
 
     consts = {i.name for i in m.graph.initializer}
+    for n in m.graph.node:  # values computed from constants only (a DequantizeLinear of one)
+        if n.input and all(i in consts for i in n.input if i):
+            consts.update(n.output)
 
     def after_compute(v: str) -> bool:
         """Whether `v` comes from a compute op through Q/DQ and elementwise ops with a
@@ -147,10 +150,19 @@ def survey_one(path: str, target: str) -> dict[str, Any]:
         # after the op's output
         names = {a["node"], *a.pop("outputs")}
         covering = [s for s in r.sites if names & set(s.nodes)]
+        refused = _refused_region_site(r, names) if not covering else None
+        if refused is not None:
+            covering = [refused]
         if not covering:
             a["outcome"] = _unproposed(r.original, names)
             continue
         s = min(covering, key=lambda s: len(s.nodes))  # its own site, not a longer chain's
+        if any(
+            n.op == "host_onnx" and n.attrs.get("onnx_op") in ("Conv", "MatMul", "Gemm")
+            for n in s.chain
+        ):  # a walk through a float compute op to an earlier one: not the activation's own
+            a["outcome"] = "not proposed: float compute"
+            continue
         a["pattern"] = s.pattern
         if s.verdict == "rejected":
             a["outcome"] = f"rejected: {s.reason.code}"
@@ -158,6 +170,20 @@ def survey_one(path: str, target: str) -> dict[str, Any]:
         else:
             a["outcome"] = str(s.verdict)
     return {"acts": acts}
+
+
+def _refused_region_site(r: Any, names: set[str]) -> Any:
+    """The site of a region the frontend refused (its first node carries `region_refusal`)
+    that the activation (nodes `names`) belongs to, found backwards through host ops."""
+    g = r.original
+    node = next((n for n in g.nodes if names & set(n.origin)), None)
+    for _ in range(8):
+        if node is None or node.op != "host_onnx":
+            return None
+        if node.attrs.get("region_refusal") is not None:
+            return next((s for s in r.sites if s.activation.name == node.name), None)
+        node = g.producer(node.inputs[0]) if node.inputs else None
+    return None
 
 
 def _unproposed(g: Any, names: set[str]) -> str:
