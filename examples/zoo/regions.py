@@ -40,6 +40,7 @@ KINDS = ("HardSigmoid", "HardSwish", "SiLU", "GELU", "LeakyRelu")
 COMPUTE = {"Conv", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger",
            "ConvInteger"}  # fmt: skip
 PASS = {"DequantizeLinear", "QuantizeLinear", "Identity", "Cast"}
+LAYOUT = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")  # ORT's Gemm rewrite adds a Reshape
 
 
 def activations(m: Any) -> list[dict[str, Any]]:
@@ -69,12 +70,12 @@ def activations(m: Any) -> list[dict[str, Any]]:
 
     consts = {i.name for i in m.graph.initializer}
     for n in m.graph.node:  # values computed from constants only (a DequantizeLinear of one)
-        if n.input and all(i in consts for i in n.input if i):
+        if n.op_type == "Constant" or n.input and all(i in consts for i in n.input if i):
             consts.update(n.output)
 
     def after_compute(v: str) -> bool:
         """Whether `v` comes from a compute op through Q/DQ and elementwise ops with a
-        constant operand (GELU's Div, a bias Add)."""
+        constant operand (GELU's Div, a bias Add) and reshapes."""
         for _ in range(16):
             v = root(v)
             p = prod.get(v)
@@ -83,7 +84,7 @@ def activations(m: Any) -> list[dict[str, Any]]:
             if p.op_type in COMPUTE:
                 return True
             varying = [i for i in p.input if i and i not in consts]
-            if p.op_type not in ("Div", "Mul", "Add", "Sub") or len(varying) != 1:
+            if p.op_type not in ("Div", "Mul", "Add", "Sub", *LAYOUT) or len(varying) != 1:
                 return False
             v = varying[0]
         return False
