@@ -40,6 +40,7 @@ KINDS = ("HardSigmoid", "HardSwish", "SiLU", "GELU", "LeakyRelu")
 COMPUTE = {"Conv", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger",
            "ConvInteger"}  # fmt: skip
 PASS = {"DequantizeLinear", "QuantizeLinear", "Identity", "Cast"}
+LAYOUT = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")  # ORT's Gemm rewrite adds a Reshape
 
 
 def activations(m: Any) -> list[dict[str, Any]]:
@@ -68,10 +69,13 @@ def activations(m: Any) -> list[dict[str, Any]]:
         return out
 
     consts = {i.name for i in m.graph.initializer}
+    for n in m.graph.node:  # values computed from constants only (a DequantizeLinear of one)
+        if n.op_type == "Constant" or n.input and all(i in consts for i in n.input if i):
+            consts.update(n.output)
 
     def after_compute(v: str) -> bool:
         """Whether `v` comes from a compute op through Q/DQ and elementwise ops with a
-        constant operand (GELU's Div, a bias Add)."""
+        constant operand (GELU's Div, a bias Add) and reshapes."""
         for _ in range(16):
             v = root(v)
             p = prod.get(v)
@@ -80,7 +84,7 @@ def activations(m: Any) -> list[dict[str, Any]]:
             if p.op_type in COMPUTE:
                 return True
             varying = [i for i in p.input if i and i not in consts]
-            if p.op_type not in ("Div", "Mul", "Add", "Sub") or len(varying) != 1:
+            if p.op_type not in ("Div", "Mul", "Add", "Sub", *LAYOUT) or len(varying) != 1:
                 return False
             v = varying[0]
         return False
@@ -147,10 +151,19 @@ def survey_one(path: str, target: str) -> dict[str, Any]:
         # after the op's output
         names = {a["node"], *a.pop("outputs")}
         covering = [s for s in r.sites if names & set(s.nodes)]
+        refused = _refused_region_site(r, names) if not covering else None
+        if refused is not None:
+            covering = [refused]
         if not covering:
             a["outcome"] = _unproposed(r.original, names)
             continue
         s = min(covering, key=lambda s: len(s.nodes))  # its own site, not a longer chain's
+        if any(
+            n.op == "host_onnx" and n.attrs.get("onnx_op") in ("Conv", "MatMul", "Gemm")
+            for n in s.chain
+        ):  # a walk through a float compute op to an earlier one: not the activation's own
+            a["outcome"] = "not proposed: float compute"
+            continue
         a["pattern"] = s.pattern
         if s.verdict == "rejected":
             a["outcome"] = f"rejected: {s.reason.code}"
@@ -158,6 +171,20 @@ def survey_one(path: str, target: str) -> dict[str, Any]:
         else:
             a["outcome"] = str(s.verdict)
     return {"acts": acts}
+
+
+def _refused_region_site(r: Any, names: set[str]) -> Any:
+    """The site of a region the frontend refused (its first node carries `region_refusal`)
+    that the activation (nodes `names`) belongs to, found backwards through host ops."""
+    g = r.original
+    node = next((n for n in g.nodes if names & set(n.origin)), None)
+    for _ in range(8):
+        if node is None or node.op != "host_onnx":
+            return None
+        if node.attrs.get("region_refusal") is not None:
+            return next((s for s in r.sites if s.activation.name == node.name), None)
+        node = g.producer(node.inputs[0]) if node.inputs else None
+    return None
 
 
 def _unproposed(g: Any, names: set[str]) -> str:
