@@ -184,7 +184,12 @@ def test_cli_check_against_a_zoo_baseline_compares_its_own_task_only(zoo):
     file name, target, policy, reference), none of the zoo's other tasks is `removed`."""
     model = zoo / "matmul_sigmoid.onnx"
     same = prover("check", model, "--baseline", zoo / "before.json")
-    assert same.returncode == 0 and "baseline" not in same.stderr, same.stderr
+    # the zoo decided the site's obligation once, on a warm worker (under a millisecond);
+    # this check's first decision, in a fresh process, also pays the prover's imports: on a
+    # loaded machine that can pass 1 s, a `time` change. Nothing else may differ.
+    lines = [ln for ln in same.stderr.splitlines() if "baseline:" in ln]
+    assert all("check time" in ln for ln in lines), same.stderr
+    assert same.returncode == (6 if lines else 0), same.stderr
     seeded = prover(
         "check", model, "--target", zoo / "npu_float.toml", "--baseline", zoo / "before.json"
     )

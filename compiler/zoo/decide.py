@@ -18,9 +18,10 @@ from prover.obligation import Obligation
 
 class DecisionLost(ProverError):
     """The worker deciding an obligation died or timed out twice: no verdict (its sites
-    are unknown, never a pass)."""
+    are unknown, never a pass). A value the zoo hands its models, never raised: raised, it
+    would be a tool bug."""
 
-    def __init__(self, why: str, attempts: int) -> None:
+    def __init__(self, why: str, attempts: int = 2) -> None:
         super().__init__(why, attempts)
         self.why, self.attempts = why, attempts
 

@@ -2,7 +2,7 @@
 program equals ONNX Runtime bit for bit.
 
     python3 examples/zoo/coverage.py DIR [--jobs 2] [--target npu_float] [--only ARCH...]
-                                         [--json OUT] [--timeout 900]
+                                         [--variants V...] [--json OUT] [--timeout 900]
     python3 examples/zoo/coverage.py --from-json OUT      # reprint an earlier run's tables
 
 Run it from the repository root. Every model of `DIR/manifest.toml` (or every `*.onnx`
@@ -404,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="models measured at once")
     ap.add_argument("--target", action="append", default=None, help="default npu_float")
     ap.add_argument("--only", nargs="+", metavar="ARCH", help="only these architectures")
+    ap.add_argument("--variants", nargs="+", metavar="VARIANT", help="only these variants")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
     ap.add_argument("--json", type=Path, help="write the measurements here")
     ap.add_argument("--from-json", type=Path, help="print the tables of an earlier --json")
@@ -424,7 +425,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from survey import _entries
 
-    entries = [e for e in _entries(args.directory) if not args.only or e.arch in args.only]
+    entries = [
+        e
+        for e in _entries(args.directory)
+        if (not args.only or e.arch in args.only)
+        and (not args.variants or e.variant in args.variants)
+    ]
     entries.sort(key=lambda e: (e.arch not in FIRST, -_cost(args.directory / e.file)))
     work = [(e, args.directory, t, args.timeout) for t in targets for e in entries]
     t0 = time.perf_counter()
