@@ -31,6 +31,7 @@ from npu_backend.lowered import (
     HostOnnx,
     NpuClip,
     NpuConcat,
+    NpuEltwise,
     NpuLut,
     NpuMatMul,
     NpuMaxPool,
@@ -57,10 +58,17 @@ NPU_STEPS = (NpuMatMul, NpuLut, NpuRequant, NpuClip, NpuMove, NpuMaxPool, NpuCon
 
 
 def step_inputs(st) -> tuple[str, ...]:
+    """Every tensor step `st` reads at run time (an eltwise's both operands, a matmul's
+    run-time zero point and run-time `w`): what keeps a layout transpose alive."""
     if isinstance(st, HostOnnx | HostKernel):
         return tuple(st.inputs)
     if isinstance(st, NpuConcat):
         return tuple(st.xs)
+    if isinstance(st, NpuEltwise):
+        return (st.a, st.b)
+    if isinstance(st, NpuMatMul):
+        run_time = (st.a_zp_input, st.w if st.w_input else None)
+        return (st.a, *(x for x in run_time if x is not None))
     return tuple(getattr(st, k) for k in ("a", "x") if getattr(st, k, None) is not None)
 
 
