@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from compiler.cli.common import UsageError, check_model_file, resolve_target, tool_version
 from compiler.cli.inputs_read import InputsRead
 from compiler.ir.site import Diagnostic
+from compiler.phases import phase
 from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
 from prover.verdict import Status
@@ -143,7 +144,8 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     solver = check_solver(opts.solver)
     external: list[str] = []
     read = InputsRead()
-    checked = check_model_file(model, external, read)
+    with phase("load"):
+        checked = check_model_file(model, external, read)
     target = resolve_target(opts.target, read)
     profile = resolve_reference_option(opts.reference)
     store = open_store(opts.proofs, opts.proofs_mode, opts.proof_key_file, opts.recheck_budget_s)
@@ -159,21 +161,22 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         check_options["store"] = store
     with Progress("checking", enabled=None if opts.progress else False) as bar:
         result = _compile(checked, policy, target, check_options, bar)
-    report = Report(
-        model=model,
-        policy=str(policy),
-        target=str(getattr(target, "name", opts.target or "default")),
-        sites=[SiteReport.of(s) for s in result.sites],
-        tool_version=tool_version(),
-        reference=profile.to_dict(),
-        findings=list(result.context.findings) if result.context is not None else [],
-        host_ops=host_ops(result),
-        require_quantized=opts.require_quantized or opts.proofs_mode == "ro",
-        macs=mac_counts(result),
-    )
-    misses = missing_proofs(result, store)
-    report.proof_misses = [why for _, why in misses]
-    report.proof_records = served_records(result)
+    with phase("report"):
+        report = Report(
+            model=model,
+            policy=str(policy),
+            target=str(getattr(target, "name", opts.target or "default")),
+            sites=[SiteReport.of(s) for s in result.sites],
+            tool_version=tool_version(),
+            reference=profile.to_dict(),
+            findings=list(result.context.findings) if result.context is not None else [],
+            host_ops=host_ops(result),
+            require_quantized=opts.require_quantized or opts.proofs_mode == "ro",
+            macs=mac_counts(result),
+        )
+        misses = missing_proofs(result, store)
+        report.proof_misses = [why for _, why in misses]
+        report.proof_records = served_records(result)
     return CheckRun(report, result, target, policy, [h for h, _ in misses], store, external, read)
 
 

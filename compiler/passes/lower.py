@@ -50,7 +50,7 @@ from prover.domain import KernelError
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, build_lut, reorder_table
 from prover.obligation import Obligation
-from prover.terms import Var, op
+from prover.terms import Term, Var, op
 from prover.verdict import ReasonCode, Status
 
 _kind = npu_step.compute_kind
@@ -85,12 +85,20 @@ class Lowerer:
     def diag(self, n: Node, code: ReasonCode, message: str) -> None:
         self.ctx.state.diagnostics.append(Diagnostic(code, list(n.origin), message))
 
+    def obligation(self, n: Node, kind: str, before, after, ranges) -> Obligation:
+        """The obligation that `n`'s NPU form (`after`) equals its semantics (`before`)."""
+        policy = effective_policy(self.g, n.output, self.ctx.config.policy)
+        return Obligation(kind, before, after, ranges, policy, note=f"lower {n.name}")
+
     def prove(
         self, n: Node, kind: str, before, after, ranges
     ) -> tuple[bool, ReasonCode | None, str]:
         """(proven, code, message) of one lowering obligation."""
-        policy = effective_policy(self.g, n.output, self.ctx.config.policy)
-        ob = Obligation(kind, before, after, ranges, policy, note=f"lower {n.name}")
+        return self.decided(self.obligation(n, kind, before, after, ranges))
+
+    def decided(self, ob: Obligation) -> tuple[bool, ReasonCode | None, str]:
+        """(proven, code, message) of `ob`, decided once per run."""
+        kind, policy = ob.kind, ob.policy
         v = prove.check(ob, self.ctx)
         if isinstance(v, Exception):
             return False, ReasonCode.UNKNOWN, f"prover error: {v}"
@@ -157,6 +165,7 @@ class Lowerer:
         r = acc_range(n)
         posts: list[PostProcess | None] = [None] * N
         ok, code, msg = True, None, ""
+        obligations: list[tuple[Term, Term, int, int]] = []
         for cols in requant_groups(rq, N):
             scale = requant_scale(rq, cols[0])
             try:
@@ -171,11 +180,19 @@ class Lowerer:
                 return
             for j in cols:
                 posts[j] = p
-            for _, lo, hi in components(cols, r.lo, r.hi):
-                if ok:
-                    before = requant_term(Var("acc"), rq, cols[0])
-                    after = p.epilogue_term(Var("acc"))
-                    ok, code, msg = self.prove(n, "lowering", before, after, {"acc": (lo, hi)})
+            before = requant_term(Var("acc"), rq, cols[0])
+            after = p.epilogue_term(Var("acc"))
+            obligations += [(before, after, lo, hi) for _, lo, hi in components(cols, r.lo, r.hi)]
+        # Decided in order up to the first not proven, as one batch: a per-channel op's
+        # columns have their float thresholds computed together (`prove.prefetch`).
+        built = [
+            self.obligation(n, "lowering", b, a, {"acc": (lo, hi)}) for b, a, lo, hi in obligations
+        ]
+        prove.prefetch(built, self.ctx)
+        for ob in built:
+            ok, code, msg = self.decided(ob)
+            if not ok:
+                break
         post = posts[0] if len(set(posts)) == 1 else tuple(posts)
         self.place_matmul(n, post, "plain", ok, code, msg)
 
