@@ -3,8 +3,8 @@
 `with phase("lower"):` charges the CPU time (`time.process_time`, this process) spent
 inside to "lower", exclusively: a phase opened inside another (the lowering's proofs
 inside "lower") is charged to the inner one only, so the phases add up to the time
-spent in any of them. Costs two clock reads per span; spans wrap whole passes or
-batches, never single values.
+spent in any of them. Costs two clock reads per span (none for a span inside one of the
+same name); spans wrap whole passes or batches, never single values.
 
 With the environment variable `NPU_PHASES` set to a file path, the totals are written
 there as JSON at exit (`{"phases": {name: cpu_s}, "cpu_s": ..., "peak_rss_kb": ...}`;
@@ -42,6 +42,9 @@ _stack: list[list] = []  # [name, start of its current exclusive stretch]
 @contextmanager
 def phase(name: str) -> Iterator[None]:
     """Charge the CPU time spent inside (minus inner phases) to `name`."""
+    if _stack and _stack[-1][0] == name:  # already charged to it: no clock read
+        yield
+        return
     now = time.process_time()
     if _stack:
         top = _stack[-1]

@@ -36,7 +36,7 @@ from . import segments as seg
 from . import terms as T
 from .bounds import fits
 from .decision import HOLDS, Decision
-from .domain import KernelError
+from .domain import NUMPY, KernelError
 from .inttypes import INT32_MAX, INT32_MIN, int_type
 from .obligation import Obligation
 from .primitives import primitive
@@ -44,18 +44,34 @@ from .primitives import primitive
 _MASK = (1 << 33) - 1  # (column, value) packed in one int64: column << 33 | value - INT32_MIN
 
 
-def _side(t: T.Term, var: str) -> tuple[np.ndarray, float, int, str, int, int] | None:
-    """(prefetched steps, scale, zp, out type, clamp lo, clamp hi) of a side
-    `clamps(requant_float(var))` whose steps are prefetched, else None."""
-    if not seg._is_chain(t):
+_CUT = ("__cut_before", "__cut_after")  # the chain's value, in the part of a side above it
+
+
+def _above(t: T.Term, cut: T.Term, v: T.Var) -> T.Term:
+    """`t` with every occurrence of `cut` replaced by `v`."""
+    if t == cut:
+        return v
+    if isinstance(t, T.Op):
+        return T.Op(t.prim, tuple(_above(a, cut, v) for a in t.args), t.params)
+    return t
+
+
+def _side(t: T.Term, var: str, k: int) -> tuple | None:
+    """(prefetched steps, scale, zp, out type, clamp lo, clamp hi, the side above its chain)
+    of a side whose one cut is `clamps(requant_float(var))` with prefetched steps, else None."""
+    cs = seg.cuts(t)
+    if len(cs) != 1:
         return None
-    found = seg._float_then_clamps(t)
+    (c,) = cs
+    if not isinstance(c, T.Op):
+        return None
+    found = seg._float_then_clamps(c)
     if found is None:
         return None
     r, lo_c, hi_c = found
-    if any(primitive(o.prim).precondition is not None for o in seg._chain_ops(t)[1:]):
+    if any(primitive(o.prim).precondition is not None for o in seg._chain_ops(c)[1:]):
         return None
-    pre = seg._PREFETCHED.get((t, var))
+    pre = seg._PREFETCHED.get((c, var))
     if pre is None or pre[0] != INT32_MIN or pre[1] != INT32_MAX:
         return None
     scale, zp, out = r.kwargs["scale"], int(r.kwargs["zp"]), str(r.kwargs["out"])
@@ -64,7 +80,8 @@ def _side(t: T.Term, var: str) -> tuple[np.ndarray, float, int, str, int, int] |
         rq._check_zp(zp, int_type(out))
     except KernelError:
         return None  # deciding it raises the kernel's error, as before
-    return pre[2], float(scale), zp, out, lo_c, hi_c
+    above = _above(t, c, T.Var(_CUT[k]))
+    return pre[2], float(scale), zp, out, lo_c, hi_c, above, c
 
 
 def decide_many(obligations: Sequence[Obligation]) -> int:
@@ -77,13 +94,13 @@ def decide_many(obligations: Sequence[Obligation]) -> int:
             continue
         var = ob.variables[0]
         a_lo, a_hi = ob.ranges[var]
-        if not INT32_MIN <= a_lo <= a_hi <= INT32_MAX:
+        if not INT32_MIN <= a_lo <= a_hi <= INT32_MAX or _CUT[0] in var or _CUT[1] in var:
             continue
-        b, a = ob.outputs_before[0], ob.outputs_after[0]
-        sb, sa = _side(b, var), _side(a, var)
+        sb = _side(ob.outputs_before[0], var, 0)
+        sa = _side(ob.outputs_after[0], var, 1) if sb is not None else None
         if sb is None or sa is None or not fits(ob):
             continue
-        rows.append((ob, int(a_lo), int(a_hi), sb, sa, 1 if b == a else 2))
+        rows.append((ob, int(a_lo), int(a_hi), sb, sa, 1 if sb[7] == sa[7] else 2))
     if len(rows) < 2:
         return 0
     n = len(rows)
@@ -100,13 +117,16 @@ def decide_many(obligations: Sequence[Obligation]) -> int:
     key = np.sort((col[inside] << 33) | (vals[inside] - INT32_MIN))
     key = key[np.r_[True, key[1:] != key[:-1]]]  # np.unique's result, without its hashing
     col, starts = key >> 33, (key & _MASK) + INT32_MIN
-    out = [_evaluate([r[k] for r in rows], col, starts) for k in (3, 4)]
-    diff = np.abs(out[0] - out[1])
+    cut_b, cut_a = (_chain_values([r[k] for r in rows], col, starts) for k in (3, 4))
+    diff, assumed, defined = _above_values(rows, col, cut_b, cut_a)
     first = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
     count = np.diff(np.r_[first, col.size])
-    most = np.maximum.reduceat(diff, first)
+    ok = assumed & defined
+    most = np.maximum.reduceat(np.where(ok, diff, -1), first)  # -1: no point where both hold
     bound = np.array([r[0].policy.bound for r in rows], dtype=np.int64)
-    holds = most <= bound
+    bad = np.add.reduceat((assumed & (~defined | (diff > bound[col]))).astype(np.int64), first)
+    valid = np.add.reduceat(assumed.astype(np.int64), first)
+    holds = (bad == 0) & (valid > 0)  # no valid point: vacuous, raised by segments.decide
     ms = (time.perf_counter() - t0) * 1000 / n
     ver = f"numpy {np.__version__}"
     if len(seg.DECIDED) + n > seg.PREFETCH_LIMIT:
@@ -116,14 +136,14 @@ def decide_many(obligations: Sequence[Obligation]) -> int:
         ob = rows[i][0]
         stats = {"segments": int(count[i]), "cuts": rows[i][5]}
         seg.DECIDED[ob.hash] = Decision(
-            HOLDS, "segments", ver, max_diff=int(most[i]), time_ms=ms, stats=stats
+            HOLDS, "segments", ver, max_diff=max(int(most[i]), 0), time_ms=ms, stats=stats
         )
         done += 1
     return done
 
 
-def _evaluate(sides: list, col: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Each start's side (`_side` tuples, one per column) evaluated at it."""
+def _chain_values(sides: list, col: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Each start's chain (`_side` tuples, one per column) evaluated at it."""
     scale = np.array([s[1] for s in sides], dtype=np.float32)[col]
     zp = np.array([s[2] for s in sides], dtype=np.int64)[col]
     lo_c = np.array([s[4] for s in sides], dtype=np.int64)[col]
@@ -136,3 +156,33 @@ def _evaluate(sides: list, col: np.ndarray, starts: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             res[m] = rq.requant_float_concrete(starts[m], scale[m], zp[m], int_type(name))
     return np.minimum(np.maximum(res, lo_c), hi_c)
+
+
+def _above_values(
+    rows: list, col: np.ndarray, cut_b: np.ndarray, cut_a: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(|before - after|, reference preconditions hold, implementation's hold) at every
+    start: the parts above the chains, evaluated once per distinct pair of them on the
+    chains' values of every column sharing it (as `enumerate._block` evaluates whole sides)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault((r[3][6], r[4][6]), []).append(i)
+    diff = np.empty(col.size, dtype=np.int64)
+    assumed = np.ones(col.size, dtype=bool)
+    defined = np.ones(col.size, dtype=bool)
+    member = np.empty(len(rows), dtype=np.int64)
+    for g, (above_b, above_a) in enumerate(groups):
+        member[groups[(above_b, above_a)]] = g
+    which = member[col]
+    for g, (above_b, above_a) in enumerate(groups):
+        m = np.flatnonzero(which == g)
+        env = {_CUT[0]: cut_b[m], _CUT[1]: cut_a[m]}
+        with np.errstate(all="ignore"):
+            (b, a), (pre_b, pre_a) = T.evaluate_shared((above_b, above_a), NUMPY, env)
+        d = np.abs(np.asarray(b, dtype=np.int64) - np.asarray(a, dtype=np.int64))
+        diff[m] = np.broadcast_to(d, (m.size,))
+        for p in pre_b:
+            assumed[m] &= np.broadcast_to(np.asarray(p, dtype=bool), (m.size,))
+        for p in pre_a:
+            defined[m] &= np.broadcast_to(np.asarray(p, dtype=bool), (m.size,))
+    return diff, assumed, defined

@@ -1,8 +1,8 @@
 """`prover.segments_many`: per-column decisions made together equal `segments.decide`'s.
 
-Random per-column lowering obligations (float scale against the same scale, against a
-nearby scale, with clamps and saturations, bitwise and bounded policies, ranges inside and
-across int32's ends): the batch records exactly the columns that hold, with the decision
+Random per-column lowering and epilogue obligations (float scale against the same scale,
+against a nearby scale, with clamps and saturations, with a table above them, bitwise and
+bounded policies, ranges inside and across int32's ends): the batch records exactly the columns that hold, with the decision
 `segments.decide` computes alone; violated columns are left to `segments.decide`, so their
 counterexample is the one it finds.
 """
@@ -15,6 +15,11 @@ from prover import segments, segments_many
 from prover.inttypes import INT32_MAX, INT32_MIN, int_type
 from prover.obligation import Obligation
 from prover.terms import Var, op
+
+TABLES = (
+    tuple(int(v) for v in np.sort(np.random.default_rng(1).integers(-128, 128, 256))),
+    tuple(int(v) for v in np.random.default_rng(2).integers(-128, 128, 256)),  # not monotone
+)
 
 
 def _column(rng: np.random.Generator, i: int) -> Obligation:
@@ -30,6 +35,12 @@ def _column(rng: np.random.Generator, i: int) -> Obligation:
         after = op("clip", after, lo=t.min + 1, hi=t.max)
     if i % 7 == 0:
         before = op("saturate", before, type=out)
+    if i % 4 == 1:  # a table above the chain (an epilogue), one of two tables
+        table = TABLES[i % 8 == 1]
+        before = op("lut", op("saturate", before, type="int8"), table=table, in_type="int8",
+                    index_order="offset")  # fmt: skip
+        after = op("lut", op("saturate", after, type="int8"), table=table, in_type="int8",
+                   index_order="offset")  # fmt: skip
     lo = int(rng.integers(-(1 << 20), 0))
     hi = int(rng.integers(0, 1 << 20))
     if i % 11 == 0:
@@ -65,9 +76,10 @@ def test_nothing_recorded_without_prefetched_steps_or_of_another_shape():
     obs = [_column(rng, i) for i in range(1, 5)]
     assert segments_many.decide_many(obs) == 0  # no steps prefetched: decided alone
     acc = Var("acc")
-    lut = op("lut", op("requant_float", acc, scale=0.01, zp=0, out="int8"),
-             table=tuple(range(-128, 128)), in_type="int8", index_order="offset")  # fmt: skip
-    other = [Obligation("epilogue", lut, lut, {"acc": (-100, 100)}, "bitwise")] * 3
+    fixed = op("requant_double", acc, multiplier=1 << 30, shift=-3, zp=0, out="int8")
+    two = op("add", op("requant_float", acc, scale=0.01, zp=0, out="int8"),
+             op("requant_float", acc, scale=0.02, zp=0, out="int8"))  # fmt: skip
+    other = [Obligation("epilogue", t, t, {"acc": (-100, 100)}, "bitwise") for t in (fixed, two)]
     segments.prefetch(other)
-    assert segments_many.decide_many(other) == 0
+    assert segments_many.decide_many(other * 2) == 0  # not one float chain a side
     segments.clear_shared_steps()

@@ -30,6 +30,7 @@ from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import node_term, requant_groups, requant_scale, requant_term
 from compiler.ir.site import Diagnostic
 from compiler.ort.host import host_model, submodel
+from compiler.phases import phase
 from compiler.proving import prove
 from compiler.proving.divergence import lowering_block
 from compiler.proving.prove import components
@@ -188,11 +189,12 @@ class Lowerer:
         built = [
             self.obligation(n, "lowering", b, a, {"acc": (lo, hi)}) for b, a, lo, hi in obligations
         ]
-        prove.prefetch(built, self.ctx)
-        for ob in built:
-            ok, code, msg = self.decided(ob)
-            if not ok:
-                break
+        with phase("prove"):
+            prove.prefetch(built, self.ctx)
+            for ob in built:
+                ok, code, msg = self.decided(ob)
+                if not ok:
+                    break
         post = posts[0] if len(set(posts)) == 1 else tuple(posts)
         self.place_matmul(n, post, "plain", ok, code, msg)
 

@@ -225,6 +225,11 @@ def decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
     the rest goes to workers started then only if, at the rate measured, it would take
     longer than starting them. Verdicts do not depend on where an obligation was decided.
     """
+    with phase("prove"):
+        _decide_all(obligations, ctx)
+
+
+def _decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
     todo = list({ob.hash: ob for ob in obligations if ob.hash not in ctx.state.verdicts}.values())
     jobs = ctx.config.jobs
     if jobs > 1 and len(todo) > 1:
