@@ -71,6 +71,7 @@ from .requant import single_round
 from .staircase import first_at_least, monotone_thresholds
 from .stepinverse import chain_guess, inv_float_scale
 from .stepinverse import inv_single_round as _inv_single_round
+from .uniq import unique
 
 LEVEL_LIMIT = 1 << 20  # most distinct values one cut may take on [lo, hi]
 SAFE = 1 << 62
@@ -421,7 +422,7 @@ def bracketed_thresholds(f, vmin: int, vmax: int, lo: int, hi: int) -> np.ndarra
     """
     if hi - lo <= 2 * GRID:
         return monotone_thresholds(f, vmin, vmax, lo, hi)
-    g = np.unique(np.linspace(lo, hi, GRID + 1).round().astype(np.int64))
+    g = unique(np.linspace(lo, hi, GRID + 1).round().astype(np.int64))
     fg = np.asarray(f(g), dtype=np.int64)
     levels = np.arange(vmin + 1, vmax + 1, dtype=np.int64)
     i = np.searchsorted(fg, levels, side="left")  # first grid point with f >= level
@@ -460,7 +461,7 @@ def _segments(ob: Obligation, closed_form: bool = True) -> tuple[str, np.ndarray
     for c in sorted(cs, key=lambda c: T.canonical(T.to_json(c))):
         th = _thresholds(c, var, lo, hi, closed_form)
         bounds.append(th[(th >= lo) & (th <= hi)])
-    starts = np.unique(np.concatenate(bounds))
+    starts = unique(np.concatenate(bounds))
     ends = np.append(starts[1:] - 1, hi)
     return var, starts, ends, len(cs)
 
