@@ -124,8 +124,7 @@ def models(dirs: list[Path], only: list[str]) -> list[Path]:
     return out
 
 
-def bench_model(m: Path, env: dict[str, str], tmp: Path, repeat: int) -> dict:
-    py = sys.executable
+def bench_model(m: Path, env: dict[str, str], tmp: Path, repeat: int, py: str) -> dict:
     ort = best([py, "-c", ORT_RUN, str(m)], env, repeat, None)
     check = best(
         [py, "-m", "compiler.cli.prover", "check", str(m), "--proofs-mode", "off",
@@ -229,6 +228,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write every figure here")
     ap.add_argument("--markdown", action="store_true", help="tables as Markdown")
     ap.add_argument("--commit", help="the label of the tree measured (default: its git HEAD)")
+    ap.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter of the children (e.g. a fresh venv's, to measure its packages)",
+    )
     args = ap.parse_args()
     label = args.commit or commit()
     dirs = args.dirs or [SMALL, *([FULL] if FULL_READY.exists() else [])]
@@ -243,10 +247,10 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = str(tmp / "pyc")
         env["PYTHONPATH"] = str(ROOT)
-        measure([sys.executable, "-m", "compiler.cli.prover", "check", str(ms[0]),
+        measure([args.python, "-m", "compiler.cli.prover", "check", str(ms[0]),
                  "--proofs-mode", "off", "--no-progress"], env)  # fmt: skip  # bytecode
         for i, m in enumerate(ms):
-            rows.append(bench_model(m, env, tmp, args.repeat))
+            rows.append(bench_model(m, env, tmp, args.repeat, args.python))
             r = rows[-1]
             print(f"[{i + 1}/{len(ms)}] {m.name}: ort {r['ort']['cpu_s']:.2f}s check "
                   f"{r['check']['cpu_s']:.2f}s compile {r['compile']['cpu_s']:.2f}s",
