@@ -55,7 +55,7 @@ def _key(d) -> tuple:
 
 def test_batch_decisions_equal_the_ones_made_alone():
     rng = np.random.default_rng(25)
-    obs = [_column(rng, i) for i in range(120)]
+    obs = [_column(rng, i) for i in range(48)]
     segments.clear_shared_steps()
     alone = [segments.decide(o) for o in obs]
     segments.clear_shared_steps()
