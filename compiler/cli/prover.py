@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -195,5 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_main(PROG, _run, args)
 
 
+def console() -> None:
+    """The console script: `main()`, then `fast_exit.exit_process` (no interpreter teardown)."""
+    from compiler.cli.fast_exit import exit_process
+
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
