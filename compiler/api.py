@@ -30,6 +30,7 @@ from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.site import Diagnostic, Site
 from compiler.ort.reference_host import resolve_reference
 from compiler.passes.pipeline import run_pipeline
+from compiler.phases import phase
 from compiler.proving.prove import start_workers
 from prover.verdict import Status
 
@@ -139,7 +140,8 @@ def compile_model(
         progress=progress,
         resolve_reference=resolve_reference,
     )
-    g, m = _frontend(model, config, opts.pop("frontend", None))
+    with phase("frontend"):
+        g, m = _frontend(model, config, opts.pop("frontend", None))
     start_workers(config.jobs, g)  # if it pays: their start-up overlaps the legality work
     return _run(g, Context(config, PipelineState(model=m, original=_snapshot(g))))
 

@@ -16,6 +16,8 @@ the output range count. A primitive without a transfer rule here gives no bound
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
 
 from . import terms as T
 from .domain import KernelError
@@ -48,6 +50,19 @@ def _dot(ivs: list[Interval], p: dict) -> Interval:
     return lo, hi
 
 
+@lru_cache(maxsize=4096)
+def _cached_hull(table: tuple) -> Interval:
+    return _hull(*(int(x) for x in table))
+
+
+def _table_hull(table: Any) -> Interval:
+    """The smallest and largest entry of a table (once per table: per-column epilogues
+    share theirs, and each has 256 entries or more)."""
+    if isinstance(table, tuple):
+        return _cached_hull(table)
+    return _hull(*(int(x) for x in table))
+
+
 def _floordiv(iv: Interval, c: int) -> Interval:
     return iv[0] // c, iv[1] // c
 
@@ -63,7 +78,7 @@ RULES: dict[str, Callable[[list[Interval], dict], Interval]] = {
     "requant_double": lambda v, p: _type_iv(p["out"]),
     "requant_single": lambda v, p: _type_iv(p["out"]),
     "requant_float": lambda v, p: _type_iv(p["out"]),
-    "lut": lambda v, p: _hull(*(int(x) for x in p["table"])),
+    "lut": lambda v, p: _table_hull(p["table"]),
     "dot": _dot,
     "qlinear_binary": lambda v, p: _type_iv(p["dtype"]),
     "npu_eltwise": lambda v, p: _type_iv(p["dtype"]),

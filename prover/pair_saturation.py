@@ -31,6 +31,7 @@ from .errors import LiftError
 from .lift import lift_row
 from .matmul import matmul_acc
 from .obligation import LiftSpec
+from .uniq import unique
 
 INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
 U8_MAX = 255
@@ -208,13 +209,13 @@ def _try_shape(w, pairs, sign, w_zp, a_zp, bias, differs) -> tuple[int, ...] | N
     cand = (
         np.arange(lo, hi + 1, dtype=np.int64)
         if span <= _MAX_CANDIDATES
-        else np.unique(np.linspace(lo, hi, _MAX_CANDIDATES).round().astype(np.int64))
+        else unique(np.linspace(lo, hi, _MAX_CANDIDATES).round().astype(np.int64))
     )
     hits = cand[np.asarray(differs(cand, cand + excess), dtype=bool)]
     if hits.size == 0:
         return None
     # a few hits spread over the band (an integer in range may still be unreachable)
-    picks = hits[np.unique(np.linspace(0, hits.size - 1, min(hits.size, 9)).astype(int))]
+    picks = hits[unique(np.linspace(0, hits.size - 1, min(hits.size, 9)).astype(int))]
     for target in picks.tolist():
         full = row.copy()
         if free.size:

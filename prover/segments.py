@@ -71,6 +71,7 @@ from .requant import single_round
 from .staircase import first_at_least, monotone_thresholds
 from .stepinverse import chain_guess, inv_float_scale
 from .stepinverse import inv_single_round as _inv_single_round
+from .uniq import unique
 
 LEVEL_LIMIT = 1 << 20  # most distinct values one cut may take on [lo, hi]
 SAFE = 1 << 62
@@ -248,9 +249,16 @@ _PREFETCHED: dict[tuple[T.Term, str], tuple[int, int, np.ndarray]] = {}
 PREFETCH_LIMIT = 1 << 16  # chains kept; the dict is emptied when it would grow beyond
 
 
+# Decisions made for many columns at once (`prover.segments_many`), by obligation hash:
+# each is returned once by `decide`, as it would have computed it.
+DECIDED: dict[str, Decision] = {}
+
+
 def clear_shared_steps() -> None:
-    """Forget every chain's cached steps (benchmarks measuring a cold decision)."""
+    """Forget every chain's cached steps and prefetched decisions (benchmarks measuring a
+    cold decision)."""
     _PREFETCHED.clear()
+    DECIDED.clear()
     _shared_steps.cache_clear()
     _single_input_cached.cache_clear()
 
@@ -414,7 +422,7 @@ def bracketed_thresholds(f, vmin: int, vmax: int, lo: int, hi: int) -> np.ndarra
     """
     if hi - lo <= 2 * GRID:
         return monotone_thresholds(f, vmin, vmax, lo, hi)
-    g = np.unique(np.linspace(lo, hi, GRID + 1).round().astype(np.int64))
+    g = unique(np.linspace(lo, hi, GRID + 1).round().astype(np.int64))
     fg = np.asarray(f(g), dtype=np.int64)
     levels = np.arange(vmin + 1, vmax + 1, dtype=np.int64)
     i = np.searchsorted(fg, levels, side="left")  # first grid point with f >= level
@@ -453,7 +461,7 @@ def _segments(ob: Obligation, closed_form: bool = True) -> tuple[str, np.ndarray
     for c in sorted(cs, key=lambda c: T.canonical(T.to_json(c))):
         th = _thresholds(c, var, lo, hi, closed_form)
         bounds.append(th[(th >= lo) & (th <= hi)])
-    starts = np.unique(np.concatenate(bounds))
+    starts = unique(np.concatenate(bounds))
     ends = np.append(starts[1:] - 1, hi)
     return var, starts, ends, len(cs)
 
@@ -506,6 +514,10 @@ def decide(ob: Obligation, deadline: float | None = None, *, closed_form: bool =
     `closed_form=False` finds every threshold by binary search alone (the reference the
     closed forms are tested against; same result, slower).
     """
+    if DECIDED and closed_form:
+        made = DECIDED.pop(ob.hash, None)
+        if made is not None:
+            return made
     t0 = time.perf_counter()
     var, starts, ends, ncuts = _segments(ob, closed_form)
     assumed, defined, diff = evaluate_block(ob, {var: starts}, starts.size)

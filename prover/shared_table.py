@@ -72,6 +72,7 @@ from .synthesis import (
     valid_multipliers,
 )
 from .terms import Term, Var, evaluate
+from .uniq import unique
 
 FREE = np.iinfo(np.int64).min  # an index the option does not read
 Params = tuple[str, int, int, int]  # scheme, shift, multiplier, zero point
@@ -154,7 +155,7 @@ def _representatives(scheme: str, shift: int, xs: np.ndarray, a: int, b: int) ->
     rk = start + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
     ge_s, _, lt_s, _ = _level_sets(scheme, shift, rx, rk, a, b - 1)
     bps = np.where(rx > 0, ge_s, lt_s)
-    return np.unique(np.concatenate([[a], bps[(bps > a) & (bps < b)]]))
+    return unique(np.concatenate([[a], bps[(bps > a) & (bps < b)]]))
 
 
 def group_options(
@@ -305,7 +306,7 @@ def _epilogues(groups, opts, pick, space: FixedPointSpace) -> tuple[FixedEpilogu
         e = FixedEpilogue(scheme, m, shift, zp, mid.name, tab, space.index_order)
         ref = reference_of(before, var)
         pts = change_points(ref, lo, hi)
-        probe = np.unique(np.concatenate([[lo, hi], pts - 1, pts]))
+        probe = unique(np.concatenate([[lo, hi], pts - 1, pts]))
         got = evaluate(e.term(Var("acc")), NUMPY, {"acc": probe})
         if not np.array_equal(np.asarray(got), ref.at(probe)):
             raise AssertionError(f"shared table search proposed {e.to_json()}: differs")

@@ -85,6 +85,7 @@ from .obligation import Obligation
 from .policy import Policy
 from .staircase import monotone_thresholds
 from .terms import Op, Term, Var, evaluate, free_vars, op
+from .uniq import unique
 
 SCHEMES = {"fixed_double": "requant_double", "fixed_single": "requant_single"}
 _MID = "__requantized"
@@ -276,7 +277,7 @@ def reference_of(before: Term, var: str) -> _Reference:
 
 def change_points(ref: _Reference, lo: int, hi: int) -> np.ndarray:
     """Accumulators `c` in `(lo, hi]` with `before(c-1) != before(c)`, ascending."""
-    t = np.unique(ref.thresholds[(ref.thresholds > lo) & (ref.thresholds <= hi)])
+    t = unique(ref.thresholds[(ref.thresholds > lo) & (ref.thresholds <= hi)])
     return t[ref.at(t - 1) != ref.at(t)]
 
 
@@ -719,7 +720,7 @@ def _pick_zp(p: _Problem, m: int, ref_zp: int, pts: np.ndarray) -> int:
 def _found(ref, lo, hi, scheme, m, shift, zp, space, pts, tried, t0) -> Synthesis:
     params = _build_table(ref, lo, hi, scheme, m, shift, zp, space)
     # Cheap self-check at every change point and the range ends; the proof is check()'s.
-    probe = np.unique(np.concatenate([[lo, hi], pts - 1, pts]))
+    probe = unique(np.concatenate([[lo, hi], pts - 1, pts]))
     after = evaluate(params.term(Var("acc")), NUMPY, {"acc": probe})
     if not np.array_equal(np.asarray(after), ref.at(probe)):
         raise AssertionError(f"synthesis proposed {params.to_json()} which differs at a probe")
@@ -818,7 +819,7 @@ def fit_table(
                 params = FixedEpilogue(
                     scheme, m, shift, zp, mid.name, tuple(int(v) for v in table), space.index_order
                 )
-                probe = np.unique(np.concatenate([starts, ends]))
+                probe = unique(np.concatenate([starts, ends]))
                 got = evaluate(params.term(Var("acc")), NUMPY, {"acc": probe})
                 if not np.array_equal(np.asarray(got), ref.at(probe)):
                     raise AssertionError(f"fit_table proposed {params.to_json()}: differs")

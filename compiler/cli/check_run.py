@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from compiler.cli.common import UsageError, check_model_file, resolve_target, tool_version
 from compiler.cli.inputs_read import InputsRead
 from compiler.ir.site import Diagnostic
+from compiler.phases import phase
 from compiler.report.model import Report, SiteReport
 from compiler.report.progress import Progress
 from compiler.report.words import plural
@@ -150,7 +151,8 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
     solver = check_solver(opts.solver)
     external: list[str] = []
     read = InputsRead()
-    checked = _checked_model(model, external, read, opts.frontend_cache)
+    with phase("load"):
+        checked = _checked_model(model, external, read, opts.frontend_cache)
     target = resolve_target(opts.target, read)
     profile = resolve_reference_option(opts.reference)
     store = open_store(opts.proofs, opts.proofs_mode, opts.proof_key_file, opts.recheck_budget_s)
@@ -170,21 +172,22 @@ def run_pipeline(model: str, opts: CheckOptions) -> CheckRun:
         check_options["frontend"] = (opts.frontend_cache, read.model, checked.proto.ByteSize())
     with Progress("checking", enabled=None if opts.progress else False) as bar:
         result = _compile(checked, policy, target, check_options, bar)
-    report = Report(
-        model=model,
-        policy=str(policy),
-        target=str(getattr(target, "name", opts.target or "default")),
-        sites=[SiteReport.of(s) for s in result.sites],
-        tool_version=tool_version(),
-        reference=profile.to_dict(),
-        findings=list(result.context.findings) if result.context is not None else [],
-        host_ops=host_ops(result),
-        require_quantized=opts.require_quantized or opts.proofs_mode == "ro",
-        macs=mac_counts(result),
-    )
-    misses = missing_proofs(result, store)
-    report.proof_misses = [why for _, why in misses]
-    report.proof_records = served_records(result)
+    with phase("report"):
+        report = Report(
+            model=model,
+            policy=str(policy),
+            target=str(getattr(target, "name", opts.target or "default")),
+            sites=[SiteReport.of(s) for s in result.sites],
+            tool_version=tool_version(),
+            reference=profile.to_dict(),
+            findings=list(result.context.findings) if result.context is not None else [],
+            host_ops=host_ops(result),
+            require_quantized=opts.require_quantized or opts.proofs_mode == "ro",
+            macs=mac_counts(result),
+        )
+        misses = missing_proofs(result, store)
+        report.proof_misses = [why for _, why in misses]
+        report.proof_records = served_records(result)
     return CheckRun(report, result, target, policy, [h for h, _ in misses], store, external, read)
 
 

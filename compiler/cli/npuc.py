@@ -229,6 +229,7 @@ def _inputs(args: argparse.Namespace) -> int:
 def _compile(args: argparse.Namespace) -> int:
     from compiler.cli.check_run import CheckOptions, print_store_summary, run_pipeline
     from compiler.passes.tile_columns import check_program
+    from compiler.phases import phase
     from npu_backend.codegen import generate
     from npu_backend.ledger import model_ledger
 
@@ -258,14 +259,16 @@ def _compile(args: argparse.Namespace) -> int:
         return ExitCode.PROOF_MISSING
     if run.report.exit_code() == ExitCode.FLOAT_COMPUTE:
         return ExitCode.FLOAT_COMPUTE  # a gate: no program is written
-    program = generate(run.result.lowered, run.target)
-    check_program(run.result.sites, run.result.lowered, program)
+    with phase("codegen"):
+        program = generate(run.result.lowered, run.target)
+        check_program(run.result.sites, run.result.lowered, program)
     given = None
     if args.input:
         from npu_backend.runner import load_inputs
 
         given = load_inputs(args.input)
-    measured = model_ledger(run.result.lowered, run.target, given)
+    with phase("ledger"):
+        measured = model_ledger(run.result.lowered, run.target, given)
     entries = [e.to_json() for e in measured.fusions]
     total = measured.total_json()
     run.report.ledger = {"fusions": entries, "total": total}
@@ -332,5 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_main(PROG, args.func, args)
 
 
+def console() -> None:
+    """The console script: `main()`, then `fast_exit.exit_process` (no interpreter teardown)."""
+    from compiler.cli.fast_exit import exit_process
+
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

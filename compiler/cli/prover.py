@@ -249,5 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_main(PROG, _run, args)
 
 
+def console() -> None:
+    """The console script: `main()`, then `fast_exit.exit_process` (no interpreter teardown)."""
+    from compiler.cli.fast_exit import exit_process
+
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

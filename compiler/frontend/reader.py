@@ -56,6 +56,7 @@ from onnx import TensorProto
 from compiler.errors import FrontendError
 from compiler.ir.graph import Graph, Value
 from compiler.ort.host import NAME_OF as HOST_TYPES
+from compiler.phases import phase
 from prover.reference import ONNX, ReferenceProfile
 
 from . import converters  # noqa: F401 - registers every converter
@@ -335,7 +336,8 @@ def to_ir(
     is then that rewritten graph (what the reference runs). The user's own model is read
     first either way, so its errors name its own nodes.
     """
-    m = load_model(model)
+    with phase("load"):
+        m = load_model(model)
     user = m
     used = used_domains(m.graph)
     for o in m.opset_import:
@@ -344,7 +346,8 @@ def to_ir(
                 f"opset domain '{o.domain}' is not supported (ONNX Runtime cannot run it)"
             )
     integer = str(getattr(reference, "qdq_reading", "float")) == "integer"
-    r = (integer_reading if integer else float_reading)(m)
+    with phase("qdq_reading"):
+        r = (integer_reading if integer else float_reading)(m)
     if r is not m:  # ORT's graph is read; the user's own is read first, to name its nodes
         dyn = dynamic_inputs(m)
         _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()

@@ -39,6 +39,7 @@ from compiler.ir.semantics import (
 )
 from compiler.ir.site import Diagnostic
 from compiler.ort.host import host_model, submodel
+from compiler.phases import phase
 from compiler.proving import prove
 from compiler.proving.divergence import lowering_block
 from compiler.proving.moves import NPU_STEPS, LayoutLowering, one_node_step, step_outputs
@@ -98,12 +99,20 @@ class Lowerer(LayoutLowering):
     def diag(self, n: Node, code: ReasonCode, message: str) -> None:
         self.ctx.state.diagnostics.append(Diagnostic(code, list(n.origin), message))
 
+    def obligation(self, n: Node, kind: str, before, after, ranges) -> Obligation:
+        """The obligation that `n`'s NPU form (`after`) equals its semantics (`before`)."""
+        policy = effective_policy(self.g, n.output, self.ctx.config.policy)
+        return Obligation(kind, before, after, ranges, policy, note=f"lower {n.name}")
+
     def prove(
         self, n: Node, kind: str, before, after, ranges
     ) -> tuple[bool, ReasonCode | None, str]:
         """(proven, code, message) of one lowering obligation."""
-        policy = effective_policy(self.g, n.output, self.ctx.config.policy)
-        ob = Obligation(kind, before, after, ranges, policy, note=f"lower {n.name}")
+        return self.decided(self.obligation(n, kind, before, after, ranges))
+
+    def decided(self, ob: Obligation) -> tuple[bool, ReasonCode | None, str]:
+        """(proven, code, message) of `ob`, decided once per run."""
+        kind, policy = ob.kind, ob.policy
         v = prove.check(ob, self.ctx)
         if isinstance(v, StoreMiss):  # the ro gate's miss: recording fixes it, not a budget
             return False, ReasonCode.PROOF_MISSING, str(v)
@@ -172,6 +181,7 @@ class Lowerer(LayoutLowering):
         r = acc_range(n)
         posts: list[PostProcess | None] = [None] * N
         ok, code, msg = True, None, ""
+        obligations: list[tuple[Term, Term, int, int]] = []
         for cols in requant_groups(rq, N):
             scale = requant_scale(rq, cols[0])
             try:
@@ -186,11 +196,20 @@ class Lowerer(LayoutLowering):
                 return
             for j in cols:
                 posts[j] = p
-            for _, lo, hi in components(cols, r.lo, r.hi):
-                if ok:
-                    before = requant_term(Var("acc"), rq, cols[0])
-                    after = p.epilogue_term(Var("acc"))
-                    ok, code, msg = self.prove(n, "lowering", before, after, {"acc": (lo, hi)})
+            before = requant_term(Var("acc"), rq, cols[0])
+            after = p.epilogue_term(Var("acc"))
+            obligations += [(before, after, lo, hi) for _, lo, hi in components(cols, r.lo, r.hi)]
+        # Decided in order up to the first not proven, as one batch: a per-channel op's
+        # columns have their float thresholds computed together (`prove.prefetch`).
+        built = [
+            self.obligation(n, "lowering", b, a, {"acc": (lo, hi)}) for b, a, lo, hi in obligations
+        ]
+        with phase("prove"):
+            prove.prefetch(built, self.ctx)
+            for ob in built:
+                ok, code, msg = self.decided(ob)
+                if not ok:
+                    break
         post = posts[0] if len(set(posts)) == 1 else tuple(posts)
         self.place_matmul(n, post, "plain", ok, code, msg)
 

@@ -32,8 +32,9 @@ from compiler.passes import (
     schedule_strategy,
     tile_columns,
 )
+from compiler.phases import phase
 
-PASSES = [
+PASSES = [  # (name, run); each pass's CPU is charged to the phase PHASE_OF names
     ("cleanup", cleanup.run),
     ("propose", propose.run),
     ("legality", legality.run),
@@ -43,6 +44,7 @@ PASSES = [
     ("lower", lower.run),
     ("tile_columns", tile_columns.run),
 ]
+PHASE_OF = {"cleanup": "legality", "propose": "legality", "legality": "legality", "gate": "prove"}
 
 
 def _shape(g: Graph) -> tuple:
@@ -67,6 +69,7 @@ def run_pipeline(g: Graph, ctx: Context) -> Graph:
     """Run every pass in order on `g` (modified in place and returned)."""
     for name, fn in PASSES:
         before = _shape(g)
-        g = fn(g, ctx)
+        with phase(PHASE_OF.get(name, "lower")):
+            g = fn(g, ctx)
         ctx.log.append(f"{name}: {'changed' if _shape(g) != before else 'unchanged'}")
     return g

@@ -32,6 +32,7 @@ from compiler.ir.graph import Graph
 from compiler.ir.layout import index_map_terms
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.site import Site
+from compiler.phases import phase
 from compiler.proving.cex import lift_spec
 from prover.obligation import Obligation
 from prover.policy import Policy
@@ -169,7 +170,8 @@ def check(ob: Obligation, ctx: Context) -> Any:
     from prover.api import check as decide
 
     try:
-        v = decide(ob, **_options(ctx))
+        with phase("prove"):
+            v = decide(ob, **_options(ctx))
     except ProverError as e:
         v = _loud(e)
     _count(v)
@@ -195,15 +197,20 @@ def workers_pay(per_s: float, rest: int, jobs: int) -> bool:
 
 
 def prefetch(obligations: Sequence[Obligation], ctx: Context) -> int:
-    """Let `segments` compute the float-requantizer thresholds of a batch's epilogues in one
-    vectorised pass (`prover.segments.prefetch`); returns the chains cached. Only worth it
-    for two or more epilogues that `segments` will decide; verdicts do not depend on it."""
-    epilogues = [ob for ob in obligations if ob.kind == "epilogue"]
+    """Let `segments` compute the float-requantizer thresholds of a batch's epilogue and
+    lowering obligations in one vectorised pass (`prover.segments.prefetch`); returns the
+    chains cached. Only worth it for two or more that `segments` will decide; verdicts do
+    not depend on it."""
+    epilogues = [ob for ob in obligations if ob.kind in ("epilogue", "lowering")]
     if len(epilogues) < 2 or ctx.config.check.solver not in PREFETCHING_SOLVERS:
         return 0
     from prover.segments import prefetch as seg_prefetch
+    from prover.segments_many import decide_many
 
-    return seg_prefetch(epilogues)
+    with phase("prove"):
+        done = seg_prefetch(epilogues)
+        decide_many(epilogues)
+    return done
 
 
 def expected_obligations(g: Graph) -> int:
@@ -237,6 +244,11 @@ def decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
     the rest goes to workers started then only if, at the rate measured, it would take
     longer than starting them. Verdicts do not depend on where an obligation was decided.
     """
+    with phase("prove"):
+        _decide_all(obligations, ctx)
+
+
+def _decide_all(obligations: Sequence[Obligation], ctx: Context) -> None:
     todo = list({ob.hash: ob for ob in obligations if ob.hash not in ctx.state.verdicts}.values())
     o = ctx.config.check
     if o.defer is not None or o.known is not None:  # decided elsewhere (a zoo), or to be
