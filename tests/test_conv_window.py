@@ -41,6 +41,8 @@ CASES = {
     "u8u8_zp0": dict(x_type="uint8", w_type="uint8", x_zp=0, w_zp=255, y_zp=255),
     "per_channel": dict(per_channel=True, w_zp=5, kernel=(5, 5), pads=(2, 2, 2, 2)),
     "conv1d": dict(spatial=(9,), kernel=(3,), strides=(2,), pads=(1, 2)),
+    # a vision transformer's patch embedding: kernel = stride, each input read once
+    "patch8": dict(spatial=(16, 16), kernel=(8, 8), strides=(8, 8), per_channel=True, bias=True),
     # requantization scale 1/32 exactly: every accumulator = 16 (mod 32) is a rounding half-step
     "half_steps": dict(x_scale=0.25, w_scale=0.125, y_scale=1.0, w_range=(-3, 3), bias=True),
 }
