@@ -29,10 +29,8 @@ from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, npu_function, requant_p
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import (
-    eltwise_term,
     node_term,
     pair_saturates,
-    qlinear_binary_params,
     requant_groups,
     requant_scale,
     requant_term,
@@ -42,6 +40,7 @@ from compiler.ort.host import host_model, submodel
 from compiler.phases import phase
 from compiler.proving import prove
 from compiler.proving.divergence import lowering_block
+from compiler.proving.eltwise_lowering import EltwiseLowering
 from compiler.proving.moves import NPU_STEPS, LayoutLowering, one_node_step, step_outputs
 from compiler.proving.prove import components
 from npu_backend.codegen import memory_issues, storage_dtype
@@ -50,7 +49,6 @@ from npu_backend.lowered import (
     HostOnnx,
     LoweredModel,
     NpuClip,
-    NpuEltwise,
     NpuLut,
     NpuMatMul,
     NpuMove,
@@ -61,12 +59,10 @@ from npu_backend.postprocess import LutParams, PostProcess
 from npu_backend.target import requant_from_scale
 from npu_backend.validate import validate_step, window_issues
 from prover.domain import KernelError
-from prover.eltwise import EltwiseParams
 from prover.errors import StoreMiss
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, build_lut, reorder_table
 from prover.obligation import Obligation
-from prover.qlinear_binary import SpanMode
 from prover.terms import Term, Var, op
 from prover.verdict import ReasonCode, Status
 
@@ -86,7 +82,7 @@ def _step_tensors(step) -> tuple[str, ...]:
 _VALUE_PRESERVING = ("Identity", "Reshape", "Transpose", "Constant")
 
 
-class Lowerer(LayoutLowering):
+class Lowerer(EltwiseLowering, LayoutLowering):
     def __init__(self, g: Graph, ctx: Context) -> None:
         self.g, self.ctx, self.t = g, ctx, ctx.config.target
         self.steps: list = []
@@ -421,40 +417,6 @@ class Lowerer(LayoutLowering):
             f"compute op's epilogue and '{self.t.name}' has no standalone {a['binary']}",
         )
         self.steps.append(self.host_onnx(n, m))
-
-    def eltwise(self, n: Node) -> None:
-        """A QLinearAdd/QLinearMul of two activations (with a fused table after a proven
-        site: `post_lut`) on the target's elementwise unit, its record computed from the
-        node's scales. The unit's form is checked first, then the obligation that it equals
-        ORT's kernel on every operand pair (and through the table) is proven; else the
-        original nodes run on the host."""
-        a = n.attrs
-        caps = self.t.eltwise
-        params = qlinear_binary_params(n)
-        rec = EltwiseParams.of(a["binary"], params, SpanMode(a["mode"]), fma=caps.fma)
-        before = eltwise_term(n, Var("a"), Var("b"))
-        after: Term = op("npu_eltwise", Var("a"), Var("b"), **rec.params())
-        lut = a.get("post_lut")  # the NPU's table (`LutParams`) of a fused activation
-        function = a.get("post_function")
-        if lut is not None:
-            ref = a["post_reference"]  # the activation's own node: ORT's table
-            before = node_term(ref, before)
-            after = lut.term(after)
-        step = NpuEltwise(
-            name=n.name, a=n.inputs[0], b=n.inputs[1], out=n.output, record=rec,
-            a_shape=tuple(a["a_shape"]), b_shape=tuple(a["b_shape"]), lut=lut,
-            function=function, onnx_nodes=tuple(n.origin),
-        )  # fmt: skip
-        issues = self.issues(step)
-        if issues:
-            why = ReasonCode(issues[0].code)
-            self.diag(n, why, f"{', '.join(n.origin)} stays on the host: {issues[0].message}")
-            self.steps.extend(self.host_origin(n))
-            return
-        t = int_type(params.dtype)
-        rng = {"a": (t.min, t.max), "b": (t.min, t.max)}
-        ok, code, msg = self.prove(n, "lowering", before, after, rng)
-        self.npu_or_host(n, step, ok, code, msg, lambda: self.host_origin(n))
 
     def reshape_step(self, n: Node, x: Value, y: Value) -> HostOnnx | NpuMove:
         """The reshape `x` -> `y` after an NPU op (leading unit dims): an NPU gather where
