@@ -428,6 +428,7 @@ def test_second_requantize_and_wide_output_encoding_are_rejected():
     assert legality.rule_intermediate_type(g, site, ctx) is None
     site.chain = [rq, rq, act]
     got = legality.rule_requantize_reproducible(g, site, ctx)
-    assert got == "'rq', 'rq': 2 requantizations; the postprocessor has one stage"
+    assert got.startswith("'rq', 'rq': 2 requantizations; the postprocessor has one stage")
+    assert "loads no table as given" in got  # npu_fixed: no table could absorb the second
     site.chain = [rq, dataclasses.replace(act, attrs={**act.attrs, "out_type": "int16"})]
     assert legality.rule_intermediate_type(g, site, ctx) == "output encoding int16 is not supported"
