@@ -67,8 +67,10 @@ def place_matmul(
     win = a.get("window")
     if win is None:
         nat_shape = nat_in.shape[:-1] + (a["w"].shape[1],)
-    elif cf:  # a conv over a window: [N, *out_spatial, C_out], channels last
-        nat_shape = y.shape[:1] + y.shape[2:] + y.shape[1:2]
+    elif cf:  # a conv over a window: [N, *out_spatial, C_out], channels last (from the
+        # conv's own input and window: `y` may be a fused chain's reshaped result)
+        spatial = tuple(win.out_spatial(tuple(int(d) for d in x.shape[2:])))
+        nat_shape = (x.shape[0], *spatial, int(np.asarray(a["w"]).shape[1]))
     else:  # a channels-last op over a window (an NHWC pool) writes its own shape
         nat_shape = y.shape
     # channels-first: the NPU writes NHWC, which can have y's NCHW shape (C = H = W) and

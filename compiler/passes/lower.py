@@ -271,7 +271,8 @@ class Lowerer(EltwiseLowering, LayoutLowering):
             self.consts[step.bias] = np.asarray(n.attrs["bias"], dtype=np.int32)
         r = len(nat_shape) - 2  # spatial axes (2: NCHW; 1: a 1-D conv's NCW)
         if cf:
-            to_last = (0, *range(2, r + 2), 1)
+            ri = len(x.shape) - 2  # the input's own (the output may be read reshaped)
+            to_last = (0, *range(2, ri + 2), 1)
             kept = self.kept_layout(n, x, nat_in, to_last)
             if kept is not None:  # the NPU already holds x channels-last: read it there
                 step = dataclasses.replace(step, a=kept)
