@@ -89,7 +89,7 @@ def test_region_after_a_window_conv_is_proven_and_equals_ort(kind, window):
     _equal_ort_default(m, r)
 
 
-@pytest.mark.parametrize("kind", ["hardswish", "silu", "gelu_erf", "silu_qdq", "gelu_dq_consts"])
+@pytest.mark.parametrize("kind", ["hardswish", "silu", "gelu_erf", "silu_qdq"])
 def test_region_after_a_qdq_conv_is_proven_and_equals_ort(kind):
     """The zoo's form: a QDQ 1x1 conv (a QLinearConv in the graph ORT's default session
     runs) and a float island after it, uint8 activations."""
