@@ -332,11 +332,6 @@ def value_types(m: onnx.ModelProto) -> dict[str, str]:
             t = _stated_type(n, inits)
             if t is not None:
                 out[n.output[0]] = t
-        # a DequantizeLinear's input has its zero point's type
-        if n.op_type == "DequantizeLinear" and len(n.input) > 2 and n.input[0] not in out:
-            t = inits.get(n.input[2])
-            if t is not None:
-                out[n.input[0]] = t
     return out
 
 
@@ -353,7 +348,9 @@ def _stated_type(n: onnx.NodeProto, inits: dict[str, str | None]) -> str | None:
         t = a.get("output_type", b"int8")
         return t.decode() if isinstance(t, bytes) else str(t)
     k = _OUT_ZP.get(n.op_type)
-    ours = _dom(n) == MS or _dom(n) == "" and n.op_type in ("QLinearConv", "QLinearMatMul")
+    # (a QLinearMatMul's untyped output is left alone: ORT's rewrite of a QDQ MatMul with a
+    # float bias group is read by the float-bias rule, `compiler.ir.float_bias`)
+    ours = _dom(n) == MS or _dom(n) == "" and n.op_type == "QLinearConv"
     if not ours or k is None or len(n.input) <= k or not n.input[k]:
         return None
     return inits.get(n.input[k])
