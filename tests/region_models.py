@@ -65,24 +65,6 @@ def region(kind: str, u: str = "u", y: str = "y") -> tuple[list[onnx.NodeProto],
             oh.make_node("Mul", ["f", "t1"], ["ft"], name="mul_f"),
             oh.make_node("Mul", ["ft", "half"], ["g"], name="mul_half"),
         ]
-    elif kind == "gelu_dq_consts":  # the Erf form as the QDQ quantizer leaves it: 1 and 0.5
-        # quantized (DequantizeLinear of initializers), every intermediate requantized
-        c += [const("sqrt2", np.sqrt(2.0), "float32"), const("one_q", 127, "int8"),
-              const("one_s", 1 / 127, "float32"), const("half_q", 64, "int8"),
-              const("half_s", 1 / 128, "float32"), const("c_z", 0, "int8"),
-              const("e_s", 1 / 127, "float32"), const("e_z", 0, "int8")]  # fmt: skip
-        f += [
-            oh.make_node("DequantizeLinear", ["one_q", "one_s", "c_z"], ["one"], name="one_dq"),
-            oh.make_node("DequantizeLinear", ["half_q", "half_s", "c_z"], ["half"], name="half_dq"),
-            _dq(u, "f2", "dq_dup"),  # ORT duplicates a DequantizeLinear per consumer
-            oh.make_node("Div", ["f", "sqrt2"], ["d"], name="div"),
-            oh.make_node("Erf", ["d"], ["e"], name="erf"),
-            _q("e", "eq", "erf_q", "e_s", "e_z"),
-            oh.make_node("DequantizeLinear", ["eq", "e_s", "e_z"], ["ef"], name="erf_dq"),
-            oh.make_node("Add", ["ef", "one"], ["a"], name="add"),
-            oh.make_node("Mul", ["f2", "a"], ["m"], name="mul"),
-            oh.make_node("Mul", ["m", "half"], ["g"], name="mul_half"),
-        ]
     elif kind == "leakyrelu":
         f.append(oh.make_node("LeakyRelu", ["f"], ["g"], name="lrelu", alpha=0.1))
     elif kind == "chain":  # HardSwish, requantized, then Tanh

@@ -226,40 +226,7 @@ def _producer(ctx: BuildContext, v: str) -> onnx.NodeProto | None:
 
 
 def _single_const(ctx: BuildContext, name: str) -> bool:
-    """A single-value constant: an initializer, or a DequantizeLinear of single-value
-    initializers (the QDQ quantizer quantizes GELU's 1.0 and 0.5; `constant_dqs`)."""
-    if name in ctx.consts:
-        return ctx.consts[name].size == 1
-    p = _const_dq(ctx, name)
-    return p is not None
-
-
-def _const_dq(ctx: BuildContext, name: str) -> onnx.NodeProto | None:
-    """The DequantizeLinear producing `name` from single-value initializers only, or None."""
-    cache = ctx.__dict__.setdefault("_region_const_dqs", {})
-    if name not in cache:
-        p = _producer(ctx, name)
-        ok = (
-            p is not None
-            and p.op_type == "DequantizeLinear"
-            and _dom(p) == ""
-            and all(i in ctx.consts and ctx.consts[i].size == 1 for i in p.input if i)
-        )
-        cache[name] = p if ok else None
-    return cache[name]
-
-
-def constant_dqs(ctx: BuildContext, members: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
-    """The DequantizeLinears of constants the region's members read: computed inside the
-    region's model (so ORT computes the constant as it does in the whole model), but not
-    members (they stay in the graph for their other users)."""
-    out: dict[int, onnx.NodeProto] = {}
-    for m in members:
-        for i in m.input:
-            p = _const_dq(ctx, i) if i and i not in ctx.consts else None
-            if p is not None:
-                out[id(p)] = p
-    return list(out.values())
+    return name in ctx.consts and ctx.consts[name].size == 1
 
 
 def _close(ctx: BuildContext, members: list[onnx.NodeProto], u: str) -> list[onnx.NodeProto]:
@@ -365,11 +332,6 @@ def value_types(m: onnx.ModelProto) -> dict[str, str]:
             t = _stated_type(n, inits)
             if t is not None:
                 out[n.output[0]] = t
-        # a DequantizeLinear's input has its zero point's type
-        if n.op_type == "DequantizeLinear" and len(n.input) > 2 and n.input[0] not in out:
-            t = inits.get(n.input[2])
-            if t is not None:
-                out[n.input[0]] = t
     return out
 
 
@@ -386,7 +348,9 @@ def _stated_type(n: onnx.NodeProto, inits: dict[str, str | None]) -> str | None:
         t = a.get("output_type", b"int8")
         return t.decode() if isinstance(t, bytes) else str(t)
     k = _OUT_ZP.get(n.op_type)
-    ours = _dom(n) == MS or _dom(n) == "" and n.op_type in ("QLinearConv", "QLinearMatMul")
+    # (a QLinearMatMul's untyped output is left alone: ORT's rewrite of a QDQ MatMul with a
+    # float bias group is read by the float-bias rule, `compiler.ir.float_bias`)
+    ours = _dom(n) == MS or _dom(n) == "" and n.op_type == "QLinearConv"
     if not ours or k is None or len(n.input) <= k or not n.input[k]:
         return None
     return inits.get(n.input[k])
@@ -475,14 +439,12 @@ def convert(ctx: BuildContext, r: Region) -> None:
     """Emit the region as one `lut` node (its table from ORT, position-checked)."""
     first = r.members[0]
     x = ctx.value(first, r.u)
-    nodes = [*constant_dqs(ctx, r.members), *r.members]
-    produced = {o for n in nodes for o in n.output}
     consts = {}
-    for m in nodes:
+    for m in r.members:
         for k, i in enumerate(m.input):
-            if i and i not in produced and i != r.u:
+            if i and i not in {o for n in r.members for o in n.output} and i != r.u:
                 consts[i] = ctx.const(m, k, f"input '{i}'")
-    out = region_model(nodes, consts, r.u, r.y, x.dtype, max(1, len(x.shape)), ctx.opsets)
+    out = region_model(r.members, consts, r.u, r.y, x.dtype, max(1, len(x.shape)), ctx.opsets)
     level = "default" if ctx.integer_reading else "off"
     what = f"the region {_label(r.members)}"
     try:
