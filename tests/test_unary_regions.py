@@ -366,7 +366,10 @@ def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):
         )
     # the real sessions (this host's kernels) give one table
     monkeypatch.setattr(rt, "_sessions", real)
-    assert len(rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default")) == 256
+    assert (
+        len(rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default").table)
+        == 256
+    )
 
 
 def test_position_check_sessions_do_not_spin():
@@ -380,6 +383,17 @@ def test_position_check_sessions_do_not_spin():
         assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert [s.get_session_options().intra_op_num_threads for s in rt._sessions(
         _model_of("hardswish"), "default")] == [0, 1]  # fmt: skip
+
+
+@pytest.mark.parametrize("level", ["default", "off"])
+def test_region_out_type_is_the_type_a_session_of_its_own_gives(level):
+    """The `lut`'s output type comes from the check's own runs (no third session): the
+    type a separate session of the region model at the same level gives."""
+    from compiler.ort.region_table import region_out_type
+
+    blob = _model_of("hardswish")
+    (y,) = session(blob, level).run(None, {"u": np.zeros(1, np.int8)})
+    assert region_out_type(blob, "int8", 1, level) == str(y.dtype) == "int8"
 
 
 def test_hardswish_as_ort_inlines_it_is_the_hardswish_kind():

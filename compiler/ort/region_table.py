@@ -111,18 +111,31 @@ def _sessions(blob: bytes, level: str):
     return out
 
 
+class CheckedTable(NamedTuple):
+    """What the position check of one region model established."""
+
+    table: tuple[int, ...]  # ORT's output for every code, offset index order
+    out_type: str  # the element type of ORT's output (a numpy dtype name)
+
+
 def region_table(blob: bytes, in_type: str, rank: int, level: str, what: str) -> tuple[int, ...]:
     """The table (offset index order) ORT computes for the region model `blob`, after the
     position check (module docstring); `RegionError` names `what` and the first code that
     differs."""
     try:
-        return _checked_table(blob, in_type, rank, level)
+        return _checked_table(blob, in_type, rank, level).table
     except RegionError as e:
         raise RegionError(f"ONNX Runtime computes {what} {e.message}", e.code) from None
 
 
+def region_out_type(blob: bytes, in_type: str, rank: int, level: str) -> str:
+    """The element type ORT's session at `level` gives the region model's output: the type
+    of the check's own outputs (cached with its table; no session of its own)."""
+    return _checked_table(blob, in_type, rank, level).out_type
+
+
 @lru_cache(maxsize=512)
-def _checked_table(blob: bytes, in_type: str, rank: int, level: str) -> tuple[int, ...]:
+def _checked_table(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable:
     t = int_type(in_type)
     codes = np.arange(t.min, t.max + 1, dtype=np.int64).astype(t.numpy_dtype())
     sess, single = _sessions(blob, level)
@@ -180,13 +193,14 @@ def _probes(dtype: str, lo: int, n: int, rank: int) -> _Probes:
     return _Probes(xs, tuple(flat), tuple(where), pos, long_x, idx)
 
 
-def _check(sess, single, codes: np.ndarray, lo: int, rank: int) -> tuple[int, ...]:
+def _check(sess, single, codes: np.ndarray, lo: int, rank: int) -> CheckedTable:
     """Run every probe, then compare all outputs with the table at once; on a difference,
     name the first probe (in probe order) and position that differs."""
     n = codes.size
     p = _probes(codes.dtype.str, lo, n, rank)
     run, run1 = _runner(sess), _runner(single)
-    table = run(codes.reshape((1,) * (rank - 1) + (n,))).astype(np.int64)
+    y0 = run(codes.reshape((1,) * (rank - 1) + (n,)))
+    table = y0.astype(np.int64)
     ys = [run(x) for x in p.xs]
     long_ys = [run(p.long_x), run1(p.long_x)]
     short_ok = np.array_equal(np.concatenate(ys).astype(np.int64), table[p.pos])
@@ -208,4 +222,4 @@ def _check(sess, single, codes: np.ndarray, lo: int, rank: int) -> tuple[int, ..
                     f"position {int(x[i]) - lo} of the {n}-code tensor but {int(y[i])} at "
                     f"position {i} ({where})",
                 )
-    return tuple(int(v) for v in table)
+    return CheckedTable(tuple(int(v) for v in table), str(y0.dtype))
