@@ -9,7 +9,9 @@ MLAS kernels have SIMD bodies and scalar tails, and the thread pool splits long 
 into chunks, so the same code is also evaluated
 
 - at every offset 0..16 of a tensor (each code in every lane of a 16-wide vector body),
-- in tensors of every length 1..64 (every tail length, every code in each tail position),
+- in tensors of every length 1..64 (every tail length; each code at position (code
+  index) mod length, the first few also after the wrap: not every code in every tail
+  position),
 - in one long tensor (65 792 + 13 elements: many vector blocks, a tail, and the thread
   pool's chunking) with one intra-op thread and with ORT's default thread count,
 
@@ -17,6 +19,12 @@ and every evaluation of a code must give the same output. Otherwise the region i
 (`RegionError`, `region_position_dependent`), naming the code and the two positions. The
 check would fail if a kernel's tail path or a chunk boundary computed a code differently
 (`tests/test_unary_regions.py`: a region containing a Softmax fails it).
+
+Cost: about 1,270 short runs per distinct region model (4 us each in ORT), so the probes
+are built once per input type and rank, the outputs compared in one pass, and the pool
+threads sleep between runs; regions that differ only in names are one model (canonical
+names) and checked once. Evidence is not shared between regions with other constants: a
+vector body and a scalar tail may round differently for some values only.
 """
 
 from __future__ import annotations
