@@ -335,6 +335,10 @@ class _KernelPath:
         ("lane", lambda i, n, s: (n >= 16) & (i % 16 == 5) & (i < n - n % 16)),
         # a thread-pool chunk (the second half of a long tensor, default threads only)
         ("chunk", lambda i, n, s: (n > 60000) & (i > n // 2) & s.threaded),
+        # the one-thread session's long run only (the last probe the check compares)
+        ("one thread", lambda i, n, s: (n > 60000) & (not s.threaded)),
+        # one short length only, at one position (where -77 is in its length-40 probe)
+        ("length 40", lambda i, n, s: (n == 40) & (i == 11)),
     ],
 )
 def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):
@@ -356,9 +360,40 @@ def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):
         rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default")
     assert e.value.code == ReasonCode.REGION_POSITION_DEPENDENT
     assert "code -77" in e.value.message, where
+    if where in ("one thread", "length 40"):  # the probe named is the one that differed
+        assert f"({where if where == 'length 40' else 'length 65805, one thread'})" in (
+            e.value.message
+        )
     # the real sessions (this host's kernels) give one table
     monkeypatch.setattr(rt, "_sessions", real)
-    assert len(rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default")) == 256
+    assert (
+        len(rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default").table)
+        == 256
+    )
+
+
+def test_position_check_sessions_do_not_spin():
+    """The check's ~1,300 short runs leave ORT's pool threads idle in between: they sleep
+    rather than spin (spinning cost more CPU than the runs); the thread counts stay ORT's
+    default and one."""
+    import compiler.ort.region_table as rt
+
+    for s in rt._sessions(_model_of("hardswish"), "default"):
+        opts = s.get_session_options()
+        assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert [s.get_session_options().intra_op_num_threads for s in rt._sessions(
+        _model_of("hardswish"), "default")] == [0, 1]  # fmt: skip
+
+
+@pytest.mark.parametrize("level", ["default", "off"])
+def test_region_out_type_is_the_type_a_session_of_its_own_gives(level):
+    """The `lut`'s output type comes from the check's own runs (no third session): the
+    type a separate session of the region model at the same level gives."""
+    from compiler.ort.region_table import region_out_type
+
+    blob = _model_of("hardswish")
+    (y,) = session(blob, level).run(None, {"u": np.zeros(1, np.int8)})
+    assert region_out_type(blob, "int8", 1, level) == str(y.dtype) == "int8"
 
 
 def test_hardswish_as_ort_inlines_it_is_the_hardswish_kind():

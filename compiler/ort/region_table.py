@@ -9,7 +9,9 @@ MLAS kernels have SIMD bodies and scalar tails, and the thread pool splits long 
 into chunks, so the same code is also evaluated
 
 - at every offset 0..16 of a tensor (each code in every lane of a 16-wide vector body),
-- in tensors of every length 1..64 (every tail length, every code in each tail position),
+- in tensors of every length 1..64 (every tail length; each code at position (code
+  index) mod length, the first few also after the wrap: not every code in every tail
+  position),
 - in one long tensor (65 792 + 13 elements: many vector blocks, a tail, and the thread
   pool's chunking) with one intra-op thread and with ORT's default thread count,
 
@@ -17,12 +19,19 @@ and every evaluation of a code must give the same output. Otherwise the region i
 (`RegionError`, `region_position_dependent`), naming the code and the two positions. The
 check would fail if a kernel's tail path or a chunk boundary computed a code differently
 (`tests/test_unary_regions.py`: a region containing a Softmax fails it).
+
+Cost: about 1,270 short runs per distinct region model (4 us each in ORT), so the probes
+are built once per input type and rank, the outputs compared in one pass, and the pool
+threads sleep between runs; regions that differ only in names are one model (canonical
+names) and checked once. Evidence is not shared between regions with other constants: a
+vector body and a scalar tail may round differently for some values only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -102,8 +111,19 @@ def _sessions(blob: bytes, level: str):
         )
         so.intra_op_num_threads = threads
         so.log_severity_level = 3
+        # Idle pool threads sleep instead of spinning between the check's ~1,300 short runs
+        # (the spin burnt more CPU than the runs). Only the idle wait changes: the thread
+        # count, and so how ORT splits a tensor into chunks, is the same.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         out.append(ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"]))
     return out
+
+
+class CheckedTable(NamedTuple):
+    """What the position check of one region model established."""
+
+    table: tuple[int, ...]  # ORT's output for every code, offset index order
+    out_type: str  # the element type of ORT's output (a numpy dtype name)
 
 
 def region_table(blob: bytes, in_type: str, rank: int, level: str, what: str) -> tuple[int, ...]:
@@ -111,71 +131,103 @@ def region_table(blob: bytes, in_type: str, rank: int, level: str, what: str) ->
     position check (module docstring); `RegionError` names `what` and the first code that
     differs."""
     try:
-        return _checked_table(blob, in_type, rank, level)
+        return _checked_table(blob, in_type, rank, level).table
     except RegionError as e:
         raise RegionError(f"ONNX Runtime computes {what} {e.message}", e.code) from None
 
 
+def region_out_type(blob: bytes, in_type: str, rank: int, level: str) -> str:
+    """The element type ORT's session at `level` gives the region model's output: the type
+    of the check's own outputs (cached with its table; no session of its own)."""
+    return _checked_table(blob, in_type, rank, level).out_type
+
+
 @lru_cache(maxsize=512)
-def _checked_table(blob: bytes, in_type: str, rank: int, level: str) -> tuple[int, ...]:
+def _checked_table(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable:
     t = int_type(in_type)
     codes = np.arange(t.min, t.max + 1, dtype=np.int64).astype(t.numpy_dtype())
     sess, single = _sessions(blob, level)
-    name = sess.get_inputs()[0].name
-    lead = (1,) * (rank - 1)
+    return _check(sess, single, codes, t.min, rank)
 
-    def run(s, x: np.ndarray) -> np.ndarray:
-        (y,) = s.run(None, {name: x.reshape(lead + (x.size,))})
+
+def _runner(s) -> Callable[[np.ndarray], np.ndarray]:
+    """`x -> y` (flat) on session `s`, refusing a change of size."""
+    name = s.get_inputs()[0].name
+
+    def run(x: np.ndarray) -> np.ndarray:
+        (y,) = s.run(None, {name: x})
         y = np.asarray(y)
         if y.size != x.size:
             raise RegionError(
                 f"with a change of the tensor's size ({x.size} -> {y.size}): not elementwise",
                 ReasonCode.REGION_REDUCTION,
             )
-        return y.reshape(-1).astype(np.int64)
+        return y.reshape(-1)
 
-    return _check(sess, single, run, codes, t.min)
-
-
-def _probes(codes: np.ndarray, lo: int) -> tuple[tuple[np.ndarray, np.ndarray, str], ...]:
-    """(input, its codes' table positions, label) of every short probe of the position
-    check; the same for every region of one input type, so built once per type."""
-    key = (codes.dtype.str, lo, codes.size)
-    if key not in _PROBES:
-        n = codes.size
-        out = []
-        for off in OFFSETS:
-            out.append((np.concatenate([np.roll(codes, 7)[:off], codes]), f"offset {off}"))
-        for length in LENGTHS:
-            for start in range(0, n, length):
-                out.append((np.roll(codes, -start)[:length], f"length {length}"))
-        _PROBES[key] = tuple((x, x.astype(np.int64) - lo, where) for x, where in out)
-    return _PROBES[key]
+    return run
 
 
-_PROBES: dict[tuple, tuple[tuple[np.ndarray, np.ndarray, str], ...]] = {}
+class _Probes(NamedTuple):
+    """The position check's inputs for one input type and rank, built once."""
+
+    xs: tuple[np.ndarray, ...]  # every short probe's input, shaped [1,...,1,len]
+    flat: tuple[np.ndarray, ...]  # the same, flat
+    where: tuple[str, ...]  # each one's label
+    pos: np.ndarray  # all short probes' codes' table positions, concatenated
+    long_x: np.ndarray  # the long probe, shaped
+    long_pos: np.ndarray  # its codes' table positions
 
 
-def _check(sess, single, run, codes: np.ndarray, lo: int) -> tuple[int, ...]:
-    n = codes.size
-    table = run(sess, codes)
-    seen: list[tuple[np.ndarray, np.ndarray, np.ndarray, str]] = []
-    for x, pos, where in _probes(codes, lo):
-        seen.append((x, pos, run(sess, x), where))
+@lru_cache(maxsize=8)
+def _probes(dtype: str, lo: int, n: int, rank: int) -> _Probes:
+    """The probes of the position check (module docstring); the same for every region of
+    one input type and rank."""
+    codes = (np.arange(n, dtype=np.int64) + lo).astype(np.dtype(dtype))
+    lead = (1,) * (rank - 1)
+    flat, where = [], []
+    for off in OFFSETS:
+        flat.append(np.concatenate([np.roll(codes, 7)[:off], codes]))
+        where.append(f"offset {off}")
+    for length in LENGTHS:
+        for start in range(0, n, length):
+            flat.append(np.roll(codes, -start)[:length])
+            where.append(f"length {length}")
+    pos = np.concatenate(flat).astype(np.int64) - lo
     idx = (np.arange(LONG) + np.arange(LONG) // n) % n
-    long_x = codes[idx]
-    for s, label in ((sess, "default threads"), (single, "one thread")):
-        seen.append((long_x, idx, run(s, long_x), f"length {LONG}, {label}"))
-    for x, pos, y, where in seen:
-        want = table[pos]
-        if np.array_equal(want, y):
-            continue
-        bad = np.nonzero(want != y)[0]
-        if bad.size:
-            i = int(bad[0])
-            raise RegionError(
-                f"differently by position: code {int(x[i])} gives {int(want[i])} at position "
-                f"{int(x[i]) - lo} of the {n}-code tensor but {int(y[i])} at position {i} "
-                f"({where})",
-            )
-    return tuple(int(v) for v in table)
+    xs = tuple(x.reshape(lead + (x.size,)) for x in flat)
+    long_x = codes[idx].reshape(lead + (LONG,))
+    for a in (*xs, *flat, pos, long_x, idx):
+        a.setflags(write=False)  # shared by every region's check
+    return _Probes(xs, tuple(flat), tuple(where), pos, long_x, idx)
+
+
+def _check(sess, single, codes: np.ndarray, lo: int, rank: int) -> CheckedTable:
+    """Run every probe, then compare all outputs with the table at once; on a difference,
+    name the first probe (in probe order) and position that differs."""
+    n = codes.size
+    p = _probes(codes.dtype.str, lo, n, rank)
+    run, run1 = _runner(sess), _runner(single)
+    y0 = run(codes.reshape((1,) * (rank - 1) + (n,)))
+    table = y0.astype(np.int64)
+    ys = [run(x) for x in p.xs]
+    long_ys = [run(p.long_x), run1(p.long_x)]
+    short_ok = np.array_equal(np.concatenate(ys).astype(np.int64), table[p.pos])
+    long_ok = all(np.array_equal(y.astype(np.int64), table[p.long_pos]) for y in long_ys)
+    if not (short_ok and long_ok):
+        seen = [
+            (x, table[x.astype(np.int64) - lo], y, w)
+            for x, y, w in zip(p.flat, ys, p.where, strict=True)
+        ]
+        long_flat = p.long_x.reshape(-1)
+        for y, label in zip(long_ys, ("default threads", "one thread"), strict=True):
+            seen.append((long_flat, table[p.long_pos], y, f"length {LONG}, {label}"))
+        for x, want, y, where in seen:
+            bad = np.nonzero(want != y.astype(np.int64))[0]
+            if bad.size:
+                i = int(bad[0])
+                raise RegionError(
+                    f"differently by position: code {int(x[i])} gives {int(want[i])} at "
+                    f"position {int(x[i]) - lo} of the {n}-code tensor but {int(y[i])} at "
+                    f"position {i} ({where})",
+                )
+    return CheckedTable(tuple(int(v) for v in table), str(y0.dtype))

@@ -31,11 +31,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import numpy as np
 import onnx
 
 from compiler.ir.graph import Value
-from compiler.ort.region_table import RegionError, region_model, region_table
+from compiler.ort.region_table import RegionError, region_model, region_out_type, region_table
 from prover.lut import LOADED_TABLE
 from prover.verdict import ReasonCode
 
@@ -448,8 +447,9 @@ def convert(ctx: BuildContext, r: Region) -> None:
     level = "default" if ctx.integer_reading else "off"
     what = f"the region {_label(r.members)}"
     try:
-        table = region_table(out.SerializeToString(), x.dtype, max(1, len(x.shape)), level, what)
-        ot = _out_type(out, x.dtype, max(1, len(x.shape)), level)
+        blob, rank = out.SerializeToString(), max(1, len(x.shape))
+        table = region_table(blob, x.dtype, rank, level, what)
+        ot = region_out_type(blob, x.dtype, rank, level)
     except RegionError as e:
         # not one table: ORT runs the region on the host; its site is refused with the reason
         ctx.host(r.members, placement=f"{what} runs on the host: {e.message}")
@@ -477,11 +477,3 @@ def convert(ctx: BuildContext, r: Region) -> None:
         out_zp=yz,
         source="region",
     )
-
-
-def _out_type(m: onnx.ModelProto, in_type: str, rank: int, level: str) -> str:
-    from compiler.ort.tables import session
-
-    x = np.zeros((1,) * rank, dtype=in_type)
-    (y,) = session(m, level).run(None, {m.graph.input[0].name: x})
-    return str(np.asarray(y).dtype)
