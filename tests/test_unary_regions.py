@@ -339,6 +339,9 @@ class _KernelPath:
         ("one thread", lambda i, n, s: (n > 60000) & (not s.threaded)),
         # one short length only, at one position (where -77 is in its length-40 probe)
         ("length 40", lambda i, n, s: (n == 40) & (i == 11)),
+        # one tail position of one length where -77 never sat before every code was
+        # rotated through every position of every length
+        ("length 40 position 3", lambda i, n, s: (n == 40) & (i == 3)),
     ],
 )
 def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):

@@ -9,9 +9,9 @@ MLAS kernels have SIMD bodies and scalar tails, and the thread pool splits long 
 into chunks, so the same code is also evaluated
 
 - at every offset 0..16 of a tensor (each code in every lane of a 16-wide vector body),
-- in tensors of every length 1..64 (every tail length; each code at position (code
-  index) mod length, the first few also after the wrap: not every code in every tail
-  position),
+- in tensors of every length 1..64, rotated through the codes so that every code sits
+  at every position of every one of these lengths (every tail length and tail position;
+  256 runs per length),
 - in one long tensor (65 792 + 13 elements: many vector blocks, a tail, and the thread
   pool's chunking) with one intra-op thread and with ORT's default thread count,
 
@@ -20,7 +20,7 @@ and every evaluation of a code must give the same output. Otherwise the region i
 check would fail if a kernel's tail path or a chunk boundary computed a code differently
 (`tests/test_unary_regions.py`: a region containing a Softmax fails it).
 
-Cost: about 1,270 short runs per distinct region model (4 us each in ORT), so the probes
+Cost: about 16,400 short runs per distinct region model (8 us each, about 0.13 s), so the probes
 are built once per input type and rank, the outputs compared in one pass, and the pool
 threads sleep between runs; regions that differ only in names are one model (canonical
 names) and checked once. Evidence is not shared between regions with other constants: a
@@ -189,8 +189,8 @@ def _probes(dtype: str, lo: int, n: int, rank: int) -> _Probes:
         flat.append(np.concatenate([np.roll(codes, 7)[:off], codes]))
         where.append(f"offset {off}")
     for length in LENGTHS:
-        for start in range(0, n, length):
-            flat.append(np.roll(codes, -start)[:length])
+        for start in range(n):  # every code at every position of this length
+            flat.append(codes[(start + np.arange(length)) % n])
             where.append(f"length {length}")
     pos = np.concatenate(flat).astype(np.int64) - lo
     idx = (np.arange(LONG) + np.arange(LONG) // n) % n
