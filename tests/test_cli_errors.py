@@ -23,6 +23,7 @@ from prover.errors import BadInput, StoreMiss
 BAD_INPUT = {
     "compiler.cli.common.UsageError",
     "compiler.errors.FrontendError",
+    "compiler.frontend.qdq_reading.DefaultSessionRefusal",
     "npu_backend.target.TargetError",
     "npu_backend.program.ProgramError",
     "npu_backend.simulator.SimulatorInputError",

@@ -192,3 +192,42 @@ def test_qgemm_without_b_zero_point_is_bad_input(tmp_path: Path):
     onnx.save(m, path)
     r = prover("check", path, "--proofs-mode", "off")
     assert_one_line_error(r, "node 'q' (QGemm)", "input 5 is required")
+
+
+def _rewrite_breaks_model() -> onnx.ModelProto:
+    """DequantizeLinear -> Sigmoid -> QuantizeLinear (opset 21, int8 by `output_dtype`, no
+    zero point) -> QLinearSigmoid: valid ONNX, and ORT runs it with optimisations off, but
+    ORT's default session fuses the group into a QLinearSigmoid whose zero point defaults
+    to uint8 and refuses its own graph (fuzz seed 7, model 244)."""
+    c = lambda n, v, t: nh.from_array(np.asarray(v, dtype=t), n)  # noqa: E731
+    inits = [c("s", 0.05, np.float32), c("z", 0, np.int8), c("os", 1 / 256, np.float32)]
+    nodes = [
+        oh.make_node("DequantizeLinear", ["x", "s", "z"], ["f"], name="dq"),
+        oh.make_node("Sigmoid", ["f"], ["g"], name="sig"),
+        oh.make_node("QuantizeLinear", ["g", "os"], ["q"], output_dtype=TP.INT8, name="q"),
+        oh.make_node(
+            "QLinearSigmoid", ["q", "os", "z", "s", "z"], ["y"], name="qs", domain="com.microsoft"
+        ),  # fmt: skip
+    ]
+    g = oh.make_graph(
+        nodes, "rewrite_breaks", [oh.make_tensor_value_info("x", TP.INT8, [1, 8])],
+        [oh.make_tensor_value_info("y", TP.INT8, [1, 8])], inits,
+    )  # fmt: skip
+    m = oh.make_model(
+        g, opset_imports=[oh.make_opsetid("", 21), oh.make_opsetid("com.microsoft", 1)]
+    )
+    m.ir_version = 10
+    return m
+
+
+def test_model_whose_default_session_fails_is_bad_input(tmp_path: Path):
+    m = _rewrite_breaks_model()
+    onnx.checker.check_model(m, full_check=True)
+    off = ort.SessionOptions()
+    off.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ort.InferenceSession(m.SerializeToString(), off, providers=["CPUExecutionProvider"])
+    assert not ort_accepts(m)  # the default session refuses it
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    r = prover("check", path, "--proofs-mode", "off")
+    assert_one_line_error(r, "default session refuses it", "QLinearSigmoid")

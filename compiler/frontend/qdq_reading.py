@@ -71,6 +71,12 @@ def integer_only(m: onnx.ModelProto) -> bool:
     return all(n.domain in domains and n.op_type in INTEGER_OPS for n in m.graph.node)
 
 
+class DefaultSessionRefusal(FrontendError):
+    """ONNX Runtime runs the model with optimisations off, but its default session's graph
+    rewrite fails: the model has no reference meaning (bad input, named after the
+    frontend's own refusals of the model, which come first)."""
+
+
 def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
     """The model as the integer QDQ reading sees it (see the module docstring): the graph
     ORT's default session runs, whenever its rewrite runs other kernels than the graph as
@@ -89,12 +95,18 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
     project = [n for n in m.graph.node if n.domain == PROJECT_DOMAIN]
     base = without_project_ops(m) if project else m
     try:
-        r = ort_integer_model(base)
         # what ORT runs with optimisations off: the graph plus the casts its CPU provider
         # inserts at every level (float16 ops it has no kernel for run in float32)
         off = onnx.load_from_string(ort_graph(base.SerializeToString(), "off", "QDQ groups"))
     except FrontendError:
         return m  # ORT cannot run it at all: the frontend names what it cannot read
+    try:
+        r = ort_integer_model(base)
+    except FrontendError as e:  # ORT's own rewrite breaks the model: no reference meaning
+        raise DefaultSessionRefusal(
+            "ONNX Runtime loads the model with optimisations off but its default session "
+            f"refuses it (its graph rewrite fails): {str(e).split(': ', 1)[-1]}"
+        ) from None
     if not computes_differently(off, r) and not drops_values(m, off):
         return m
     return splice_project_ops(r, m, project) if project else r

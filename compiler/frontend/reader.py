@@ -69,7 +69,7 @@ from .ops.constant import constant_value
 from .ops.host import HOST_FLOAT_OPS
 from .ops.qdq import qdq_activation, qdq_groups
 from .overridable import overridable_message
-from .qdq_reading import float_reading, integer_reading
+from .qdq_reading import DefaultSessionRefusal, float_reading, integer_reading
 from .registry import (
     KNOWN_DOMAINS,
     ML_DOMAIN,
@@ -347,7 +347,12 @@ def to_ir(
             )
     integer = str(getattr(reference, "qdq_reading", "float")) == "integer"
     with phase("qdq_reading"):
-        r = (integer_reading if integer else float_reading)(m)
+        try:
+            r = (integer_reading if integer else float_reading)(m)
+        except DefaultSessionRefusal as refusal:  # the model's own errors are named first
+            dyn = dynamic_inputs(m)
+            _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
+            raise FrontendError(str(refusal)) from None
     if r is not m:  # ORT's graph is read; the user's own is read first, to name its nodes
         dyn = dynamic_inputs(m)
         _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
