@@ -67,6 +67,9 @@ from .lowered import (
     NpuRequant,
     Step,
     TensorSpec,
+    npu_reads,
+    step_reads,
+    step_writes,
 )
 from .postprocess import Post, PostProcess, columns_of, posts_of
 from .program import Program
@@ -410,27 +413,6 @@ def _check_operands(
 # --- emission ---------------------------------------------------------------------------
 
 
-def _npu_inputs(st: Step) -> list[str]:
-    if isinstance(st, NpuMatMul):
-        run_time = [x for x in (st.a_zp_input, st.w if st.w_input else None) if x is not None]
-        return [st.a, *run_time]
-    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
-        return [st.x]
-    if isinstance(st, NpuEltwise):
-        return [st.a, st.b]
-    if isinstance(st, NpuConcat):
-        return list(st.xs)
-    return []
-
-
-def _host_inputs(st: Step) -> list[str]:
-    return list(st.inputs) if isinstance(st, HostKernel | HostOnnx) else []
-
-
-def _outputs(st: Step) -> list[str]:
-    return list(st.outputs) if isinstance(st, HostOnnx) else [st.out]
-
-
 def _table(st: Step) -> tuple[int, ...] | None:
     if isinstance(st, NpuMatMul):
         return table_of(st.post)
@@ -547,7 +529,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     steps = lowered.steps
     last_npu_use: dict[str, int] = {}
     for i, st in enumerate(steps):
-        for x in _npu_inputs(st):
+        for x in npu_reads(st):
             last_npu_use[x] = i
     table_seq = [table_key(t) if (t := _table(st)) is not None else None for st in steps]
     schedules = _schedules(steps, specs, target)
@@ -901,14 +883,16 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
             )  # fmt: skip
         else:
             prog.append(HostCall(st.name, st))
-            in_dram.update(_outputs(st))
-            for o in _outputs(st):
+            in_dram.update(step_writes(st))
+            for o in step_writes(st):
                 in_sram.discard(o)
                 sram.free(o)
             continue
         # NPU step done: results needed by the host or as graph outputs go back to dram.
         out = st.out
-        later_host = any(out in _host_inputs(s) for s in steps[i + 1 :])
+        later_host = any(
+            out in step_reads(s) for s in steps[i + 1 :] if isinstance(s, HostKernel | HostOnnx)
+        )
         if out in graph_outputs or later_host:
             prog.append(DmaOut(out, sram.blocks[out][0], nbytes(spec(out))))
             in_dram.add(out)

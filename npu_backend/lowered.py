@@ -304,6 +304,31 @@ HostStep = HostKernel | HostOnnx
 Step = NpuStep | HostStep
 
 
+def npu_reads(st: Step) -> tuple[str, ...]:
+    """Every tensor NPU step `st` reads at run time (both eltwise operands, every concat
+    input, a matmul's run-time zero point and run-time `w`); () for a host step."""
+    if isinstance(st, NpuMatMul):
+        run_time = (st.a_zp_input, st.w if st.w_input else None)
+        return (st.a, *(x for x in run_time if x is not None))
+    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
+        return (st.x,)
+    if isinstance(st, NpuEltwise):
+        return (st.a, st.b)
+    if isinstance(st, NpuConcat):
+        return tuple(st.xs)
+    return ()
+
+
+def step_reads(st: Step) -> tuple[str, ...]:
+    """Every tensor step `st` reads at run time, host or NPU."""
+    return tuple(st.inputs) if isinstance(st, HostKernel | HostOnnx) else npu_reads(st)
+
+
+def step_writes(st: Step) -> tuple[str, ...]:
+    """Every tensor step `st` writes."""
+    return tuple(st.outputs) if isinstance(st, HostOnnx) else (st.out,)
+
+
 @dataclass
 class LoweredModel:
     """Inputs (graph inputs), outputs (tensor names), constants and steps in order."""
@@ -372,4 +397,7 @@ __all__ = [
     "LutParams",
     "unfuse",
     "unfuse_model",
+    "npu_reads",
+    "step_reads",
+    "step_writes",
 ]

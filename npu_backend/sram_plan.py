@@ -17,17 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .lowered import (
-    NpuClip,
-    NpuConcat,
-    NpuEltwise,
-    NpuLut,
-    NpuMatMul,
-    NpuMaxPool,
-    NpuMove,
-    NpuRequant,
-    Step,
-)
+from .lowered import NpuMatMul, Step, npu_reads, step_writes
 from .schedule import ALIGN
 
 
@@ -35,13 +25,8 @@ def _in_sram(st: Step, tiled: bool) -> tuple[list[str], str | None]:
     """(inputs read from sram, output written to sram) of a step placed in sram."""
     if isinstance(st, NpuMatMul):
         return ([], None) if tiled else ([st.a], st.out)
-    if isinstance(st, NpuLut | NpuRequant | NpuClip | NpuMove | NpuMaxPool):
-        return [st.x], st.out
-    if isinstance(st, NpuEltwise):
-        return [st.a, st.b], st.out
-    if isinstance(st, NpuConcat):
-        return list(st.xs), st.out
-    return [], None
+    reads = npu_reads(st)  # every other NPU step reads its operands from sram
+    return (list(reads), step_writes(st)[0]) if reads else ([], None)
 
 
 def lifetimes(steps: Sequence[Step], tiled: frozenset[int]) -> dict[str, tuple[int, int]]:

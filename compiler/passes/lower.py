@@ -41,7 +41,7 @@ from compiler.phases import phase
 from compiler.proving import prove
 from compiler.proving.divergence import lowering_block
 from compiler.proving.eltwise_lowering import EltwiseLowering
-from compiler.proving.moves import NPU_STEPS, LayoutLowering, one_node_step, step_outputs
+from compiler.proving.moves import NPU_STEPS, LayoutLowering, one_node_step
 from compiler.proving.prove import components
 from npu_backend.codegen import memory_issues, storage_dtype
 from npu_backend.lowered import (
@@ -54,6 +54,7 @@ from npu_backend.lowered import (
     NpuMove,
     NpuRequant,
     TensorSpec,
+    step_writes,
 )
 from npu_backend.postprocess import LutParams, PostProcess
 from npu_backend.target import requant_from_scale
@@ -433,7 +434,7 @@ class Lowerer(EltwiseLowering, LayoutLowering):
 
     def on_npu(self, name: str) -> bool:
         """Whether an NPU step lowered so far produces `name`."""
-        return any(isinstance(st, NPU_STEPS) and name in step_outputs(st) for st in self.steps)
+        return any(isinstance(st, NPU_STEPS) and name in step_writes(st) for st in self.steps)
 
     def layout(self, n: Node) -> None:
         """Reshape/Transpose/Identity of an NPU result: an NPU gather (`npu_move`); any

@@ -27,17 +27,17 @@ from compiler.ir.site import Diagnostic
 from compiler.ort.host import submodel
 from compiler.proving import prove
 from npu_backend.lowered import (
-    HostKernel,
     HostOnnx,
     NpuClip,
     NpuConcat,
-    NpuEltwise,
     NpuLut,
     NpuMatMul,
     NpuMaxPool,
     NpuMove,
     NpuRequant,
     TensorSpec,
+    step_reads,
+    step_writes,
 )
 from npu_backend.moves import row_major, transpose_strides
 from prover.obligation import Obligation
@@ -55,25 +55,6 @@ def one_node_step(name: str, node, x: Value, consts: dict, y: Value, n: Node) ->
 # types the NPU stores and moves; the NPU's steps
 MOVABLE = ("int8", "uint8", "int16", "int32")
 NPU_STEPS = (NpuMatMul, NpuLut, NpuRequant, NpuClip, NpuMove, NpuMaxPool, NpuConcat)
-
-
-def step_inputs(st) -> tuple[str, ...]:
-    """Every tensor step `st` reads at run time (an eltwise's both operands, a matmul's
-    run-time zero point and run-time `w`): what keeps a layout transpose alive."""
-    if isinstance(st, HostOnnx | HostKernel):
-        return tuple(st.inputs)
-    if isinstance(st, NpuConcat):
-        return tuple(st.xs)
-    if isinstance(st, NpuEltwise):
-        return (st.a, st.b)
-    if isinstance(st, NpuMatMul):
-        run_time = (st.a_zp_input, st.w if st.w_input else None)
-        return (st.a, *(x for x in run_time if x is not None))
-    return tuple(getattr(st, k) for k in ("a", "x") if getattr(st, k, None) is not None)
-
-
-def step_outputs(st) -> tuple[str, ...]:
-    return tuple(st.outputs) if isinstance(st, HostOnnx) else (st.out,)
 
 
 class LayoutLowering:
@@ -103,7 +84,7 @@ class LayoutLowering:
     def emitted(self, name: str) -> bool:
         """Whether a step lowered so far writes `name` (`<x>.nhwc` is always the same
         transpose of x: a second reader of x reads the first one's)."""
-        return any(name in step_outputs(st) for st in self.steps)
+        return any(name in step_writes(st) for st in self.steps)
 
     def kept_layout(self, n: Node, x: Value, nat_in: Value, perm: tuple[int, ...]) -> str | None:
         """The NPU tensor holding `x` already permuted by `perm` (an NPU op's natural output
@@ -132,11 +113,11 @@ class LayoutLowering:
         keep: list = []
         dead = {id(t) for name, (_, _, t) in self.moves.items() if name in self.kept}
         for st in reversed(self.steps):
-            outs = set(step_outputs(st))
+            outs = set(step_writes(st))
             if id(st) in dead and not outs & live:
                 continue
             keep.append(st)
-            live |= set(step_inputs(st))
+            live |= set(step_reads(st))
         self.steps = keep[::-1]
 
     def max_pool(self, n: Node) -> None:
