@@ -208,16 +208,7 @@ def _qlinear_binary(ctx: BuildContext, n: onnx.NodeProto) -> None:
     c = ctx.consts[b_name if x_is_a else a_name]
     if c.dtype.name != it:
         raise ctx.fail(n, f"constant operand has type {c.dtype.name}; the input is {it}")
-    scales = {}
-    for idx, what in ((1, "A_scale"), (4, "B_scale"), (6, "C_scale")):
-        ctx.float32_scales(n, {idx: what})
-        scales[what] = float(ctx.scalar(n, idx, what))
-    zps = {}
-    for idx, what in ((2, "A_zero_point"), (5, "B_zero_point"), (7, "C_zero_point")):
-        z = ctx.const(n, idx, what, optional=True)
-        if z is not None and z.dtype.name != it:
-            raise ctx.fail(n, f"{what} has type {z.dtype.name}; the input is {it}")
-        zps[what] = int(ctx.scalar(n, idx, what, default=0))
+    params = _binary_params(ctx, n, it)
     a_shape = x.shape if x_is_a else tuple(c.shape)
     b_shape = tuple(c.shape) if x_is_a else x.shape
     try:
@@ -240,14 +231,6 @@ def _qlinear_binary(ctx: BuildContext, n: onnx.NodeProto) -> None:
             modes.add(span_mode(xs, tuple(c.shape)) if x_is_a else span_mode(tuple(c.shape), xs))
         if len(modes) > 1:
             raise ctx.fail(n, "ONNX Runtime's operand roles depend on the batch size here")
-    try:
-        params = QLinearBinaryParams(
-            a_scale=scales["A_scale"], a_zp=zps["A_zero_point"],
-            b_scale=scales["B_scale"], b_zp=zps["B_zero_point"],
-            c_scale=scales["C_scale"], c_zp=zps["C_zero_point"], dtype=it,
-        )  # fmt: skip
-    except KernelError as e:
-        raise ctx.fail(n, str(e)) from None
     ctx.emit(
         "qlinear_binary",
         [n],
