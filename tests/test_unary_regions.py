@@ -360,7 +360,7 @@ def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):
 
     monkeypatch.setattr(rt, "_sessions", fake)
     with pytest.raises(RegionError) as e:
-        rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default")
+        rt.check_alone(_model_of("hardswish"), "int8", 1, "default")
     assert e.value.code == ReasonCode.REGION_POSITION_DEPENDENT
     assert "code -77" in e.value.message, where
     if where in ("one thread", "length 40"):  # the probe named is the one that differed
@@ -369,10 +369,7 @@ def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):
         )
     # the real sessions (this host's kernels) give one table
     monkeypatch.setattr(rt, "_sessions", real)
-    assert (
-        len(rt._checked_table.__wrapped__(_model_of("hardswish"), "int8", 1, "default").table)
-        == 256
-    )
+    assert len(rt.check_alone(_model_of("hardswish"), "int8", 1, "default").table) == 256
 
 
 def test_position_check_sessions_do_not_spin():
@@ -423,3 +420,107 @@ def test_region_input_typed_when_value_info_leaves_the_compute_output_untyped(bu
     m = build("hardswish")
     m.graph.value_info.append(oh.make_tensor_value_info("f", TP.FLOAT, None))
     assert unary_region.value_types(m)["u"] == "int8"
+
+
+class _OneRegionPath:
+    """A merged session (`region_table.merged_model`) whose output `j` computes code
+    `code` one off at one position of one length (a fake tail path of one region only)."""
+
+    def __init__(self, real, j: int, code: int, length: int, pos: int) -> None:
+        self.real, self.j, self.code, self.length, self.pos = real, j, code, length, pos
+
+    def get_inputs(self):
+        return self.real.get_inputs()
+
+    def run(self, names, feeds):
+        ys = [np.array(y) for y in self.real.run(names, feeds)]
+        x = next(iter(feeds.values())).reshape(-1)
+        if x.size == self.length and x[self.pos] == self.code:
+            y = ys[self.j].reshape(-1)
+            y[self.pos] += 1
+        return ys
+
+
+def _fresh_cache(monkeypatch):
+    import compiler.ort.region_table as rt
+
+    monkeypatch.setattr(rt, "_TABLES", {})
+    return rt
+
+
+def test_prefetched_tables_are_the_tables_each_region_checked_alone_gives(monkeypatch):
+    """Regions checked together in one merged model (one run per probe for all) get the
+    table and output type each gets checked alone, and the conversion then runs no check."""
+    rt = _fresh_cache(monkeypatch)
+    kinds = ("hardswish", "gelu_erf", "hardsigmoid", "silu")
+    blobs = [_model_of(k) for k in kinds]
+    assert rt.prefetch([(b, "int8", 1, "default") for b in blobs]) == len(kinds)
+    for b in blobs:
+        assert rt._TABLES[(b, "int8", 1, "default")] == rt.check_alone(b, "int8", 1, "default")
+
+    def no_check(*a):
+        raise AssertionError("a prefetched region was checked again")
+
+    monkeypatch.setattr(rt, "check_alone", no_check)
+    assert (
+        region_table(blobs[1], "int8", 1, "default", "gelu")
+        == rt._TABLES[(blobs[1], "int8", 1, "default")].table
+    )
+
+
+def test_a_batch_leaves_a_region_that_differs_to_its_own_check(monkeypatch):
+    """In a batch, a region whose output differs at one tail position of one length only,
+    or that is no elementwise function (Softmax), is not cached: its own check runs when it
+    is converted and names the probe; the other regions of the batch are cached."""
+    rt = _fresh_cache(monkeypatch)
+    blobs = [_model_of(k) for k in ("hardswish", "softmax", "gelu_erf")]
+    real = rt._sessions
+
+    def fake(blob, level):
+        a, b = real(blob, level)
+        if len(a.get_inputs()) == 1:  # a region checked alone: ORT's own kernels
+            return a, b
+        return _OneRegionPath(a, 2, -77, 40, 3), b
+
+    monkeypatch.setattr(rt, "_sessions", fake)
+    assert rt.prefetch([(b, "int8", 1, "default") for b in blobs]) == 1
+    assert set(rt._TABLES) == {(blobs[0], "int8", 1, "default")}
+    with pytest.raises(RegionError, match="differently by position"):
+        region_table(blobs[1], "int8", 1, "default", "softmax")
+    assert len(region_table(blobs[2], "int8", 1, "default", "gelu")) == 256  # alone: real
+
+
+def test_a_model_with_many_regions_checks_them_in_one_batch(monkeypatch):
+    """The frontend checks a model's regions together before converting any (one merged
+    model), and the compiled result is the one each region checked alone gives."""
+    rt = _fresh_cache(monkeypatch)
+    batches = []
+    real = rt.prefetch
+
+    def spy(reqs):
+        reqs = list(reqs)
+        batches.append(len(reqs))
+        return real(reqs)
+
+    monkeypatch.setattr(unary_region, "region_prefetch", spy)
+    m = _side_by_side(conv_region("hardswish"), conv_region("silu"))
+    r = compile_model(m, "bitwise", FLOAT)
+    assert batches == [2]
+    assert len(rt._TABLES) == 2
+    assert [s.verdict for s in r.sites] == ["proven", "proven"]
+    _equal_ort_default(m, r, seeds=(0,))
+
+
+def _side_by_side(a: onnx.ModelProto, b: onnx.ModelProto) -> onnx.ModelProto:
+    """Models `a` and `b` as one (b's names prefixed `b_`): two inputs, two outputs."""
+    b = onnx.compose.add_prefix(b, "b_")
+    g = onnx.helper.make_graph(
+        [*a.graph.node, *b.graph.node],
+        "two",
+        [*a.graph.input, *b.graph.input],
+        [*a.graph.output, *b.graph.output],
+        [*a.graph.initializer, *b.graph.initializer],
+    )
+    m = onnx.helper.make_model(g, opset_imports=list(a.opset_import))
+    m.ir_version = a.ir_version
+    return m

@@ -49,6 +49,7 @@ def qdq_groups(ctx: BuildContext) -> dict[str, tuple[str, list[onnx.NodeProto]]]
             key = r.members[-1].name or r.members[-1].output[0]
             groups[key] = ("act", r.members)
             st.accepted[key] = r
+    unary_region.prefetch(ctx, found)
     # float16 groups as ORT runs them, with its float32 casts (the integer QDQ reading)
     for out, (members, dq_type) in decorated_groups(ctx.m.graph, ctx.single_use).items():
         if any(id(m) in in_region for m in members):

@@ -35,6 +35,7 @@ import onnx
 
 from compiler.ir.graph import Value
 from compiler.ort.region_table import RegionError, region_model, region_out_type, region_table
+from compiler.ort.region_table import prefetch as region_prefetch
 from prover.lut import LOADED_TABLE
 from prover.verdict import ReasonCode
 
@@ -434,20 +435,51 @@ def _out_params(ctx: BuildContext, r: Region) -> tuple[float, int]:
     return _scale_zp(ctx, n, 6, 7)
 
 
-def convert(ctx: BuildContext, r: Region) -> None:
-    """Emit the region as one `lut` node (its table from ORT, position-checked)."""
-    first = r.members[0]
-    x = ctx.value(first, r.u)
+def _blob(ctx: BuildContext, r: Region, in_type: str, rank: int) -> bytes:
+    """The region's model (`region_model`), serialised."""
     consts = {}
     for m in r.members:
         for k, i in enumerate(m.input):
             if i and i not in {o for n in r.members for o in n.output} and i != r.u:
                 consts[i] = ctx.const(m, k, f"input '{i}'")
-    out = region_model(r.members, consts, r.u, r.y, x.dtype, max(1, len(x.shape)), ctx.opsets)
-    level = "default" if ctx.integer_reading else "off"
+    return region_model(r.members, consts, r.u, r.y, in_type, rank, ctx.opsets).SerializeToString()
+
+
+def _level(ctx: BuildContext) -> str:
+    return "default" if ctx.integer_reading else "off"
+
+
+def prefetch(ctx: BuildContext, found: Iterable[Region]) -> None:
+    """Position-check the model's accepted regions together (`region_table.prefetch`),
+    before any is converted; each `convert` then finds its table checked. A region whose
+    input type or rank the model does not state, or whose constants cannot be read, is left
+    to its own check (so is everything, should this fail)."""
+    reqs = []
+    for r in found:
+        if r.refusal is not None or not r.members:
+            continue
+        vi = ctx.inferred.get(r.u) or next((v for v in ctx.m.graph.input if v.name == r.u), None)
+        in_type = state(ctx).types.get(r.u)
+        if vi is None or in_type not in EIGHT or not vi.type.tensor_type.HasField("shape"):
+            continue
+        rank = max(1, len(vi.type.tensor_type.shape.dim))
+        try:
+            reqs.append((_blob(ctx, r, in_type, rank), in_type, rank, _level(ctx)))
+        except Exception:  # noqa: BLE001 - its conversion reports it
+            continue
+    if len(reqs) > 1:
+        region_prefetch(reqs)
+
+
+def convert(ctx: BuildContext, r: Region) -> None:
+    """Emit the region as one `lut` node (its table from ORT, position-checked)."""
+    first = r.members[0]
+    x = ctx.value(first, r.u)
+    level = _level(ctx)
     what = f"the region {_label(r.members)}"
     try:
-        blob, rank = out.SerializeToString(), max(1, len(x.shape))
+        rank = max(1, len(x.shape))
+        blob = _blob(ctx, r, x.dtype, rank)
         table = region_table(blob, x.dtype, rank, level, what)
         ot = region_out_type(blob, x.dtype, rank, level)
     except RegionError as e:
