@@ -524,3 +524,32 @@ def _side_by_side(a: onnx.ModelProto, b: onnx.ModelProto) -> onnx.ModelProto:
     m = onnx.helper.make_model(g, opset_imports=list(a.opset_import))
     m.ir_version = a.ir_version
     return m
+
+
+def test_the_build_that_only_names_errors_checks_no_region(monkeypatch):
+    """A QDQ model is read twice: as written (only so that its errors name its own nodes;
+    that IR is discarded) and as ORT's default session rewrites it. Only the second build's
+    regions are position-checked; the first takes ORT's table of each unchecked."""
+    rt = _fresh_cache(monkeypatch)
+    monkeypatch.setattr(rt, "_UNCHECKED", {})
+    checked, unchecked = [], []
+    real_alone, real_unchecked = rt.check_alone, unary_region.unchecked_table
+
+    def alone(*a):
+        checked.append(a[0])
+        return real_alone(*a)
+
+    def quick(*a):
+        unchecked.append(a[0])
+        return real_unchecked(*a)
+
+    monkeypatch.setattr(rt, "check_alone", alone)
+    monkeypatch.setattr(unary_region, "unchecked_table", quick)
+    m = qdq_conv_region("silu")
+    r = compile_model(m, "bitwise", FLOAT)
+    assert len(checked) == 1 and len(unchecked) == 1
+    assert checked[0] not in unchecked  # the user's region model is not ORT's rewrite of it
+    assert [k[0] for k in rt._TABLES] == checked
+    (site,) = r.sites
+    assert site.verdict == "proven"
+    _equal_ort_default(m, r)

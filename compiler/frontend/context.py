@@ -40,10 +40,15 @@ KNOWN_TYPES = ("int64", "int32", "bool")
 class BuildContext:
     """The state of one model's conversion: constants, IR values and nodes, value users."""
 
-    def __init__(self, m: onnx.ModelProto, reference: ReferenceProfile = ONNX) -> None:
+    def __init__(
+        self, m: onnx.ModelProto, reference: ReferenceProfile = ONNX, *, naming: bool = False
+    ) -> None:
         COUNTS["built"] += 1
         self.m = m
         self.reference = reference
+        # A build that only names the model's errors (its IR is discarded: the user's model
+        # before ORT's rewrite of it is read): regions take ORT's table unchecked.
+        self.naming = naming
         self.integer_reading = str(getattr(reference, "qdq_reading", "float")) == "integer"
         g = m.graph
         # an overridable initializer is a run-time graph input (`.overridable`), no constant

@@ -334,7 +334,8 @@ def to_ir(
     Under a reference whose `qdq_reading` is integer, QDQ groups are read as the integer
     kernels ONNX Runtime's default level runs (`compiler.frontend.qdq_reading`); the returned model
     is then that rewritten graph (what the reference runs). The user's own model is read
-    first either way, so its errors name its own nodes.
+    first either way, so its errors name its own nodes (that build's IR is discarded, so its
+    unary regions take ORT's tables without the position check: `BuildContext.naming`).
     """
     with phase("load"):
         m = load_model(model)
@@ -351,11 +352,11 @@ def to_ir(
             r = (integer_reading if integer else float_reading)(m)
         except DefaultSessionRefusal as refusal:  # the model's own errors are named first
             dyn = dynamic_inputs(m)
-            _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
+            _Builder(with_batch(m, dyn, 1) if dyn else m, reference, naming=True).run()
             raise FrontendError(str(refusal)) from None
     if r is not m:  # ORT's graph is read; the user's own is read first, to name its nodes
         dyn = dynamic_inputs(m)
-        _Builder(with_batch(m, dyn, 1) if dyn else m, reference).run()
+        _Builder(with_batch(m, dyn, 1) if dyn else m, reference, naming=True).run()
         m = validate_ort_graph(r).proto
     dynamic = dynamic_inputs(m)
     built: dict[int, Graph] = {}  # batch size -> the IR built at it (each built once)

@@ -103,18 +103,18 @@ def region_model(
     return m
 
 
-def _sessions(blob: bytes, level: str):
+def _sessions(blob: bytes, level: str, threads: tuple[int, ...] = (0, 1)):
     import onnxruntime as ort
 
     out = []
-    for threads in (0, 1):  # ORT's default thread count, then one thread
+    for threads_ in threads:  # ORT's default thread count, then one thread
         so = ort.SessionOptions()
         so.graph_optimization_level = (
             ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             if level == "default"
             else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         )
-        so.intra_op_num_threads = threads
+        so.intra_op_num_threads = threads_
         so.log_severity_level = 3
         # Idle pool threads sleep instead of spinning between the check's ~1,300 short runs
         # (the spin burnt more CPU than the runs). Only the idle wait changes: the thread
@@ -180,6 +180,64 @@ def check_alone(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTabl
     return _check(sess, single, codes, lo, rank)
 
 
+_UNCHECKED: dict[Key, CheckedTable] = {}  # ORT's tables without the position check
+
+
+def unchecked_table(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable:
+    """ORT's output for every code (one run, no position check) and its type: for a build
+    whose IR is discarded (`BuildContext.naming`), never for a table the tool uses."""
+    key = (blob, in_type, rank, level)
+    hit = _TABLES.get(key) or _UNCHECKED.get(key)
+    if hit is None:
+        codes, _ = _codes(in_type)
+        (sess,) = _sessions(blob, level, threads=(0,))
+        out = _runner(sess)(codes.reshape((1,) * (rank - 1) + (codes.size,)))
+        hit = CheckedTable(tuple(int(v) for v in out), str(out.dtype))
+        _remember_unchecked(key, hit)
+    return hit
+
+
+def _remember_unchecked(key: Key, t: CheckedTable) -> None:
+    _UNCHECKED[key] = t
+    while len(_UNCHECKED) > MAX_TABLES:
+        del _UNCHECKED[next(iter(_UNCHECKED))]
+
+
+def prefetch_unchecked(requests: Iterable[Key]) -> int:
+    """`unchecked_table` of many region models in one run of their merged model."""
+    done = 0
+    for (in_type, rank, level), blobs in _batches(requests, _UNCHECKED):
+        try:
+            (sess,) = _sessions(merged_model(blobs), level, threads=(0,))
+            codes, _ = _codes(in_type)
+            x = codes.reshape((1,) * (rank - 1) + (codes.size,))
+            ys = sess.run(None, dict.fromkeys([i.name for i in sess.get_inputs()], x))
+        except Exception:  # noqa: BLE001 - each is run alone, which reports it
+            continue
+        for blob, y in zip(blobs, ys, strict=True):
+            y = np.asarray(y)
+            if y.size == codes.size:
+                t = CheckedTable(tuple(int(v) for v in y.reshape(-1)), str(y.dtype))
+                _remember_unchecked((blob, in_type, rank, level), t)
+                done += 1
+    return done
+
+
+def _batches(
+    requests: Iterable[Key], known: Mapping[Key, CheckedTable]
+) -> list[tuple[tuple[str, int, str], list[bytes]]]:
+    """Requests not in `_TABLES` or `known`, in batches of two or more by (input type,
+    rank, level), those of other opsets apart (a merged model has one opset list)."""
+    groups: dict[tuple, list[bytes]] = {}
+    for key in dict.fromkeys(requests):
+        if key in _TABLES or key in known:
+            continue
+        blob, in_type, rank, level = key
+        ops = tuple((o.domain, o.version) for o in onnx.load_from_string(blob).opset_import)
+        groups.setdefault((in_type, rank, level, ops), []).append(blob)
+    return [(k[:3], v) for k, v in groups.items() if len(v) > 1]
+
+
 def merged_model(blobs: Sequence[bytes]) -> bytes:
     """Region models side by side in one model: model k's values, nodes and constants are
     prefixed `r{k}_` (its input `r{k}_u`, its output `r{k}_y`). Each node reads only its
@@ -219,16 +277,8 @@ def prefetch(requests: Iterable[Key]) -> int:
     probe agrees is cached as checked. One that differs anywhere (or a batch ORT cannot
     run) is left to the check alone when the region is converted, which names the probe.
     Returns the number of models cached. Verdicts and tables do not depend on it."""
-    groups: dict[tuple, list[bytes]] = {}
-    for blob, in_type, rank, level in dict.fromkeys(requests):
-        if (blob, in_type, rank, level) in _TABLES:
-            continue
-        ops = tuple((o.domain, o.version) for o in onnx.load_from_string(blob).opset_import)
-        groups.setdefault((in_type, rank, level, ops), []).append(blob)
     done = 0
-    for (in_type, rank, level, _), blobs in groups.items():
-        if len(blobs) < 2:
-            continue
+    for (in_type, rank, level), blobs in _batches(requests, {}):
         try:
             sess, single = _sessions(merged_model(blobs), level)
         except Exception:  # noqa: BLE001 - some region ORT cannot run alone: each reports it

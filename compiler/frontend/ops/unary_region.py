@@ -34,7 +34,14 @@ from dataclasses import dataclass, field
 import onnx
 
 from compiler.ir.graph import Value
-from compiler.ort.region_table import RegionError, region_model, region_out_type, region_table
+from compiler.ort.region_table import (
+    RegionError,
+    prefetch_unchecked,
+    region_model,
+    region_out_type,
+    region_table,
+    unchecked_table,
+)
 from compiler.ort.region_table import prefetch as region_prefetch
 from prover.lut import LOADED_TABLE
 from prover.verdict import ReasonCode
@@ -455,20 +462,36 @@ def prefetch(ctx: BuildContext, found: Iterable[Region]) -> None:
     input type or rank the model does not state, or whose constants cannot be read, is left
     to its own check (so is everything, should this fail)."""
     reqs = []
+    ranks = _likely_ranks(ctx)
     for r in found:
         if r.refusal is not None or not r.members:
             continue
-        vi = ctx.inferred.get(r.u) or next((v for v in ctx.m.graph.input if v.name == r.u), None)
         in_type = state(ctx).types.get(r.u)
-        if vi is None or in_type not in EIGHT or not vi.type.tensor_type.HasField("shape"):
+        rank = ranks.get(r.u)
+        if in_type not in EIGHT or rank is None:
             continue
-        rank = max(1, len(vi.type.tensor_type.shape.dim))
         try:
             reqs.append((_blob(ctx, r, in_type, rank), in_type, rank, _level(ctx)))
         except Exception:  # noqa: BLE001 - its conversion reports it
             continue
     if len(reqs) > 1:
-        region_prefetch(reqs)
+        (prefetch_unchecked if ctx.naming else region_prefetch)(reqs)
+
+
+def _likely_ranks(ctx: BuildContext) -> dict[str, int]:
+    """Each value's rank as the model states it, else that of its producer's first input
+    (graph order). Only a guess for `prefetch`: a wrong one makes another region model, so
+    a table not found (the region is checked alone), never a wrong one."""
+    ranks: dict[str, int] = {}
+    for vi in [*ctx.m.graph.input, *ctx.inferred.values()]:
+        if vi.type.tensor_type.HasField("shape"):
+            ranks[vi.name] = max(1, len(vi.type.tensor_type.shape.dim))
+    for n in ctx.m.graph.node:
+        guess = ranks.get(n.input[0]) if n.input else None
+        for o in n.output:
+            if o and o not in ranks and guess is not None:
+                ranks[o] = guess
+    return ranks
 
 
 def convert(ctx: BuildContext, r: Region) -> None:
@@ -480,8 +503,11 @@ def convert(ctx: BuildContext, r: Region) -> None:
     try:
         rank = max(1, len(x.shape))
         blob = _blob(ctx, r, x.dtype, rank)
-        table = region_table(blob, x.dtype, rank, level, what)
-        ot = region_out_type(blob, x.dtype, rank, level)
+        if ctx.naming:  # the IR is discarded: ORT's table, no position check
+            table, ot = unchecked_table(blob, x.dtype, rank, level)
+        else:
+            table = region_table(blob, x.dtype, rank, level, what)
+            ot = region_out_type(blob, x.dtype, rank, level)
     except RegionError as e:
         # not one table: ORT runs the region on the host; its site is refused with the reason
         ctx.host(r.members, placement=f"{what} runs on the host: {e.message}")
