@@ -79,9 +79,11 @@ def accumulator_range(
         raise KernelError(f"weights must be [K, N], got shape {w64.shape}")
     coeff = w64 - np.asarray(w_zp, dtype=np.int64)
     x_lo, x_hi = a_type.min - int(a_zp), a_type.max - int(a_zp)
-    t1, t2 = coeff * x_lo, coeff * x_hi
-    lo = np.minimum(t1, t2).sum(axis=0)
-    hi = np.maximum(t1, t2).sum(axis=0)
+    # x_lo <= x_hi, so a term c*x is least at x_lo for c >= 0 and at x_hi for c < 0
+    pos = np.maximum(coeff, 0).sum(axis=0)
+    neg = coeff.sum(axis=0) - pos
+    lo = pos * x_lo + neg * x_hi
+    hi = pos * x_hi + neg * x_lo
     if bias is not None:
         b = np.asarray(bias, dtype=np.int64)
         lo, hi = lo + b, hi + b
