@@ -95,7 +95,9 @@ def test_examples_parse_and_cover_both_gates():
     cmds = prover_commands()
     assert {c[0] for c in cmds} == {"check", "zoo"}
     formats = {c[c.index("--format") + 1] for c in cmds if c[0] == "check"}
-    assert formats == {"github", "sarif", "markdown", "junit"}
+    assert formats == {"github", "junit"}
+    also = {Path(c[k + 1]).suffix for c in cmds for k, w in enumerate(c) if w == "--also-write"}
+    assert also == {".sarif", ".md"}  # SARIF and the summary from the same check
     assert all(c[c.index("--proofs-mode") + 1] == "ro" for c in cmds)
 
 
@@ -165,7 +167,8 @@ def test_gate_loop_checks_every_model_when_one_fails(which, script, env, tmp_pat
     shim.write_text(
         "#!/bin/sh\n"
         'echo "$*" >> "$PROVER_LOG"\n'
-        'prev=""; for a in "$@"; do [ "$prev" = "-o" ] && echo report > "$a"; prev="$a"; done\n'
+        'prev=""; for a in "$@"; do case "$prev" in -o|--also-write) mkdir -p "$(dirname "$a")"; '
+        'echo "report of $2" > "$a";; esac; prev="$a"; done\n'
         'echo "report of $2"\n'
         '[ "$2" = "$FAIL_MODEL" ] && exit 1\n'
         "exit 0\n"
@@ -181,14 +184,15 @@ def test_gate_loop_checks_every_model_when_one_fails(which, script, env, tmp_pat
     )  # fmt: skip
     assert r.returncode == 1, r.stdout + r.stderr
     log = (tmp_path / "log").read_text().splitlines()
-    per_model = {"github": 3, "gitlab": 1, "action": 3}[which]
+    per_model = 1  # one check per model writes every report
     assert len(log) == per_model * len(models)
     assert [line.split()[1] for line in log[::per_model]] == models
     kept = sorted(p.name for p in tmp_path.glob("*/*") if p.parent.name in ("sarif", "junit"))
     ext = "xml" if which == "gitlab" else "sarif"
     assert kept == sorted(f"{Path(m).stem}.{ext}" for m in models)
     if which != "gitlab":
-        assert (tmp_path / "summary.md").read_text().count("report of") == len(models)
+        summary = (tmp_path / "summary.md").read_text()
+        assert [line.split()[-1] for line in summary.splitlines()] == models  # in order
 
 
 def _real_gate_commands(fmt: str) -> list[list[str]]:
@@ -203,13 +207,21 @@ def test_gate_command_passes_on_the_committed_store(cmd):
 
 
 def test_sarif_and_junit_reports_are_written(tmp_path):
-    sarif = _real_gate_commands("sarif")[0]
+    """The GitHub gate's one check prints the annotations and writes the SARIF report and
+    the Markdown summary; GitLab's writes JUnit."""
+    github = _real_gate_commands("github")[0]
     junit = _real_gate_commands("junit")[0]
-    for cmd, name in ((sarif, "r.sarif"), (junit, "r.xml")):
-        k = cmd.index("-o")
-        r = prover(*cmd[: k + 1], str(tmp_path / name), *cmd[k + 2 :], cwd=REPO)
-        assert r.returncode == 0, r.stderr
-    assert '"version": "2.1.0"' in (tmp_path / "r.sarif").read_text()
+    cmd = [str(tmp_path / Path(a).name) if prev == "--also-write" else a
+           for prev, a in zip(["", *github], github, strict=False)]  # fmt: skip
+    r = prover(*cmd, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert not re.search(r"^::error", r.stdout, re.M) and "wrote" in r.stderr
+    k = junit.index("-o")
+    r = prover(*junit[: k + 1], str(tmp_path / "r.xml"), *junit[k + 2 :], cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    stem = Path(github[1]).stem
+    assert '"version": "2.1.0"' in (tmp_path / f"{stem}.sarif").read_text()
+    assert (tmp_path / f"{stem}.md").read_text().startswith("#")
     assert (tmp_path / "r.xml").read_text().startswith("<?xml")
 
 

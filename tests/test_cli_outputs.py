@@ -147,3 +147,37 @@ def _umask() -> int:
     m = os.umask(0o22)
     os.umask(m)
     return m
+
+
+def test_one_check_writes_several_reports(model, tmp_path):
+    """`--also-write FILE` (repeatable): the same check's report in the format each file's
+    extension names, beside -o's file or stdout; each written file is named."""
+    sarif, md, js = tmp_path / "r.sarif", tmp_path / "out" / "r.md", tmp_path / "r.json"
+    r = prover("check", model, "--no-progress", "--format", "github", "--also-write", sarif,
+               "--also-write", md, "--also-write", js)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(sarif.read_text())["version"] == "2.1.0"
+    assert md.read_text().startswith("### Fusion check")
+    assert json.loads(js.read_text())["summary"]["candidates"] == 1
+    assert all(f"prover: wrote {p} (" in r.stderr for p in (sarif, md, js))
+    assert "sarif report" in r.stderr and "created directory" in r.stderr
+
+
+@pytest.mark.parametrize("bad", ["r.pdf", "-"])
+def test_also_write_needs_a_file_whose_extension_names_a_format(model, tmp_path, bad):
+    out = tmp_path / "r.json"
+    path = bad if bad == "-" else str(tmp_path / bad)
+    r = prover("check", model, "--no-progress", "-o", out, "--also-write", path)
+    assert_one_line_error(r, "--also-write")
+    assert not out.exists() and not (tmp_path / "r.pdf").exists()
+
+
+def test_also_write_turns_run_records_off():
+    """A run record serves one report; a check writing several always runs."""
+    from compiler.cli import run_record
+    from compiler.cli.prover import build_parser
+
+    args = ["check", "m.onnx", "--proofs", "p", "--recheck-budget", "0"]
+    parse = build_parser().parse_args
+    assert run_record.applies(parse(args))
+    assert not run_record.applies(parse([*args, "--also-write", "r.sarif"]))

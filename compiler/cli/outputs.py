@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,17 +119,26 @@ def _umask() -> int:
     return mask
 
 
-def write_output(text: str, output: str | None, prog: str, what: str) -> None:
-    """A report to stdout (`output` None or "-"), else to its file (`Staged`), naming it
+def write_output(
+    text: str,
+    output: str | None,
+    prog: str,
+    what: str,
+    also: Sequence[tuple[str, str, str | None]] = (),
+) -> None:
+    """A report to stdout (`output` None or "-"), else to its file, and the reports `also`
+    ((file, text, format)) to theirs, the files all written or none (`Staged`), each named
     on stderr ("<prog>: wrote FILE (what, size)")."""
     import sys
 
+    st = Staged()
     if output is None or output == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
-        return
-    st = Staged()
-    st.add(output, text, what)
+    else:
+        st.add(output, text, what)
+    for path, body, fmt in also:
+        st.add(path, body, f"{fmt} report")
     st.commit(lambda line: print(f"{prog}: {line}", file=sys.stderr))
 
 

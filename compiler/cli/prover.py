@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(.txt .json .sarif .xml .md .html); a missing directory is created",
     )
     o.add_argument(
+        "--also-write",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="also write the report to FILE, in the format its extension names (repeatable; "
+        "one check for annotations, SARIF and a summary: written with -o's file, all or none)",
+    )
+    o.add_argument(
         "--emit-tests",
         metavar="DIR",
         help="write a replayable pytest module and .npz data per refuted site",
@@ -156,9 +164,14 @@ def _check(args: argparse.Namespace) -> int:
         raise UsageError(f"--indent applies to --format json, not {args.format}")
     opts = CheckOptions.from_args(args)
     check_destination(args.output, "-o")  # before the work: nothing is written on bad usage
+    also = [(f, report_format(None, f, "--also-write", None)) for f in args.also_write]
+    for f, _ in also:
+        if f == "-":
+            raise UsageError("--also-write needs a file; the report (-o) goes to stdout")
+        check_destination(f, "--also-write")
     if args.emit_tests and Path(args.emit_tests).exists() and not Path(args.emit_tests).is_dir():
         raise UsageError(f"--emit-tests is not a directory: {args.emit_tests}")
-    if args.format == "html":
+    if "html" in (args.format, *(fmt for _, fmt in also)):
         from compiler.report.plots import require_matplotlib
 
         require_matplotlib()  # before the work: a missing extra is bad usage (exit 2)
@@ -184,7 +197,8 @@ def _check(args: argparse.Namespace) -> int:
     text = render_report(
         args.format, run, args.indent, progress=opts.progress, verbose=args.verbose
     )
-    write_output(text, args.output, PROG, f"{args.format} report")
+    extra = [(f, render_report(str(fmt), run, None, progress=False), fmt) for f, fmt in also]
+    write_output(text, args.output, PROG, f"{args.format} report", extra)
     lines = print_store_summary(PROG, run, args.model) + warn_float_compute(PROG, report)
     code = report.exit_code()
     if any(c.worse for c in changes):

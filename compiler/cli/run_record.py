@@ -169,7 +169,8 @@ def _target(spec: str | None) -> str:
 
 def applies(args: argparse.Namespace) -> bool:
     """Whether this command line may use run records: a store in rw mode, a key,
-    --recheck-budget 0, no --emit-tests (files to write) and no --no-result-cache."""
+    --recheck-budget 0, no --emit-tests or --also-write (files to write) and no
+    --no-result-cache."""
     mode = args.proofs_mode or ("rw" if args.proofs else "off")
     return (
         bool(getattr(args, "result_cache", False))
@@ -177,6 +178,7 @@ def applies(args: argparse.Namespace) -> bool:
         and mode == "rw"
         and args.recheck_budget == 0
         and not args.emit_tests
+        and not getattr(args, "also_write", None)  # a served record writes one report only
     )
 
 
