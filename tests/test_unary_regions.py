@@ -533,7 +533,7 @@ def test_the_build_that_only_names_errors_checks_no_region(monkeypatch):
     rt = _fresh_cache(monkeypatch)
     monkeypatch.setattr(rt, "_UNCHECKED", {})
     checked, unchecked = [], []
-    real_alone, real_unchecked = rt.check_alone, unary_region.unchecked_table
+    real_alone, real_unchecked = rt.check_alone, rt.unchecked_table
 
     def alone(*a):
         checked.append(a[0])
@@ -544,12 +544,34 @@ def test_the_build_that_only_names_errors_checks_no_region(monkeypatch):
         return real_unchecked(*a)
 
     monkeypatch.setattr(rt, "check_alone", alone)
-    monkeypatch.setattr(unary_region, "unchecked_table", quick)
+    monkeypatch.setattr(rt, "unchecked_table", quick)
     m = qdq_conv_region("silu")
     r = compile_model(m, "bitwise", FLOAT)
-    assert len(checked) == 1 and len(unchecked) == 1
-    assert checked[0] not in unchecked  # the user's region model is not ORT's rewrite of it
+    assert len(checked) == 1  # the region of ORT's graph, once
+    assert len(set(unchecked)) == 2 and checked[0] in unchecked  # both builds' placeholders
     assert [k[0] for k in rt._TABLES] == checked
     (site,) = r.sites
     assert site.verdict == "proven"
     _equal_ort_default(m, r)
+
+
+def test_every_lut_of_a_build_carries_its_checked_table(monkeypatch):
+    """A region's `lut` is emitted with ORT's table of one run and checked at the end of
+    the build: the IR's table is the checked one (here made to differ in one entry, which
+    the IR then holds)."""
+    from compiler.frontend.reader import to_ir
+
+    rt = _fresh_cache(monkeypatch)
+    real = unary_region.region_table
+
+    def marked(*a, **kw):
+        t = list(real(*a, **kw))
+        t[7] += 1
+        return tuple(t)
+
+    monkeypatch.setattr(unary_region, "region_table", marked)
+    g, _ = to_ir(conv_region("hardswish"))
+    (lut,) = [n for n in g.nodes if n.op == "lut" and n.attrs.get("source") == "region"]
+    ((_, ct),) = rt._TABLES.items()
+    assert lut.attrs["table"][7] == ct.table[7] + 1
+    assert lut.attrs["table"][:7] == ct.table[:7]

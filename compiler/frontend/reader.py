@@ -65,6 +65,7 @@ from .checked import CheckedModel, one_line, validate, validate_ort_graph
 from .context import BuildContext
 from .elem_types import DTYPES, EIGHT_BIT, MAX_ELEMENTS, ORT_QLINEAR_TYPES, QDQ_SCALE_TYPES
 from .f16_context import PROJECT_DOMAIN, ort_graph
+from .ops import unary_region
 from .ops.constant import constant_value
 from .ops.host import HOST_FLOAT_OPS
 from .ops.qdq import qdq_activation, qdq_groups
@@ -226,6 +227,11 @@ class _Builder(BuildContext):
                 raise FrontendError(f"graph output '{o}' is not computed by a supported node")
             outs.append(o)
         ins = [vi.name for vi in self.m.graph.input if vi.name not in self.consts]
+        failed = unary_region.resolve(self)
+        if failed:  # a region is no table after all: build again, running it on the host
+            again = type(self)(self.m, self.reference, naming=self.naming)
+            unary_region.state(again).failed = {**unary_region.state(self).failed, **failed}
+            return again.run()
         g = Graph(self.values, self.nodes, ins, outs, dict(self.opsets))
         g.prune_values()
         return g

@@ -23,10 +23,12 @@ check would fail if a kernel's tail path or a chunk boundary computed a code dif
 Cost: about 16,400 short runs per distinct region model (8-10 us each, about 0.15 s), so the
 probes are built once per input type and rank, the outputs compared in one pass, and the pool
 threads sleep between runs; regions that differ only in names are one model (canonical
-names) and checked once. A model's regions are checked together before any is converted
-(`prefetch`: one merged model, every probe run once for all of them, 1.4-1.7x less CPU on
-mobilenet_v3_small's 56 regions, where ORT's own cost per node is the floor); a region that
-differs in a batch is checked again alone, which names the probe. Evidence is not shared
+names) and checked once. A model's regions are checked together at the end of its build
+(`prefetch`: one merged model, every probe run once for all of them, 1.4-2x less CPU on
+mobilenet_v3_small's 56 regions, where ORT's own cost per node is the floor; each `lut` is
+emitted with ORT's table of one run, `unchecked_table`, and given its checked table then);
+a region that differs in a batch is checked again alone, which names the probe, and the
+model is built again with that region on the host. Evidence is not shared
 between regions with other constants: a vector body and a scalar tail may round
 differently for some values only.
 """
@@ -137,6 +139,20 @@ def region_table(blob: bytes, in_type: str, rank: int, level: str, what: str) ->
     differs."""
     try:
         return _checked_table(blob, in_type, rank, level).table
+    except RegionError as e:
+        raise RegionError(f"ONNX Runtime computes {what} {e.message}", e.code) from None
+
+
+def checked(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable | None:
+    """The region model's checked table if its position check has run in this process."""
+    return _TABLES.get((blob, in_type, rank, level))
+
+
+def quick_table(blob: bytes, in_type: str, rank: int, level: str, what: str) -> CheckedTable:
+    """`unchecked_table`, a `RegionError` naming `what` (as `region_table`'s) where ORT's
+    output is not one value per code."""
+    try:
+        return unchecked_table(blob, in_type, rank, level)
     except RegionError as e:
         raise RegionError(f"ONNX Runtime computes {what} {e.message}", e.code) from None
 

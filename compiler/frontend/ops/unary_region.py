@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from compiler.ir.graph import Value
+from compiler.ir.graph import Node, Value
 from compiler.ort.region_table import (
     RegionError,
+    checked,
     prefetch_unchecked,
+    quick_table,
     region_model,
-    region_out_type,
     region_table,
-    unchecked_table,
 )
 from compiler.ort.region_table import prefetch as region_prefetch
 from prover.lut import LOADED_TABLE
@@ -99,6 +99,10 @@ class RegionState:
     types: dict[str, str] = field(default_factory=dict)  # value -> element type name
     accepted: dict[str, Region] = field(default_factory=dict)  # group key -> region
     marks: dict[str, tuple[ReasonCode, str]] = field(default_factory=dict)  # key -> refusal
+    # lut nodes emitted with ORT's table before their position check (`resolve`), and the
+    # region models an earlier build of this model found not to be one table
+    pending: list[tuple[Node, tuple[bytes, str, int, str], str]] = field(default_factory=list)
+    failed: dict[tuple[bytes, str, int, str], RegionError] = field(default_factory=dict)
 
 
 def state(ctx: BuildContext) -> RegionState:
@@ -457,10 +461,10 @@ def _level(ctx: BuildContext) -> str:
 
 
 def prefetch(ctx: BuildContext, found: Iterable[Region]) -> None:
-    """Position-check the model's accepted regions together (`region_table.prefetch`),
-    before any is converted; each `convert` then finds its table checked. A region whose
-    input type or rank the model does not state, or whose constants cannot be read, is left
-    to its own check (so is everything, should this fail)."""
+    """ORT's tables of the model's accepted regions in one run of them all
+    (`region_table.prefetch_unchecked`), before any is converted, where the rank of a
+    region's input can be guessed from the graph; the others get theirs from a run of their
+    own when converted. Their position checks run at the end of the build (`resolve`)."""
     reqs = []
     ranks = _likely_ranks(ctx)
     for r in found:
@@ -475,7 +479,7 @@ def prefetch(ctx: BuildContext, found: Iterable[Region]) -> None:
         except Exception:  # noqa: BLE001 - its conversion reports it
             continue
     if len(reqs) > 1:
-        (prefetch_unchecked if ctx.naming else region_prefetch)(reqs)
+        prefetch_unchecked(reqs)
 
 
 def _likely_ranks(ctx: BuildContext) -> dict[str, int]:
@@ -503,11 +507,15 @@ def convert(ctx: BuildContext, r: Region) -> None:
     try:
         rank = max(1, len(x.shape))
         blob = _blob(ctx, r, x.dtype, rank)
-        if ctx.naming:  # the IR is discarded: ORT's table, no position check
-            table, ot = unchecked_table(blob, x.dtype, rank, level)
+        key = (blob, x.dtype, rank, level)
+        st = state(ctx)
+        if key in st.failed:  # an earlier build of this model found it no table
+            raise st.failed[key]
+        done = checked(*key)
+        if done is not None:  # checked already: the table is `region_table`'s
+            table, ot = region_table(blob, x.dtype, rank, level, what), done.out_type
         else:
-            table = region_table(blob, x.dtype, rank, level, what)
-            ot = region_out_type(blob, x.dtype, rank, level)
+            table, ot = quick_table(*key, what)
     except RegionError as e:
         # not one table: ORT runs the region on the host; its site is refused with the reason
         ctx.host(r.members, placement=f"{what} runs on the host: {e.message}")
@@ -535,3 +543,24 @@ def convert(ctx: BuildContext, r: Region) -> None:
         out_zp=yz,
         source="region",
     )
+    if done is None and not ctx.naming:  # its position check: `resolve`, with the others
+        state(ctx).pending.append((ctx.nodes[-1], key, what))
+
+
+def resolve(ctx: BuildContext) -> dict[tuple, RegionError]:
+    """Position-check the regions this build emitted before their check, all together
+    (`region_table.prefetch`: one merged model), and give each `lut` its checked table.
+    Returns the region models found not to be one table (with why), for which the model
+    must be built again (`convert` then runs them on the host); empty when none."""
+    st = state(ctx)
+    pending, st.pending = st.pending, []
+    if len(pending) > 1:
+        region_prefetch([key for _, key, _ in pending])
+    failed: dict[tuple, RegionError] = {}
+    for node, key, what in pending:
+        blob, in_type, rank, level = key
+        try:
+            node.attrs["table"] = region_table(blob, in_type, rank, level, what)
+        except RegionError as e:
+            failed[key] = e
+    return failed
