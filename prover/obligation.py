@@ -156,7 +156,19 @@ class Obligation:
 
     @cached_property
     def canonical(self) -> str:
-        return T.canonical(self.to_json())
+        """`T.canonical(self.to_json())`, built from the terms' memoized texts
+        (`terms.canonical_text`); the same text, byte for byte."""
+        if type(self).to_json is not Obligation.to_json:
+            return T.canonical(self.to_json())
+        enc = T.canonical
+        before = ",".join([T.canonical_text(t) for t in self.outputs_before])
+        after = ",".join([T.canonical_text(t) for t in self.outputs_after])
+        ranges = enc({k: [lo, hi] for k, (lo, hi) in self.ranges.items()})
+        lift = "null" if self.lift is None else enc(self.lift.to_json())
+        return (
+            f'{{"after":[{after}],"before":[{before}],"kind":{enc(self.kind)},"lift":{lift},'
+            f'"policy":{enc(str(self.policy))},"ranges":{ranges},"semantics":{enc(SEMANTICS_VERSION)}}}'
+        )
 
     @cached_property
     def hash(self) -> str:

@@ -30,7 +30,7 @@ from prover.domain import NUMPY
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, LutSpec, build_lut, reorder_table
 from prover.qlinear_binary import SpanMode
-from prover.terms import Term, Var, evaluate, op, term_hash
+from prover.terms import Term, Var, canonical_text, evaluate, op
 
 from .graph import Node
 from .semantics import (
@@ -392,7 +392,9 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
             int(act.attrs["out_zp"]),
             add=add_p,
         )
-        h = term_hash(before)
+        # equal canonical texts, equal term hashes (the text is kept on the term, and the
+        # obligation's own canonical text reuses it)
+        h = canonical_text(before)
         befores[h] = before
         built[key] = (h, post, offset)
         groups.setdefault((h, post, offset), []).append(j)
