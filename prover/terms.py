@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _str_text
 from typing import Any
 
 import numpy as np
@@ -121,7 +123,7 @@ def canonical(obj: Any) -> str:
 def canonical_text(t: Term) -> str:
     """`canonical(to_json(t))`, built from its parts: an `Op`'s text is kept on the object
     (a subterm shared by many terms is encoded once) and a large table of ints, usually
-    one object shared by every column's term, is encoded once per object (`_ints_text`)."""
+    one object shared by every column's term, is encoded once per object (`_param_text`)."""
     if isinstance(t, Op):
         d = t.__dict__
         s = d.get("_canonical")
@@ -129,27 +131,59 @@ def canonical_text(t: Term) -> str:
             s = d["_canonical"] = _op_text(t)
         return s
     if isinstance(t, Var):
-        return '{"var":' + _ENCODE(t.name) + "}"
+        return '{"var":' + _leaf_text(t.name) + "}"
     if isinstance(t, Const):
-        return '{"const":' + _ENCODE(int(t.value)) + "}"
+        return '{"const":' + int.__repr__(int(t.value)) + "}"
     return canonical(to_json(t))
 
 
 def _op_text(t: Op) -> str:
-    keys = [k for k, _ in t.params]
-    if all(type(k) is str for k in keys) and len(set(keys)) == len(keys):
-        params = ",".join(
-            _ENCODE(k) + ":" + _param_text(v) for k, v in sorted(t.params, key=_first)
-        )
-        params = "{" + params + "}"
+    params = t.params
+    ks = [k for k, _ in params]
+    if all(type(k) is str for k in ks) and len(set(ks)) == len(ks):
+        ps = ",".join([_key_text(k) + ":" + _param_text(v) for k, v in sorted(params, key=_first)])
+        ps = "{" + ps + "}"
     else:  # what a dict of these items encodes to (later duplicates win, keys sorted)
-        params = canonical(to_json(t)["params"])
+        ps = canonical(to_json(t)["params"])
     args = ",".join([canonical_text(a) for a in t.args])
-    return '{"args":[' + args + '],"op":' + _ENCODE(t.prim) + ',"params":' + params + "}"
+    return '{"args":[' + args + '],"op":' + _leaf_text(t.prim) + ',"params":' + ps + "}"
 
 
 def _first(kv: tuple[str, Any]) -> str:
     return kv[0]
+
+
+def _key_text(k: str) -> str:
+    s = _KEYS.get(k)
+    if s is None:
+        if len(_KEYS) >= _KEYS_MAX:
+            _KEYS.clear()
+        s = _KEYS[k] = _str_text(k)
+    return s
+
+
+# parameter names (str) -> their JSON text
+_KEYS: dict[str, str] = {}
+_KEYS_MAX = 1024
+
+
+def _leaf_text(v: Any) -> str:
+    """`canonical(v)`, without the encoder's set-up for the common scalars (the same rules
+    as the C encoder: an exact str, int, finite float, bool or None)."""
+    tv = type(v)
+    if tv is str:
+        return _str_text(v)
+    if tv is int:
+        return int.__repr__(v)
+    if tv is float and math.isfinite(v):
+        return float.__repr__(v)
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    return _ENCODE(v)
 
 
 # Encoded int tuples, by identity (the tuple is kept, so its id is not reused): at most
@@ -170,7 +204,7 @@ def _param_text(v: Any) -> str:
                 del _INTS[next(iter(_INTS))]
             _INTS[id(v)] = (v, s)
         return s
-    return _ENCODE(v)
+    return _leaf_text(v)
 
 
 def term_hash(t: Term) -> str:

@@ -33,6 +33,10 @@ from prover.terms import (
 TABLE = tuple(range(-128, 128))
 
 
+class Name(str):
+    pass
+
+
 def slow(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
@@ -61,6 +65,11 @@ def hand_terms() -> list:
                 ("s", "q\n\u00e9"),
                 ("t", (1, 2, 3)),
                 ("f", 1e-300),
+                ("g", np.float64(0.1)),  # a float subclass: the encoder's own path
+                ("h", float("nan")),
+                ("i", float("-inf")),
+                ("j", Name("x")),  # a str subclass
+                ("l", 2**70),
                 ("m", (True,) * 40),  # long, not plain ints: never memoized as ints
             ),
         ),
