@@ -165,3 +165,23 @@ def test_real_sites_obligations_canonical_text(model, monkeypatch):
     monkeypatch.setattr(prove, "_build", build)
     compile_model(model, "bitwise", FLOAT)
     assert obligation_checks(seen) == len(seen) > 0
+
+
+def test_group_post_term_is_kept_for_its_post_and_accumulator():
+    """`ColumnGroup.post_term`: built once for the obligation and the fused node, again for
+    a replaced `post` or another accumulator term."""
+    import dataclasses
+
+    from compiler.ir.epilogue import epilogue_term
+
+    r = compile_model(two_sites(), "bitwise", FLOAT)
+    grp = r.context.state.sites[0].post[0]
+    acc = Var("acc")
+    t = grp.post_term(acc)
+    assert grp.post_term(Var("acc")) is t and t == grp.post.epilogue_term(acc)
+    other = op("add_const", acc, c=3)
+    assert grp.post_term(other) == grp.post.epilogue_term(other)
+    rq = grp.post.requant
+    grp.post = dataclasses.replace(grp.post, requant=dataclasses.replace(rq, zp=rq.zp + 1))
+    assert grp.post_term(acc) == grp.post.epilogue_term(acc) != t
+    assert epilogue_term(grp.post, acc) is grp.post_term(acc)

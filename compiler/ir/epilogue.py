@@ -72,7 +72,22 @@ class ColumnGroup:
         """The fused form over the original accumulator `acc`."""
         if self.acc_offset:
             acc = op("add_const", acc, c=int(self.acc_offset))
-        return epilogue_term(self.post, acc)
+        return self.post_term(acc)
+
+    def post_term(self, acc: Term) -> Term:
+        """`epilogue_term(self.post, acc)`, kept on the group for its current `post` and the
+        last `acc` (the obligations and the fused node ask for the same one; a model's
+        columns outnumber `epilogue_term`'s cache)."""
+        memo = self.__dict__.get("_post_term")
+        if (
+            memo is not None
+            and memo[0] is self.post
+            and (memo[1] is acc or (type(acc) is Var and memo[1] == acc))
+        ):
+            return memo[2]
+        t = epilogue_term(self.post, acc)
+        self.__dict__["_post_term"] = (self.post, acc, t)
+        return t
 
 
 @lru_cache(maxsize=4096)
