@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from . import terms as T
 from .inttypes import int_type
 from .policy import Policy
@@ -39,7 +41,11 @@ class LiftSpec:
     bias: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "weights", tuple(int(w) for w in self.weights))
+        w = self.weights
+        if isinstance(w, np.ndarray) and w.dtype.kind in "iu":  # tolist: Python ints, at C speed
+            object.__setattr__(self, "weights", tuple(w.tolist()))
+        elif not (type(w) is tuple and all(type(v) is int for v in w)):
+            object.__setattr__(self, "weights", tuple(int(v) for v in w))
         for k in ("w_zp", "x_zp", "bias"):
             object.__setattr__(self, k, int(getattr(self, k)))
         if not self.weights:

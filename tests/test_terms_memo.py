@@ -185,3 +185,19 @@ def test_group_post_term_is_kept_for_its_post_and_accumulator():
     grp.post = dataclasses.replace(grp.post, requant=dataclasses.replace(rq, zp=rq.zp + 1))
     assert grp.post_term(acc) == grp.post.epilogue_term(acc) != t
     assert epilogue_term(grp.post, acc) is grp.post_term(acc)
+
+
+def test_lift_weights_are_python_ints_whatever_their_form():
+    w = np.array([[1, -128], [3, 127]], dtype=np.int8)
+    for form, want in (
+        (w[:, 1], (-128, 127)),
+        (np.array([0, 255], dtype=np.uint8), (0, 255)),
+        (np.array([2**40], dtype=np.int64), (2**40,)),
+        ([np.int32(5), 6], (5, 6)),
+        ((True, 2), (1, 2)),
+        (np.array([1.7, -2.5]), (1, -2)),
+        ((1, 2), (1, 2)),
+    ):
+        got = LiftSpec("acc", form).weights
+        assert got == want and type(got) is tuple and all(type(v) is int for v in got)
+        assert LiftSpec("acc", form).to_json()["weights"] == list(want)
