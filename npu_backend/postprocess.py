@@ -125,6 +125,21 @@ class LutParams:
     index_order: str | None = "offset"
     spec: LutSpec | None = None
 
+    def __hash__(self) -> int:
+        """The dataclass's hash (of the fields), computed once: per-channel columns'
+        postprocessing share one LutParams and are hashed in sets and caches often. Not
+        pickled or copied (a str hash is per process)."""
+        d = self.__dict__
+        h = d.get("_hash")
+        if h is None:
+            h = d["_hash"] = hash(
+                (self.table, self.in_type, self.out_type, self.index_order, self.spec)
+            )
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def term(self, x: Term) -> Term:
         """`lut(x)` with this table; its frozen parameters are built once per LutParams."""
         return Op("lut", (x,), self._lut_params)

@@ -181,8 +181,15 @@ def _add_issues(
 
 
 def _post_issues(
-    p: PostProcess, step: NpuMatMul, caps: ComputeCaps, target: Target, op_name: str
+    p: PostProcess,
+    step: NpuMatMul,
+    caps: ComputeCaps,
+    target: Target,
+    op_name: str,
+    lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] | None = None,
 ) -> list[ValidationIssue]:
+    """`lut_memo`: the LUT issues already found for this step, by (id of the table's
+    params, function): per-channel columns' postprocessing share one `LutParams`."""
     name = step.name
     out = _requant_issues(p.requant, caps.requant_scheme, name)
     if p.requant.out_type not in caps.intermediate_types:
@@ -219,7 +226,14 @@ def _post_issues(
             )
         )
     if p.lut is not None:
-        lut_issues = _lut_issues(p.lut, p.function, target, name)
+        key = (id(p.lut), p.function)
+        hit = None if lut_memo is None else lut_memo.get(key)
+        if hit is not None and hit[0] is p.lut:
+            lut_issues = list(hit[1])
+        else:
+            lut_issues = _lut_issues(p.lut, p.function, target, name)
+            if lut_memo is not None:
+                lut_memo[key] = (p.lut, list(lut_issues))
         out += lut_issues
         if not lut_issues:
             if p.function not in caps.functions:
@@ -306,10 +320,11 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
         out += window_issues(step, target, caps)
     posts = posts_of(step.post)
     seen: set[PostProcess] = set()
+    lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] = {}
     for p in posts:
         if p not in seen:
             seen.add(p)
-            out += _post_issues(p, step, caps, target, op_name)
+            out += _post_issues(p, step, caps, target, op_name, lut_memo)
     luts = {(p.lut, p.function) for p in posts}
     if len(luts) > 1:
         out.append(

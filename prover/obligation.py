@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from . import terms as T
 from .inttypes import int_type
 from .policy import Policy
@@ -39,7 +41,11 @@ class LiftSpec:
     bias: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "weights", tuple(int(w) for w in self.weights))
+        w = self.weights
+        if isinstance(w, np.ndarray) and w.dtype.kind in "iu":  # tolist: Python ints, at C speed
+            object.__setattr__(self, "weights", tuple(w.tolist()))
+        elif not (type(w) is tuple and all(type(v) is int for v in w)):
+            object.__setattr__(self, "weights", tuple(int(v) for v in w))
         for k in ("w_zp", "x_zp", "bias"):
             object.__setattr__(self, k, int(getattr(self, k)))
         if not self.weights:
@@ -156,7 +162,19 @@ class Obligation:
 
     @cached_property
     def canonical(self) -> str:
-        return T.canonical(self.to_json())
+        """`T.canonical(self.to_json())`, built from the terms' memoized texts
+        (`terms.canonical_text`); the same text, byte for byte."""
+        if type(self).to_json is not Obligation.to_json:
+            return T.canonical(self.to_json())
+        enc = T.canonical
+        before = ",".join([T.canonical_text(t) for t in self.outputs_before])
+        after = ",".join([T.canonical_text(t) for t in self.outputs_after])
+        ranges = enc({k: [lo, hi] for k, (lo, hi) in self.ranges.items()})
+        lift = "null" if self.lift is None else enc(self.lift.to_json())
+        return (
+            f'{{"after":[{after}],"before":[{before}],"kind":{enc(self.kind)},"lift":{lift},'
+            f'"policy":{enc(str(self.policy))},"ranges":{ranges},"semantics":{enc(SEMANTICS_VERSION)}}}'
+        )
 
     @cached_property
     def hash(self) -> str:

@@ -47,8 +47,21 @@ _MASK = (1 << 33) - 1  # (column, value) packed in one int64: column << 33 | val
 _CUT = ("__cut_before", "__cut_after")  # the chain's value, in the part of a side above it
 
 
-def _above(t: T.Term, cut: T.Term, v: T.Var) -> T.Term:
-    """`t` with every occurrence of `cut` replaced by `v`."""
+def _above(t: T.Term, cut: T.Term, v: T.Var, memo: dict | None = None) -> T.Term:
+    """`t` with every occurrence of `cut` replaced by `v`.
+
+    `memo` (one per batch): a `t` that is one op directly over `cut` (a table over the
+    chain) gives one term object for every column whose op has the same name and the same
+    parameters object (per-channel columns share their table's), so the batch's grouping
+    by these terms hashes and compares each once."""
+    if memo is not None and isinstance(t, T.Op) and len(t.args) == 1 and t.args[0] is cut:
+        key = (t.prim, id(t.params), v.name)
+        hit = memo.get(key)
+        if hit is not None and hit[0] is t.params:
+            return hit[1]
+        out = T.Op(t.prim, (v,), t.params)
+        memo[key] = (t.params, out)
+        return out
     if t == cut:
         return v
     if isinstance(t, T.Op):
@@ -56,7 +69,7 @@ def _above(t: T.Term, cut: T.Term, v: T.Var) -> T.Term:
     return t
 
 
-def _side(t: T.Term, var: str, k: int) -> tuple | None:
+def _side(t: T.Term, var: str, k: int, memo: dict | None = None) -> tuple | None:
     """(prefetched steps, scale, zp, out type, clamp lo, clamp hi, the side above its chain)
     of a side whose one cut is `clamps(requant_float(var))` with prefetched steps, else None."""
     cs = seg.cuts(t)
@@ -80,7 +93,7 @@ def _side(t: T.Term, var: str, k: int) -> tuple | None:
         rq._check_zp(zp, int_type(out))
     except KernelError:
         return None  # deciding it raises the kernel's error, as before
-    above = _above(t, c, T.Var(_CUT[k]))
+    above = _above(t, c, T.Var(_CUT[k]), memo)
     return pre[2], float(scale), zp, out, lo_c, hi_c, above, c
 
 
@@ -89,6 +102,7 @@ def decide_many(obligations: Sequence[Obligation]) -> int:
     the ones that hold for `segments.decide`. Returns how many were recorded."""
     t0 = time.perf_counter()
     rows: list[tuple] = []
+    memo: dict = {}  # `_above`'s, for this batch (its entries keep their params alive)
     for ob in obligations:
         if len(ob.variables) != 1 or len(ob.outputs_before) != 1 or len(ob.outputs_after) != 1:
             continue
@@ -96,8 +110,8 @@ def decide_many(obligations: Sequence[Obligation]) -> int:
         a_lo, a_hi = ob.ranges[var]
         if not INT32_MIN <= a_lo <= a_hi <= INT32_MAX or _CUT[0] in var or _CUT[1] in var:
             continue
-        sb = _side(ob.outputs_before[0], var, 0)
-        sa = _side(ob.outputs_after[0], var, 1) if sb is not None else None
+        sb = _side(ob.outputs_before[0], var, 0, memo)
+        sa = _side(ob.outputs_after[0], var, 1, memo) if sb is not None else None
         if sb is None or sa is None or not fits(ob):
             continue
         rows.append((ob, int(a_lo), int(a_hi), sb, sa, 1 if sb[7] == sa[7] else 2))

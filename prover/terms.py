@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _str_text
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,24 @@ class Op:
     @property
     def kwargs(self) -> dict[str, Any]:
         return dict(self.params)
+
+    # The dataclass's own hash (of the fields' tuple), computed once per object: a term is
+    # hashed again at every level of every dict or set it is looked up in. Memos of derived
+    # values (`_memo_keys`) live in the instance dict and are never pickled or copied (a str
+    # hash is per process).
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("_hash")
+        if h is None:
+            h = d["_hash"] = hash((self.prim, self.args, self.params))
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in _MEMO_KEYS}
+
+
+# per-object memos of an `Op` (see `Op.__hash__`, `free_vars`, `canonical_text`)
+_MEMO_KEYS = frozenset({"_hash", "_free_vars", "_canonical"})
 
 
 Term = Var | Const | Op
@@ -90,13 +110,105 @@ def from_json(j: Any) -> Term:
     return op(j["op"], *(from_json(a) for a in j["args"]), **j["params"])
 
 
+# `json.dumps(obj, sort_keys=True, separators=(",", ":"))` builds this very encoder on
+# every call; built once, its `encode` gives the same text.
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
 def canonical(obj: Any) -> str:
     """Canonical JSON text (sorted keys, no spaces, floats as repr)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return _ENCODE(obj)
+
+
+def canonical_text(t: Term) -> str:
+    """`canonical(to_json(t))`, built from its parts: an `Op`'s text is kept on the object
+    (a subterm shared by many terms is encoded once) and a large table of ints, usually
+    one object shared by every column's term, is encoded once per object (`_param_text`)."""
+    if isinstance(t, Op):
+        d = t.__dict__
+        s = d.get("_canonical")
+        if s is None:
+            s = d["_canonical"] = _op_text(t)
+        return s
+    if isinstance(t, Var):
+        return '{"var":' + _leaf_text(t.name) + "}"
+    if isinstance(t, Const):
+        return '{"const":' + int.__repr__(int(t.value)) + "}"
+    return canonical(to_json(t))
+
+
+def _op_text(t: Op) -> str:
+    params = t.params
+    ks = [k for k, _ in params]
+    if all(type(k) is str for k in ks) and len(set(ks)) == len(ks):
+        ps = ",".join([_key_text(k) + ":" + _param_text(v) for k, v in sorted(params, key=_first)])
+        ps = "{" + ps + "}"
+    else:  # what a dict of these items encodes to (later duplicates win, keys sorted)
+        ps = canonical(to_json(t)["params"])
+    args = ",".join([canonical_text(a) for a in t.args])
+    return '{"args":[' + args + '],"op":' + _leaf_text(t.prim) + ',"params":' + ps + "}"
+
+
+def _first(kv: tuple[str, Any]) -> str:
+    return kv[0]
+
+
+def _key_text(k: str) -> str:
+    s = _KEYS.get(k)
+    if s is None:
+        if len(_KEYS) >= _KEYS_MAX:
+            _KEYS.clear()
+        s = _KEYS[k] = _str_text(k)
+    return s
+
+
+# parameter names (str) -> their JSON text
+_KEYS: dict[str, str] = {}
+_KEYS_MAX = 1024
+
+
+def _leaf_text(v: Any) -> str:
+    """`canonical(v)`, without the encoder's set-up for the common scalars (the same rules
+    as the C encoder: an exact str, int, finite float, bool or None)."""
+    tv = type(v)
+    if tv is str:
+        return _str_text(v)
+    if tv is int:
+        return int.__repr__(v)
+    if tv is float and math.isfinite(v):
+        return float.__repr__(v)
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    return _ENCODE(v)
+
+
+# Encoded int tuples, by identity (the tuple is kept, so its id is not reused): at most
+# `_INTS_MAX`, the oldest dropped first. Only tuples of at least `_INTS_MIN` plain ints.
+_INTS: dict[int, tuple[tuple[int, ...], str]] = {}
+_INTS_MIN = 32
+_INTS_MAX = 256
+
+
+def _param_text(v: Any) -> str:
+    if type(v) is tuple and len(v) >= _INTS_MIN:
+        hit = _INTS.get(id(v))
+        if hit is not None and hit[0] is v:
+            return hit[1]
+        s = _ENCODE(v)
+        if all(type(x) is int for x in v):
+            if len(_INTS) >= _INTS_MAX:
+                del _INTS[next(iter(_INTS))]
+            _INTS[id(v)] = (v, s)
+        return s
+    return _leaf_text(v)
 
 
 def term_hash(t: Term) -> str:
-    return hashlib.sha256(canonical(to_json(t)).encode()).hexdigest()
+    return hashlib.sha256(canonical_text(t).encode()).hexdigest()
 
 
 def free_vars(t: Term) -> set[str]:
@@ -104,10 +216,21 @@ def free_vars(t: Term) -> set[str]:
         return {t.name}
     if isinstance(t, Const):
         return set()
-    out: set[str] = set()
-    for a in t.args:
-        out |= free_vars(a)
-    return out
+    return set(_op_free_vars(t))
+
+
+def _op_free_vars(t: Op) -> frozenset[str]:
+    d = t.__dict__
+    fv = d.get("_free_vars")
+    if fv is None:
+        out: set[str] = set()
+        for a in t.args:
+            if isinstance(a, Var):
+                out.add(a.name)
+            elif not isinstance(a, Const):
+                out |= _op_free_vars(a)
+        fv = d["_free_vars"] = frozenset(out)
+    return fv
 
 
 class PreconditionViolation(KernelError):

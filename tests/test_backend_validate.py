@@ -232,3 +232,35 @@ def test_missing_parameter_record_and_stray_fields():
     )
     issue = validate_program(stray, FLOAT)[0]
     assert issue.code == "incomplete_parameters" and "fusion attributes" in issue.message
+
+
+def test_per_column_posts_sharing_a_table_each_report_its_issues(monkeypatch):
+    """Columns with their own requantization but one `LutParams` (a per-channel site):
+    the table is checked once per step, and the step's issues are the ones found when
+    every column's postprocessing checks the table itself."""
+    import npu_backend.validate as V
+
+    post = fused_post(FLOAT)
+    table = list(post.lut.table)
+    table[5] = 300
+    bad = dataclasses.replace(post.lut, table=tuple(table))
+    real_lut, real_post = V._lut_issues, V._post_issues
+    for lut, function in ((bad, post.function), (post.lut, "nonsense"), (post.lut, post.function)):
+        posts = tuple(
+            dataclasses.replace(
+                post,
+                lut=lut,
+                function=function,
+                requant=dataclasses.replace(post.requant, zp=post.requant.zp + j % 3),
+            )
+            for j in range(N)
+        )
+        checked: list = []
+        monkeypatch.setattr(V, "_lut_issues", lambda *a, c=checked: c.append(a[0]) or real_lut(*a))
+        got = validate_step(_step(posts), FLOAT)
+        assert len(checked) == 1
+        monkeypatch.setattr(V, "_post_issues", lambda *a: real_post(*a[:5]))  # no memo
+        assert validate_step(_step(posts), FLOAT) == got
+        assert len(checked) == 1 + len(set(posts)) == 4
+        monkeypatch.setattr(V, "_post_issues", real_post)
+        assert bool(got) == (lut is bad or function == "nonsense")

@@ -83,3 +83,31 @@ def test_nothing_recorded_without_prefetched_steps_or_of_another_shape():
     segments.prefetch(other)
     assert segments_many.decide_many(other * 2) == 0  # not one float chain a side
     segments.clear_shared_steps()
+
+
+def test_above_memo_gives_the_same_terms_shared_per_table():
+    """`_above` with a batch memo: equal to the term built without it, one object for every
+    column whose table op shares its parameters object, another for other parameters or
+    another cut variable; deeper terms are built as before."""
+    table = tuple(range(-128, 128))
+    lut = op("lut", Var("x"), table=table, in_type="int8", index_order="offset")
+    memo: dict = {}
+    got = []
+    for scale in (0.01, 0.02, 0.03):
+        c = op("requant_float", Var("acc"), scale=scale, zp=0, out="int8")
+        t = segments_many.T.Op("lut", (c,), lut.params)
+        for k in (0, 1):
+            v = Var(segments_many._CUT[k])
+            a = segments_many._above(t, c, v, memo)
+            assert a == segments_many._above(t, c, v) == segments_many.T.Op("lut", (v,), lut.params)
+            got.append(a)
+    assert got[0] is got[2] is got[4] and got[1] is got[3] is got[5] and got[0] != got[1]
+    c = op("requant_float", Var("acc"), scale=0.5, zp=0, out="int8")
+    other = op("lut", c, table=table[::-1], in_type="int8", index_order="offset")
+    assert segments_many._above(other, c, Var("v"), memo) == op(
+        "lut", Var("v"), table=table[::-1], in_type="int8", index_order="offset"
+    )
+    deep = op("clip", segments_many.T.Op("lut", (c,), lut.params), lo=-3, hi=3)
+    assert segments_many._above(deep, c, Var("v"), memo) == op(
+        "clip", segments_many.T.Op("lut", (Var("v"),), lut.params), lo=-3, hi=3
+    )

@@ -9,6 +9,7 @@ anything else is a bug in the tool and exits 4 with a pointer to `--debug`.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -116,6 +117,15 @@ def one_line(e: BaseException) -> str:
     return visible(first)
 
 
+# The collector's first threshold while a command runs (CPython's default 700). A large
+# per-channel model builds about a million long-lived objects (terms, obligations,
+# verdicts: one set per output column), and with the default every 70k net allocations
+# consider a full collection, which runs each time the heap grew by a quarter: 13 full
+# collections, 2.8 s of a 31.7 s efficientnet_b0 QDQ per-channel check, against 0.7 s in
+# all collections at 20k (none full; the same peak RSS). Young collections stay cheap.
+GC_YOUNG_THRESHOLD = 20_000
+
+
 def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run `body(args)`, turning expected errors into exit 2 and bugs into exit 4."""
     debug = bool(getattr(args, "debug", False))
@@ -124,6 +134,8 @@ def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argpars
 
     show_ort_logs(debug)
 
+    threshold = gc.get_threshold()
+    gc.set_threshold(max(threshold[0], GC_YOUNG_THRESHOLD), *threshold[1:])
     try:
         return int(body(args))
     except KeyboardInterrupt:
@@ -148,6 +160,8 @@ def run_main(prog: str, body: Callable[[argparse.Namespace], int], args: argpars
             file=sys.stderr,
         )
         return ExitCode.INTERNAL
+    finally:
+        gc.set_threshold(*threshold)
 
 
 def check_model_file(

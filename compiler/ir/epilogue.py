@@ -30,7 +30,7 @@ from prover.domain import NUMPY
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, LutSpec, build_lut, reorder_table
 from prover.qlinear_binary import SpanMode
-from prover.terms import Term, Var, evaluate, op, term_hash
+from prover.terms import Term, Var, canonical_text, evaluate, op
 
 from .graph import Node
 from .semantics import (
@@ -72,7 +72,22 @@ class ColumnGroup:
         """The fused form over the original accumulator `acc`."""
         if self.acc_offset:
             acc = op("add_const", acc, c=int(self.acc_offset))
-        return epilogue_term(self.post, acc)
+        return self.post_term(acc)
+
+    def post_term(self, acc: Term) -> Term:
+        """`epilogue_term(self.post, acc)`, kept on the group for its current `post` and the
+        last `acc` (the obligations and the fused node ask for the same one; a model's
+        columns outnumber `epilogue_term`'s cache)."""
+        memo = self.__dict__.get("_post_term")
+        if (
+            memo is not None
+            and memo[0] is self.post
+            and (memo[1] is acc or (type(acc) is Var and memo[1] == acc))
+        ):
+            return memo[2]
+        t = epilogue_term(self.post, acc)
+        self.__dict__["_post_term"] = (self.post, acc, t)
+        return t
 
 
 @lru_cache(maxsize=4096)
@@ -392,7 +407,9 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
             int(act.attrs["out_zp"]),
             add=add_p,
         )
-        h = term_hash(before)
+        # equal canonical texts, equal term hashes (the text is kept on the term, and the
+        # obligation's own canonical text reuses it)
+        h = canonical_text(before)
         befores[h] = before
         built[key] = (h, post, offset)
         groups.setdefault((h, post, offset), []).append(j)

@@ -12,7 +12,6 @@ from typing import Any
 from npu_backend.postprocess import PostProcess
 from prover.terms import Var
 
-from .epilogue import epilogue_term
 from .graph import Graph, Node
 from .site import Site
 
@@ -63,7 +62,7 @@ def apply_site(
         bias = compute.attrs.get("bias") or (0,) * n_cols
         attrs["bias"] = tuple(int(b) + o for b, o in zip(bias, offsets, strict=True))
     attrs.update(
-        groups=[(grp.columns, epilogue_term(grp.post, Var("acc"))) for grp in groups],
+        groups=[(grp.columns, grp.post_term(Var("acc"))) for grp in groups],
         post=post_of(groups, n_cols),
         post_function=act.attrs["function"],
         pattern=site.pattern,
