@@ -183,10 +183,13 @@ def any_pair_saturable(w: np.ndarray) -> np.ndarray:
     """Per column of uint8 x int8 weights [K, N]: can *some* pair of two products, in any
     order, saturate int16 (the two largest positive, or two most negative, weights times
     255)? False means exact accumulation whatever pair order a kernel uses."""
-    w64 = np.asarray(w, dtype=np.int64)
-    if w64.shape[0] < 2:
-        return np.zeros(w64.shape[1], dtype=bool)
-    s = np.sort(w64, axis=0)
-    hi = 255 * (np.maximum(s[-1], 0) + np.maximum(s[-2], 0))
+    w = np.asarray(w)
+    k = w.shape[0]
+    if k < 2:
+        return np.zeros(w.shape[1], dtype=bool)
+    # the two least and two greatest of each column (a partition, not a sort of K)
+    s = np.partition(w, sorted({0, 1, k - 2, k - 1}), axis=0)[[0, 1, k - 2, k - 1]]
+    s = s.astype(np.int64)
+    hi = 255 * (np.maximum(s[3], 0) + np.maximum(s[2], 0))
     lo = 255 * (np.minimum(s[0], 0) + np.minimum(s[1], 0))
     return np.asarray((hi > INT16_MAX) | (lo < INT16_MIN))

@@ -81,3 +81,21 @@ def test_any_pair_saturable_is_every_pair_in_any_order():
     ]
     assert list(any_pair_saturable(w)) == brute
     assert brute[0] and not brute[1]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 9, 64])
+def test_any_pair_saturable_is_the_two_extreme_weights_test_on_every_column(k):
+    """Per column: some two products of 255 and a weight leave int16 exactly when the two
+    greatest (or the two least) weights do; checked against every pair of the column, on
+    narrow and int64 weights, with the extremes (127, -128) repeated."""
+    rng = np.random.default_rng(k)
+    w = rng.integers(-128, 128, size=(k, 40))
+    w[: min(k, 2), 4] = 127
+    w[: min(k, 2), 5] = -128
+    for arr in (w.astype(np.int16), w.astype(np.int64)):
+        got = any_pair_saturable(arr)
+        for j in range(w.shape[1]):
+            col = [int(v) for v in w[:, j]]
+            want = any(not -32768 <= 255 * (a + b) <= 32767
+                       for i, a in enumerate(col) for b in col[i + 1 :])  # fmt: skip
+            assert bool(got[j]) == want, (k, j)
