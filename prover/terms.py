@@ -47,22 +47,26 @@ class Op:
         return dict(self.params)
 
     # The dataclass's own hash (of the fields' tuple), computed once per object: a term is
-    # hashed again at every level of every dict or set it is looked up in. Memos of derived
-    # values (`_memo_keys`) live in the instance dict and are never pickled or copied (a str
-    # hash is per process).
+    # hashed again at every level of every dict or set it is looked up in. The memos of
+    # derived values live in one instance-dict entry, `_memo` = [hash, free variables,
+    # canonical text] (one entry costs less memory than three), never pickled or copied
+    # (a str hash is per process).
     def __hash__(self) -> int:
         d = self.__dict__
-        h = d.get("_hash")
+        m = d.get("_memo")
+        if m is None:
+            m = d["_memo"] = [None, None, None]
+        h = m[0]
         if h is None:
-            h = d["_hash"] = hash((self.prim, self.args, self.params))
+            h = m[0] = hash((self.prim, self.args, self.params))
         return h
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in _MEMO_KEYS}
 
 
-# per-object memos of an `Op` (see `Op.__hash__`, `free_vars`, `canonical_text`)
-_MEMO_KEYS = frozenset({"_hash", "_free_vars", "_canonical"})
+# the instance-dict entry of an `Op`'s memos (see `Op.__hash__`, `free_vars`, `canonical_text`)
+_MEMO_KEYS = frozenset({"_memo"})
 
 
 Term = Var | Const | Op
@@ -122,13 +126,19 @@ def canonical(obj: Any) -> str:
 
 def canonical_text(t: Term) -> str:
     """`canonical(to_json(t))`, built from its parts: an `Op`'s text is kept on the object
-    (a subterm shared by many terms is encoded once) and a large table of ints, usually
-    one object shared by every column's term, is encoded once per object (`_param_text`)."""
+    when short (`_KEEP_MAX`: a subterm shared by many terms is encoded once) and a large
+    table of ints, usually one object shared by every column's term, is encoded once per
+    object (`_param_text`)."""
     if isinstance(t, Op):
         d = t.__dict__
-        s = d.get("_canonical")
+        m = d.get("_memo")
+        if m is None:
+            m = d["_memo"] = [None, None, None]
+        s = m[2]
         if s is None:
-            s = d["_canonical"] = _op_text(t)
+            s = _op_text(t)
+            if len(s) <= _KEEP_MAX:
+                m[2] = s
         return s
     if isinstance(t, Var):
         return '{"var":' + _leaf_text(t.name) + "}"
@@ -161,6 +171,11 @@ def _key_text(k: str) -> str:
         s = _KEYS[k] = _str_text(k)
     return s
 
+
+# Longer texts are not kept on their op: a table's (kept once per table object, in `_INTS`)
+# would be copied into every column's op text, about 1 kB per op, 60 MB of peak RSS on a
+# large per-channel model; rebuilding it from its memoized pieces is one join.
+_KEEP_MAX = 256
 
 # parameter names (str) -> their JSON text
 _KEYS: dict[str, str] = {}
@@ -221,7 +236,10 @@ def free_vars(t: Term) -> set[str]:
 
 def _op_free_vars(t: Op) -> frozenset[str]:
     d = t.__dict__
-    fv = d.get("_free_vars")
+    m = d.get("_memo")
+    if m is None:
+        m = d["_memo"] = [None, None, None]
+    fv = m[1]
     if fv is None:
         out: set[str] = set()
         for a in t.args:
@@ -229,8 +247,15 @@ def _op_free_vars(t: Op) -> frozenset[str]:
                 out.add(a.name)
             elif not isinstance(a, Const):
                 out |= _op_free_vars(a)
-        fv = d["_free_vars"] = frozenset(out)
+        fv = frozenset(out)
+        fv = _FREE_SETS.setdefault(fv, fv)  # one object per distinct set (most are {"acc"})
+        if len(_FREE_SETS) > 4096:
+            _FREE_SETS.clear()
+        m[1] = fv
     return fv
+
+
+_FREE_SETS: dict[frozenset[str], frozenset[str]] = {}
 
 
 class PreconditionViolation(KernelError):

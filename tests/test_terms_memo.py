@@ -87,14 +87,23 @@ def test_term_canonical_text_is_json_dumps_of_its_json_form():
 
 
 def test_memos_are_not_pickled_or_copied_and_hash_is_the_fields_hash():
-    t = hand_terms()[5]
+    t = hand_terms()[2]
     h = hash(t)
     assert h == hash((t.prim, t.args, t.params))
     canonical_text(t), free_vars(t)
-    assert {"_hash", "_canonical", "_free_vars"} <= set(vars(t))
+    assert all(m is not None for m in vars(t)["_memo"])
     for u in (pickle.loads(pickle.dumps(t)), copy.copy(t), copy.deepcopy(t)):
         assert set(vars(u)) == {"prim", "args", "params"}
         assert u == t and hash(u) == h and canonical_text(u) == canonical_text(t)
+
+
+def test_only_short_texts_are_kept_on_their_op():
+    """A table's text is kept once per table object, not in every op over it."""
+    short, long_ = hand_terms()[2], hand_terms()[3]
+    for t in (short, long_):
+        canonical_text(t)
+    assert vars(short)["_memo"][2] is not None and vars(long_)["_memo"][2] is None
+    assert canonical_text(long_) == slow(to_json(long_))
 
 
 def test_free_vars_is_a_fresh_set_each_call():
