@@ -200,10 +200,18 @@ def _real_gate_commands(fmt: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("cmd", _real_gate_commands("github"), ids=lambda c: c[1])
-def test_gate_command_passes_on_the_committed_store(cmd):
-    r = prover(*cmd, cwd=REPO)
+def test_gate_command_passes_on_the_committed_store(cmd, tmp_path):
+    """The gate's command passes; the reports it also writes go to a temporary directory,
+    never into the repository (`_outside_repo`)."""
+    r = prover(*_outside_repo(cmd, tmp_path), cwd=REPO)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not re.search(r"^::error", r.stdout, re.M)
+
+
+def _outside_repo(cmd: list[str], tmp_path: Path) -> list[str]:
+    """`cmd` with each file it writes (-o, --also-write) moved under `tmp_path`."""
+    return [str(tmp_path / a) if prev in ("-o", "--also-write") else a
+            for prev, a in zip(["", *cmd], cmd, strict=False)]  # fmt: skip
 
 
 def test_sarif_and_junit_reports_are_written(tmp_path):
@@ -211,17 +219,15 @@ def test_sarif_and_junit_reports_are_written(tmp_path):
     the Markdown summary; GitLab's writes JUnit."""
     github = _real_gate_commands("github")[0]
     junit = _real_gate_commands("junit")[0]
-    cmd = [str(tmp_path / Path(a).name) if prev == "--also-write" else a
-           for prev, a in zip(["", *github], github, strict=False)]  # fmt: skip
-    r = prover(*cmd, cwd=REPO)
+    r = prover(*_outside_repo(github, tmp_path), cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert not re.search(r"^::error", r.stdout, re.M) and "wrote" in r.stderr
     k = junit.index("-o")
     r = prover(*junit[: k + 1], str(tmp_path / "r.xml"), *junit[k + 2 :], cwd=REPO)
     assert r.returncode == 0, r.stderr
     stem = Path(github[1]).stem
-    assert '"version": "2.1.0"' in (tmp_path / f"{stem}.sarif").read_text()
-    assert (tmp_path / f"{stem}.md").read_text().startswith("#")
+    assert '"version": "2.1.0"' in (tmp_path / "sarif" / f"{stem}.sarif").read_text()
+    assert (tmp_path / "summary" / f"{stem}.md").read_text().startswith("#")
     assert (tmp_path / "r.xml").read_text().startswith("<?xml")
 
 
