@@ -52,10 +52,7 @@ class Op:
     # canonical text] (one entry costs less memory than three), never pickled or copied
     # (a str hash is per process).
     def __hash__(self) -> int:
-        d = self.__dict__
-        m = d.get("_memo")
-        if m is None:
-            m = d["_memo"] = [None, None, None]
+        m = _memo(self)
         h = m[0]
         if h is None:
             h = m[0] = hash((self.prim, self.args, self.params))
@@ -67,6 +64,15 @@ class Op:
 
 # the instance-dict entry of an `Op`'s memos (see `Op.__hash__`, `free_vars`, `canonical_text`)
 _MEMO_KEYS = frozenset({"_memo"})
+
+
+def _memo(t: Op) -> list[Any]:
+    """`t`'s memo entry [hash, free variables, canonical text], made on first use."""
+    d = t.__dict__
+    m = d.get("_memo")
+    if m is None:
+        m = d["_memo"] = [None, None, None]
+    return m
 
 
 Term = Var | Const | Op
@@ -130,10 +136,7 @@ def canonical_text(t: Term) -> str:
     table of ints, usually one object shared by every column's term, is encoded once per
     object (`_param_text`)."""
     if isinstance(t, Op):
-        d = t.__dict__
-        m = d.get("_memo")
-        if m is None:
-            m = d["_memo"] = [None, None, None]
+        m = _memo(t)
         s = m[2]
         if s is None:
             s = _op_text(t)
@@ -235,10 +238,7 @@ def free_vars(t: Term) -> set[str]:
 
 
 def _op_free_vars(t: Op) -> frozenset[str]:
-    d = t.__dict__
-    m = d.get("_memo")
-    if m is None:
-        m = d["_memo"] = [None, None, None]
+    m = _memo(t)
     fv = m[1]
     if fv is None:
         out: set[str] = set()

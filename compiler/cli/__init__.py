@@ -9,5 +9,4 @@ bench/README.md, "Start-up").
 
 import os
 
-for _var in ("OPENBLAS_NUM_THREADS",):
-    os.environ.setdefault(_var, "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
