@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from itertools import pairwise
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -137,8 +137,13 @@ def region_table(blob: bytes, in_type: str, rank: int, level: str, what: str) ->
     """The table (offset index order) ORT computes for the region model `blob`, after the
     position check (module docstring); `RegionError` names `what` and the first code that
     differs."""
+    return _naming(what, _checked_table, blob, in_type, rank, level).table
+
+
+def _naming(what: str, fn: Callable[..., CheckedTable], *args: Any) -> CheckedTable:
+    """`fn(*args)`, a `RegionError` it raises restated as ORT computing `what` so."""
     try:
-        return _checked_table(blob, in_type, rank, level).table
+        return fn(*args)
     except RegionError as e:
         raise RegionError(f"ONNX Runtime computes {what} {e.message}", e.code) from None
 
@@ -151,10 +156,7 @@ def checked(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable | 
 def quick_table(blob: bytes, in_type: str, rank: int, level: str, what: str) -> CheckedTable:
     """`unchecked_table`, a `RegionError` naming `what` (as `region_table`'s) where ORT's
     output is not one value per code."""
-    try:
-        return unchecked_table(blob, in_type, rank, level)
-    except RegionError as e:
-        raise RegionError(f"ONNX Runtime computes {what} {e.message}", e.code) from None
+    return _naming(what, unchecked_table, blob, in_type, rank, level)
 
 
 def region_out_type(blob: bytes, in_type: str, rank: int, level: str) -> str:
@@ -168,10 +170,11 @@ _TABLES: dict[Key, CheckedTable] = {}  # checked tables, oldest first
 MAX_TABLES = 512
 
 
-def _remember(key: Key, checked: CheckedTable) -> None:
-    _TABLES[key] = checked
-    while len(_TABLES) > MAX_TABLES:
-        del _TABLES[next(iter(_TABLES))]
+def _keep(cache: dict[Key, CheckedTable], key: Key, table: CheckedTable) -> None:
+    """`cache[key] = table`, the oldest entries dropped beyond `MAX_TABLES`."""
+    cache[key] = table
+    while len(cache) > MAX_TABLES:
+        del cache[next(iter(cache))]
 
 
 def _checked_table(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable:
@@ -179,7 +182,7 @@ def _checked_table(blob: bytes, in_type: str, rank: int, level: str) -> CheckedT
     hit = _TABLES.get(key)
     if hit is None:
         hit = check_alone(blob, in_type, rank, level)
-        _remember(key, hit)
+        _keep(_TABLES, key, hit)
     return hit
 
 
@@ -200,8 +203,9 @@ _UNCHECKED: dict[Key, CheckedTable] = {}  # ORT's tables without the position ch
 
 
 def unchecked_table(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable:
-    """ORT's output for every code (one run, no position check) and its type: for a build
-    whose IR is discarded (`BuildContext.naming`), never for a table the tool uses."""
+    """ORT's output for every code (one run, no position check) and its type: the table a
+    region's `lut` is emitted with until its check (`unary_region.resolve`) gives it the
+    checked one, and all a build whose IR is discarded (`BuildContext.naming`) gets."""
     key = (blob, in_type, rank, level)
     hit = _TABLES.get(key) or _UNCHECKED.get(key)
     if hit is None:
@@ -209,14 +213,8 @@ def unchecked_table(blob: bytes, in_type: str, rank: int, level: str) -> Checked
         (sess,) = _sessions(blob, level, threads=(0,))
         out = _runner(sess)(codes.reshape((1,) * (rank - 1) + (codes.size,)))
         hit = CheckedTable(tuple(int(v) for v in out), str(out.dtype))
-        _remember_unchecked(key, hit)
+        _keep(_UNCHECKED, key, hit)
     return hit
-
-
-def _remember_unchecked(key: Key, t: CheckedTable) -> None:
-    _UNCHECKED[key] = t
-    while len(_UNCHECKED) > MAX_TABLES:
-        del _UNCHECKED[next(iter(_UNCHECKED))]
 
 
 def prefetch_unchecked(requests: Iterable[Key]) -> int:
@@ -234,7 +232,7 @@ def prefetch_unchecked(requests: Iterable[Key]) -> int:
             y = np.asarray(y)
             if y.size == codes.size:
                 t = CheckedTable(tuple(int(v) for v in y.reshape(-1)), str(y.dtype))
-                _remember_unchecked((blob, in_type, rank, level), t)
+                _keep(_UNCHECKED, (blob, in_type, rank, level), t)
                 done += 1
     return done
 
@@ -302,7 +300,7 @@ def prefetch(requests: Iterable[Key]) -> int:
         codes, lo = _codes(in_type)
         for blob, checked in zip(blobs, _check_many(sess, single, codes, lo, rank), strict=True):
             if checked is not None:
-                _remember((blob, in_type, rank, level), checked)
+                _keep(_TABLES, (blob, in_type, rank, level), checked)
                 done += 1
     return done
 

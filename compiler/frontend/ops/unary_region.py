@@ -35,6 +35,7 @@ import onnx
 
 from compiler.ir.graph import Node, Value
 from compiler.ort.region_table import (
+    Key,
     RegionError,
     checked,
     prefetch_unchecked,
@@ -101,8 +102,8 @@ class RegionState:
     marks: dict[str, tuple[ReasonCode, str]] = field(default_factory=dict)  # key -> refusal
     # lut nodes emitted with ORT's table before their position check (`resolve`), and the
     # region models an earlier build of this model found not to be one table
-    pending: list[tuple[Node, tuple[bytes, str, int, str], str]] = field(default_factory=list)
-    failed: dict[tuple[bytes, str, int, str], RegionError] = field(default_factory=dict)
+    pending: list[tuple[Node, Key, str]] = field(default_factory=list)
+    failed: dict[Key, RegionError] = field(default_factory=dict)
 
 
 def state(ctx: BuildContext) -> RegionState:
@@ -547,7 +548,7 @@ def convert(ctx: BuildContext, r: Region) -> None:
         state(ctx).pending.append((ctx.nodes[-1], key, what))
 
 
-def resolve(ctx: BuildContext) -> dict[tuple, RegionError]:
+def resolve(ctx: BuildContext) -> dict[Key, RegionError]:
     """Position-check the regions this build emitted before their check, all together
     (`region_table.prefetch`: one merged model), and give each `lut` its checked table.
     Returns the region models found not to be one table (with why), for which the model
@@ -556,7 +557,7 @@ def resolve(ctx: BuildContext) -> dict[tuple, RegionError]:
     pending, st.pending = st.pending, []
     if len(pending) > 1:
         region_prefetch([key for _, key, _ in pending])
-    failed: dict[tuple, RegionError] = {}
+    failed: dict[Key, RegionError] = {}
     for node, key, what in pending:
         blob, in_type, rank, level = key
         try:
