@@ -191,8 +191,9 @@ def timed(fn: Callable[[], str], reps: int, cold: Callable[[], Callable[[], str]
     t.wall_warm.append(time.perf_counter() - w0)
     if answer == TIMEOUT:
         return t
-    for _ in range(cold_reps - 1 if cold is not None else 0):
-        fresh = cold()  # type: ignore[misc]
+    makes = [cold] * (cold_reps - 1) if cold is not None else []
+    for make in makes:
+        fresh = make()
         c0 = time.process_time()
         again = fresh()
         t.cold_runs.append(time.process_time() - c0)
