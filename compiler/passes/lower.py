@@ -41,6 +41,7 @@ from compiler.phases import phase
 from compiler.proving import prove
 from compiler.proving.divergence import lowering_block
 from compiler.proving.eltwise_lowering import EltwiseLowering
+from compiler.proving.lowering_family import requant_identities
 from compiler.proving.moves import NPU_STEPS, LayoutLowering, one_node_step
 from compiler.proving.prove import components
 from npu_backend.codegen import memory_issues, storage_dtype
@@ -179,7 +180,8 @@ class Lowerer(EltwiseLowering, LayoutLowering):
         posts: list[PostProcess | None] = [None] * N
         ok, code, msg = True, None, ""
         obligations: list[tuple[Term, Term, int, int]] = []
-        for cols in requant_groups(rq, N):
+        groups = requant_groups(rq, N)
+        for cols in groups:
             scale = requant_scale(rq, cols[0])
             try:
                 p = PostProcess(requant_from_scale(scale, rq["zp"], rq["out"], caps.requant_scheme))
@@ -193,8 +195,18 @@ class Lowerer(EltwiseLowering, LayoutLowering):
                 return
             for j in cols:
                 posts[j] = p
+        policy = effective_policy(self.g, n.output, self.ctx.config.policy)
+        proven = None
+        if len(groups) > 1:  # per-channel: the columns the target requantizes as the model does
+            with phase("prove"):
+                proven = requant_identities(n, rq, posts, r, policy, self.ctx)
+        for cols in groups:
+            if proven is not None and all(proven[j] for j in cols):
+                continue
+            post_j = posts[cols[0]]
+            assert post_j is not None
             before = requant_term(Var("acc"), rq, cols[0])
-            after = p.epilogue_term(Var("acc"))
+            after = post_j.epilogue_term(Var("acc"))
             obligations += [(before, after, lo, hi) for _, lo, hi in components(cols, r.lo, r.hi)]
         # Decided in order up to the first not proven, as one batch: a per-channel op's
         # columns have their float thresholds computed together (`prove.prefetch`).

@@ -11,10 +11,13 @@
   pay for starting them (`prover.parallel`).
 - `lift_reported`: refutations are decided without lifting their witness to an input
   row; only the one a site reports is lifted (and stored), in obligation order.
+- `identities`: the members of a column family (`prover.family`) that are identities,
+  proven together without a solver; the rest are decided one by one as before.
 - `COUNTS`: how many obligations this process decided ("decided"), served from the
   proof store ("served"; "redecided" of those were re-decided by the trust model),
-  failed on ("errors") and lifted ("lifted"), so tests can check
-  that a warm run decides and lifts nothing (counted, not timed).
+  failed on ("errors") and lifted ("lifted"), and how many family members were proven
+  as identities ("identities"), so tests can check that a warm run decides and lifts
+  nothing (counted, not timed).
 
 A helper, not a pass: gate, lower and fixed_synthesis call it; it imports no pass.
 """
@@ -26,6 +29,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from compiler.ir.accumulator import acc_range
 from compiler.ir.context import Context
 from compiler.ir.graph import Graph
@@ -34,6 +39,7 @@ from compiler.ir.policy_scope import effective_policy
 from compiler.ir.site import Site
 from compiler.phases import phase
 from compiler.proving.cex import lift_spec
+from prover.family import Family
 from prover.obligation import Obligation
 from prover.policy import Policy
 from prover.terms import Var
@@ -188,6 +194,26 @@ def _count(v: Any) -> None:
         COUNTS["served"] += 1
         if str(v.details.get("served", "")).startswith("re-decided"):
             COUNTS["redecided"] += 1
+
+
+def identities(fam: Family, ctx: Context) -> Any:
+    """The members of `fam` proven as identities (a boolean array; `Family.identities`),
+    their one verdict kept under the identities' family hash. None are when the user named
+    a procedure or asked for a cross-check: each member is then decided by it, as before."""
+    o = ctx.config.check
+    if o.solver != "auto" or o.cross_check:
+        return np.zeros(len(fam), dtype=bool)
+    t0 = time.perf_counter()
+    same = fam.identities()
+    if same.any():
+        proven = fam.subset(same)
+        ms = (time.perf_counter() - t0) * 1000
+        details = {"members": len(proven), "procedures": [{"name": "identity", "time_ms": ms}]}
+        ctx.state.verdicts[proven.hash] = Verdict(
+            Status.PROVEN, fam.policy, proven.hash, "identity", ms, 0, details=details
+        )
+        COUNTS["identities"] += len(proven)
+    return same
 
 
 def workers_pay(per_s: float, rest: int, jobs: int) -> bool:

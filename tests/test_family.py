@@ -1,0 +1,184 @@
+"""Column families (`prover.family`): templates with a scale hole, identities decided
+vectorised, members equal to the per-column obligations, and the lowering pass using them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from models import matmul_activation
+
+from compiler.api import compile_model
+from compiler.proving import prove
+from npu_backend.lowered import HostKernel, HostOnnx, NpuMatMul
+from npu_backend.target import load_target
+from prover.api import check
+from prover.family import family, fill, from_terms, matches, total_template, with_hole
+from prover.policy import Policy
+from prover.terms import Var, op
+
+ACC = Var("acc")
+TABLE = tuple(range(256))
+
+
+def _rq(scale: float, zp: int = 0, out: str = "int8"):
+    return op("requant_float", ACC, scale=scale, zp=zp, out=out)
+
+
+def _lut(x, in_type: str = "int8"):
+    return op("lut", x, table=TABLE, in_type=in_type, index_order="offset")
+
+
+def test_a_hole_is_the_one_float_scale_and_filling_it_gives_the_term_back():
+    t = _lut(op("clip", _rq(0.0123), lo=-100, hi=100))
+    template, scale = with_hole(t)
+    assert scale == 0.0123 and template != t
+    assert fill(template, scale) == t
+    assert fill(template, 0.5) == _lut(op("clip", _rq(0.5), lo=-100, hi=100))
+    assert with_hole(ACC) is None  # no requant_float
+    two = op("add", _rq(0.1), _rq(0.2))
+    assert with_hole(two) is None  # two of them: not one hole
+
+
+def test_a_fixed_point_requantization_has_no_hole():
+    t = op("requant_double", ACC, multiplier=1 << 30, shift=0, zp=0, out="int8")
+    assert with_hole(t) is None and with_hole(_lut(t)) is None
+
+
+def test_from_terms_needs_every_member_to_be_the_first_ones_template():
+    b = [_lut(_rq(s)) for s in (0.01, 0.02, 0.03)]
+    fam = from_terms("epilogue", "acc", b, b, [-5, -6, -7], [5, 6, 7], [0, 1, 2], Policy(0))
+    assert fam is not None and len(fam) == 3
+    for i in range(3):
+        ob = fam.column(i)
+        assert ob.before == b[i] and ob.after == b[i] and ob.ranges == {"acc": (-5 - i, 5 + i)}
+    other = b[:2] + [_lut(op("clip", _rq(0.03), lo=0, hi=9))]
+    assert (
+        from_terms("epilogue", "acc", other, other, [0] * 3, [1] * 3, [0, 1, 2], Policy(0)) is None
+    )
+
+
+def test_identities_are_members_whose_two_sides_are_one_total_term():
+    t, _ = with_hole(_lut(_rq(0.01)))
+    fam = family(
+        "epilogue",
+        "acc",
+        t,
+        t,
+        [0.01, 0.02, 0.03, 0.0, np.inf, 0.05],
+        [0.01, 0.025, 0.03, 0.0, np.inf, 0.05],
+        [-10, -10, -(2**31) - 1, 0, 0, 5],
+        [10, 10, 0, 1, 1, 4],
+        range(6),
+        Policy(0),
+    )
+    # equal; scales differ; range leaves int32; scale 0 and inf are kernel errors; empty range
+    assert fam.identities().tolist() == [True, False, False, False, False, False]
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        _lut(_rq(0.01, out="int16")),  # the table's index can leave its input type
+        _lut(op("add", _rq(0.01), ACC)),  # the variable reaches another op
+        op("clip", _rq(0.01), lo=5, hi=1),  # a clip whose limits the kernel rejects
+        _rq(0.01, zp=300),  # a zero point outside the output type
+    ],
+)
+def test_a_template_with_a_partial_op_is_never_an_identity(term):
+    t, s = with_hole(term)
+    assert not total_template(t, "acc")
+    fam = family("epilogue", "acc", t, t, [s], [s], [-3], [3], [0], Policy(0))
+    assert not fam.identities().any()
+
+
+def test_an_identity_member_is_what_the_decision_procedures_prove():
+    rng = np.random.default_rng(0)
+    t, _ = with_hole(_lut(op("clip", _rq(0.01), lo=-50, hi=90)))
+    scales = rng.uniform(1e-4, 0.05, 8).astype(np.float32).astype(np.float64)
+    lo = rng.integers(-200_000, 0, 8)
+    hi = rng.integers(0, 200_000, 8)
+    fam = family("epilogue", "acc", t, t, scales, scales, lo, hi, range(8), Policy(0))
+    assert fam.identities().all()
+    for i in range(8):
+        v = check(fam.column(i), solver="auto")
+        assert v.proven and v.max_diff == 0 and v.solver != "identity"
+
+
+def test_a_member_that_is_no_identity_keeps_its_own_verdict():
+    # the model's float64 scale against the target's float32 rounding of it
+    s64 = 0.1 + 1e-12
+    t_b, _ = with_hole(_rq(s64))
+    fam = family(
+        "lowering",
+        "acc",
+        t_b,
+        t_b,
+        [s64],
+        [float(np.float32(s64))],
+        [-(2**20)],
+        [2**20],
+        [0],
+        Policy(0),
+    )
+    assert not fam.identities().any()
+    assert check(fam.column(0)).status in ("proven", "refuted")
+
+
+def test_the_hash_names_the_members_and_not_the_note():
+    t, _ = with_hole(_rq(0.01))
+    a = family(
+        "lowering", "acc", t, t, [0.01, 0.02], [0.01, 0.02], [0, 0], [5, 6], [0, 1], Policy(0)
+    )
+    b = family(
+        "lowering",
+        "acc",
+        t,
+        t,
+        [0.01, 0.02],
+        [0.01, 0.02],
+        [0, 0],
+        [5, 6],
+        [0, 1],
+        Policy(0),
+        note="x",
+    )
+    c = family(
+        "lowering", "acc", t, t, [0.01, 0.02], [0.01, 0.02], [0, 0], [5, 7], [0, 1], Policy(0)
+    )
+    assert a.hash == b.hash != c.hash
+    assert (
+        a.hash
+        != family(
+            "lowering", "acc", t, t, [0.01, 0.02], [0.01, 0.02], [0, 0], [5, 6], [0, 1], Policy(1)
+        ).hash
+    )
+    assert matches(a, 1, _rq(0.02), _rq(0.02)) and not matches(a, 1, _rq(0.01), _rq(0.02))
+
+
+def _per_channel_matmul():
+    # the MatMul's result is also a graph output: it is lowered alone, per column
+    return matmul_activation(K=16, N=12, per_channel=True, extra_user="output")
+
+
+def _placed(result):
+    steps = result.lowered.steps
+    return [(type(s).__name__, getattr(s, "post", None)) for s in steps], steps
+
+
+def test_a_per_channel_lowering_is_proven_as_one_family_with_the_same_program():
+    before = prove.COUNTS["identities"]
+    fam_run = compile_model(_per_channel_matmul())
+    assert prove.COUNTS["identities"] - before == 12  # every column, none one by one
+    one_by_one = compile_model(_per_channel_matmul(), solver="segments")
+    assert prove.COUNTS["identities"] - before == 12  # a named procedure: no family
+    a, steps = _placed(fam_run)
+    b, _ = _placed(one_by_one)
+    assert a == b and any(isinstance(s, NpuMatMul) for s in steps)
+    assert not any(isinstance(s, HostKernel | HostOnnx) and "MatMul" in s.name for s in steps)
+
+
+def test_a_fixed_point_target_decides_every_column_alone():
+    fixed = load_target("npu_backend/targets/npu_fixed.toml")
+    before = prove.COUNTS["identities"]
+    compile_model(_per_channel_matmul(), target=fixed)
+    assert prove.COUNTS["identities"] == before
