@@ -18,12 +18,16 @@ scales and ranges in arrays.
   that is not an identity is decided on its own (`column(i)`), as before.
 - `hash`: the sha256 of the canonical JSON (`to_json`: the templates' canonical texts, the
   arrays as lists), so a family of identities is cited by one hash across machines.
+- `prove_identities`: the identities of a family proven as one verdict, kept in a proof
+  store as one record (served after re-deciding it, as any stored "proven" is), so the
+  ro gate asks for one record per family, not one per column.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -32,10 +36,13 @@ from typing import Any
 import numpy as np
 
 from . import terms as T
+from .errors import StoreCorrupt, StoreMiss
 from .inttypes import INT32_MAX, INT32_MIN, int_type
 from .obligation import Obligation
 from .policy import Policy
 from .primitives import SEMANTICS_VERSION, primitive
+from .proofstore import ProofStore
+from .verdict import Status, Verdict
 
 HOLE = "<per column>"  # the scale of a template's `requant_float`
 FORMAT = "npu-family/1"
@@ -210,9 +217,13 @@ class Family:
         }
 
     @cached_property
+    def canonical(self) -> str:
+        return T.canonical(self.to_json())
+
+    @cached_property
     def hash(self) -> str:
         """Stable sha256 hex digest of the canonical JSON."""
-        return hashlib.sha256(T.canonical(self.to_json()).encode()).hexdigest()
+        return hashlib.sha256(self.canonical.encode()).hexdigest()
 
 
 def family(
@@ -272,3 +283,47 @@ def from_terms(
         sb.append(hb[1])
         sa.append(ha[1])
     return family(kind, var, first_b[0], first_a[0], sb, sa, lo, hi, columns, policy, note)
+
+
+def prove_identities(
+    fam: Family, store: ProofStore | None = None
+) -> tuple[np.ndarray, Verdict | None]:
+    """(which members are identities, the verdict proving them as one family), the verdict
+    None when there are none. With a store, the identities' family is looked up: a record
+    is served once re-decided (it must say proven with largest difference 0, else
+    `StoreCorrupt`); a miss is recorded in rw mode, and in ro mode gives no identities (every
+    member is then decided alone, against its own record, as before)."""
+    t0 = time.perf_counter()
+    same = fam.identities()
+    if not same.any():
+        return same, None
+    proven = fam.subset(same)
+    ms = (time.perf_counter() - t0) * 1000
+    procedures = [{"name": "identity", "status": "holds", "time_ms": round(ms, 3)}]
+    details: dict[str, Any] = {"members": len(proven), "procedures": procedures}
+    v = Verdict(Status.PROVEN, fam.policy, proven.hash, "identity", ms, 0, details=details)
+    if store is None or store.mode == "off":
+        return same, v
+    try:
+        rec = store.lookup(proven)
+    except StoreMiss:
+        return np.zeros(len(fam), dtype=bool), None
+    if rec is None:
+        store.put(proven, v)
+        return same, v
+    if rec.verdict.status != Status.PROVEN or rec.verdict.max_diff != 0:
+        raise StoreCorrupt(
+            f"proof record {rec.path} says {rec.verdict.status} with largest difference "
+            f"{rec.verdict.max_diff}, but every member of its family is an identity"
+        )
+    served = {**rec.verdict.details, "served": "re-decided by identity", "record": str(rec.path)}
+    return same, Verdict(
+        Status.PROVEN,
+        fam.policy,
+        proven.hash,
+        rec.verdict.solver,
+        ms,
+        0,
+        cached=True,
+        details=served,
+    )

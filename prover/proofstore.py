@@ -1,6 +1,7 @@
 """Content-addressed proof store: one JSON record per obligation hash.
 
-Layout: `<root>/<hash[:2]>/<hash>.json`. A record holds the obligation's
+Layout: `<root>/<hash[:2]>/<hash>.json`. A record holds the obligation's (or column
+family's: `prover.family`)
 canonical JSON, the verdict (policy, solver and version, time, budget,
 counterexample) and a sha256 `digest` over everything else, so an edited
 record, or one filed under the wrong hash, is rejected (`StoreCorrupt`).
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import StoreCorrupt, StoreMiss
 from .obligation import Obligation
@@ -36,6 +37,9 @@ from .store_files import remove_stale_temps, write_atomic
 from .terms import canonical
 from .trust import DEFAULT_RECHECK_BUDGET_S, sign, verify
 from .verdict import Verdict
+
+if TYPE_CHECKING:
+    from .family import Family
 
 FORMAT = "npu-prover-proof/1"
 MODES = ("rw", "ro", "off")
@@ -90,12 +94,12 @@ class ProofStore:
     def path(self, h: str) -> Path:
         return self.root / h[:2] / f"{h}.json"
 
-    def get(self, ob: Obligation) -> Verdict | None:
+    def get(self, ob: Obligation | Family) -> Verdict | None:
         """The stored verdict of `ob`, None on a miss (`StoreMiss` in ro mode); not yet trusted."""
         rec = self.lookup(ob)
         return None if rec is None else rec.verdict
 
-    def lookup(self, ob: Obligation) -> StoredRecord | None:
+    def lookup(self, ob: Obligation | Family) -> StoredRecord | None:
         """The record of `ob` with its signature state; None on a miss (`StoreMiss` in ro)."""
         if self.mode == "off":
             return None
@@ -112,7 +116,7 @@ class ProofStore:
             raise StoreCorrupt(f"unreadable proof record {p}: {e}") from None
         return self._load(p, text, ob)
 
-    def _load(self, p: Path, text: str, ob: Obligation) -> StoredRecord:
+    def _load(self, p: Path, text: str, ob: Obligation | Family) -> StoredRecord:
         try:
             rec = json.loads(text)
         except ValueError as e:
@@ -145,7 +149,9 @@ class ProofStore:
         unsigned = {k: v for k, v in rec.items() if k not in ("digest", "signature")}
         return "valid" if verify(self.key, sig, unsigned) else "invalid"
 
-    def put(self, ob: Obligation, v: Verdict, extra: dict[str, Any] | None = None) -> Path | None:
+    def put(
+        self, ob: Obligation | Family, v: Verdict, extra: dict[str, Any] | None = None
+    ) -> Path | None:
         """Write the record of a decided verdict (rw mode only; signed if the store has a key),
         atomically (`store_files.write_atomic`); a record already there with the same
         verdict is kept (`_holds`)."""
@@ -177,7 +183,7 @@ class ProofStore:
         remove_stale_temps(p.parent)
         return p
 
-    def _holds(self, p: Path, ob: Obligation, v: Verdict) -> bool:
+    def _holds(self, p: Path, ob: Obligation | Family, v: Verdict) -> bool:
         """Whether `p` already holds a sound record of the same verdict of `ob` (signed by
         this store's key, if it has one): then it is kept, not rewritten, so concurrent
         writers of one obligation agree on its bytes and a run record relying on them

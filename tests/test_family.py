@@ -182,3 +182,50 @@ def test_a_fixed_point_target_decides_every_column_alone():
     before = prove.COUNTS["identities"]
     compile_model(_per_channel_matmul(), target=fixed)
     assert prove.COUNTS["identities"] == before
+
+
+def _families(root) -> list:
+    import json
+    from pathlib import Path
+
+    recs = [json.loads(p.read_text()) for p in Path(root).rglob("*.json")]
+    return [r for r in recs if r["obligation"].get("format") == "npu-family/1"]
+
+
+def test_a_family_is_one_store_record_served_in_ro_mode(tmp_path):
+    from compiler.cli.check_run import missing_proofs
+
+    compile_model(_per_channel_matmul(), proofs_dir=tmp_path, proofs_mode="rw")
+    fams = _families(tmp_path)
+    assert len(fams) == 1 and fams[0]["verdict"]["solver"] == "identity"
+    assert len(fams[0]["obligation"]["columns"]) == 12
+    served = prove.COUNTS["served"]
+    ro = compile_model(_per_channel_matmul(), proofs_dir=tmp_path, proofs_mode="ro")
+    assert prove.COUNTS["served"] > served
+    assert missing_proofs(ro, ro.context.config.check.store) == []
+    a, _ = _placed(ro)
+    assert any(name == "NpuMatMul" for name, _ in a)
+
+
+def test_without_its_family_record_the_ro_gate_asks_for_each_columns_record(tmp_path):
+    (tmp_path / "store").mkdir()
+    before = prove.COUNTS["identities"]
+    r = compile_model(_per_channel_matmul(), proofs_dir=tmp_path / "store", proofs_mode="ro")
+    assert prove.COUNTS["identities"] == before  # nothing proven without a record
+    assert any(d.code == "proof_missing" for d in r.diagnostics)
+    _, steps = _placed(r)
+    assert not any(isinstance(s, NpuMatMul) and s.post is not None for s in steps)
+
+
+def test_a_tampered_family_record_is_refused(tmp_path):
+    import json
+
+    from prover.errors import StoreCorrupt
+
+    compile_model(_per_channel_matmul(), proofs_dir=tmp_path, proofs_mode="rw")
+    (p,) = [p for p in tmp_path.rglob("*.json") if "npu-family/1" in p.read_text()]
+    rec = json.loads(p.read_text())
+    rec["obligation"]["hi"][0] += 1
+    p.write_text(json.dumps(rec))
+    with pytest.raises(StoreCorrupt):
+        compile_model(_per_channel_matmul(), proofs_dir=tmp_path, proofs_mode="ro")

@@ -196,23 +196,22 @@ def _count(v: Any) -> None:
             COUNTS["redecided"] += 1
 
 
-def identities(fam: Family, ctx: Context) -> Any:
-    """The members of `fam` proven as identities (a boolean array; `Family.identities`),
-    their one verdict kept under the identities' family hash. None are when the user named
-    a procedure or asked for a cross-check: each member is then decided by it, as before."""
+def identities(fam: Family, ctx: Context) -> np.ndarray:
+    """The members of `fam` proven as identities (a boolean array; `prover.family`), their
+    one verdict kept under the identities' family hash (and in the store). None are when
+    the user named a procedure or asked for a cross-check: each member is then decided by
+    it, as before."""
     o = ctx.config.check
     if o.solver != "auto" or o.cross_check:
         return np.zeros(len(fam), dtype=bool)
-    t0 = time.perf_counter()
-    same = fam.identities()
-    if same.any():
-        proven = fam.subset(same)
-        ms = (time.perf_counter() - t0) * 1000
-        details = {"members": len(proven), "procedures": [{"name": "identity", "time_ms": ms}]}
-        ctx.state.verdicts[proven.hash] = Verdict(
-            Status.PROVEN, fam.policy, proven.hash, "identity", ms, 0, details=details
-        )
-        COUNTS["identities"] += len(proven)
+    from prover.family import prove_identities
+
+    same, v = prove_identities(fam, o.store)
+    if v is not None:
+        ctx.state.verdicts[v.obligation_hash] = v
+        COUNTS["identities"] += int(same.sum())
+        if v.cached:
+            COUNTS["served"] += 1
     return same
 
 
