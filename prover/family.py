@@ -165,7 +165,7 @@ class Family:
             fill(self.after, float(self.scale_after[i])),
             {self.var: (int(self.lo[i]), int(self.hi[i]))},
             self.policy,
-            note=f"{self.note} column {int(self.columns[i])}",
+            note=f"{self.note} columns {int(self.columns[i])}..{int(self.columns[i])}",
         )
 
     def identities(self) -> np.ndarray:
@@ -302,7 +302,7 @@ def prove_identities(
     procedures = [{"name": "identity", "status": "holds", "time_ms": round(ms, 3)}]
     details: dict[str, Any] = {"members": len(proven), "procedures": procedures}
     v = Verdict(Status.PROVEN, fam.policy, proven.hash, "identity", ms, 0, details=details)
-    if store is None or store.mode == "off":
+    if store is None:
         return same, v
     try:
         rec = store.lookup(proven)

@@ -100,11 +100,17 @@ def test_one_verdict_per_site():
 
 def test_identical_parameter_sets_proved_once():
     scales = [0.01, 0.02] * 4
-    r = compile_model(matmul_activation(N=8, per_channel=True, w_scale=scales), "bitwise", FLOAT)
+    m = matmul_activation(N=8, per_channel=True, w_scale=scales)
+    r = compile_model(m, "bitwise", FLOAT, solver="segments")
     (s,) = r.sites
     assert s.verdict == "proven"
     assert len(set(s.obligations)) == 2
     assert len(s.post) == 2 and sorted(len(g.columns) for g in s.post) == [4, 4]
+    # auto: both groups are identities (the NPU's table and requantization are the
+    # reference's), proven as one family of the 8 columns
+    (f,) = compile_model(m, "bitwise", FLOAT).sites
+    assert f.verdict == "proven" and f.solver == "identity" and len(f.obligations) == 1
+    assert f.max_diff == 0 and len(f.post) == 2
 
 
 @pytest.mark.parametrize("form,pattern", [("qdq", "matmul+sigmoid"), ("qdq_gemm", "gemm+sigmoid")])

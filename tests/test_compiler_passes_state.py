@@ -214,17 +214,19 @@ def test_a_per_channel_site_is_decided_with_prefetched_thresholds(monkeypatch):
 
     m = matmul_activation(K=16, N=48, M=1, per_channel=True)
     seg.clear_shared_steps()
-    r = compile_model(m, "bitwise", FLOAT)
+    # segments named: every column decided (auto proves these identities as one family)
+    r = compile_model(m, "bitwise", FLOAT, solver="segments")
     assert len(r.sites[0].obligations) > 1 and seg._PREFETCHED  # the gate prefetched
     monkeypatch.setattr(prove, "PREFETCHING_SOLVERS", frozenset())
     seg.clear_shared_steps()
-    alone = compile_model(m, "bitwise", FLOAT)
+    alone = compile_model(m, "bitwise", FLOAT, solver="segments")
     assert not seg._PREFETCHED
     assert _site_verdicts(r) == _site_verdicts(alone)
 
 
 def test_prefetch_only_for_a_batch_segments_decides():
-    r = compile_model(matmul_activation(K=16, N=48, M=1, per_channel=True), "bitwise", FLOAT)
+    m = matmul_activation(K=16, N=48, M=1, per_channel=True)
+    r = compile_model(m, "bitwise", FLOAT, solver="segments")
     ctx = r.context
     obs = [ob for ob, _, _ in ctx.state.obligations[r.sites[0].id][1]]
     import prover.segments as seg

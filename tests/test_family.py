@@ -229,3 +229,65 @@ def test_a_tampered_family_record_is_refused(tmp_path):
     p.write_text(json.dumps(rec))
     with pytest.raises(StoreCorrupt):
         compile_model(_per_channel_matmul(), proofs_dir=tmp_path, proofs_mode="ro")
+
+
+def _group(cols, scale, post_scale=None, clip=None):
+    from compiler.ir.epilogue import ColumnGroup
+    from npu_backend.postprocess import PostProcess, RequantParams
+
+    before = _rq(scale) if clip is None else op("clip", _rq(scale), lo=clip[0], hi=clip[1])
+    rq = RequantParams("float32", 0, "int8", scale=scale if post_scale is None else post_scale)
+    return ColumnGroup(tuple(cols), before, PostProcess(rq))
+
+
+def test_a_sites_family_takes_the_groups_that_are_identities_and_leaves_the_others():
+    from types import SimpleNamespace
+
+    from compiler.proving.families import site_family
+    from prover.matmul import AccRange
+
+    s32 = [float(np.float32(v)) for v in (0.01, 0.02, 0.03, 0.04)]
+    groups = [
+        _group([0, 2], s32[0]),  # an identity
+        _group([1], s32[1], post_scale=s32[2]),  # the NPU rounds with another scale
+        _group([3], s32[3], clip=(-5, 5)),  # the model clips, the NPU does not: another shape
+        _group([4], s32[2]),  # an identity
+    ]
+    site = SimpleNamespace(id="site-7", post=groups)
+    r = AccRange(lo=(-100,) * 5, hi=(100, 100, 100, 100, 2**40))
+    found = site_family(site, r, Policy(0))
+    assert found is not None
+    fam, covered = found
+    assert covered == {0} and fam.columns.tolist() == [0, 2]  # column 4 leaves int32
+    assert fam.column(1).before == groups[0].before and fam.column(1).after == groups[0].after(ACC)
+    assert fam.column(1).note == "site-7 columns 2..2"
+    narrow = AccRange(lo=(-100,) * 5, hi=(100,) * 5)
+    fam, covered = site_family(site, narrow, Policy(0))
+    assert covered == {0, 3} and fam.columns.tolist() == [0, 2, 4]
+
+
+def test_a_per_channel_site_proven_as_a_family_is_drawn_from_its_members(tmp_path):
+    from compiler.cli.check_run import CheckOptions, run_pipeline
+    from compiler.report.views import collect
+
+    path = tmp_path / "pc.onnx"
+    import onnx
+
+    onnx.save(matmul_activation(K=16, N=8, per_channel=True), path)
+    run = run_pipeline(str(path), CheckOptions(progress=False))
+    (s,) = run.result.sites
+    assert s.verdict == "proven" and s.solver == "identity" and len(s.obligations) == 1
+    sv = collect(run).sites[s.id]
+    assert sv.epilogues and all(ev.max_diff == 0 for ev in sv.epilogues)
+    assert not any("could not be rebuilt" in n for n in sv.notes)
+
+
+def test_a_per_channel_site_has_the_same_program_with_or_without_its_family():
+    m = matmul_activation(K=16, N=24, per_channel=True)
+    fam_run = compile_model(m)
+    alone = compile_model(m, solver="segments")
+    (a,), (b,) = fam_run.sites, alone.sites
+    assert (a.verdict, a.max_diff, a.solver) == ("proven", 0, "identity")
+    assert (b.verdict, b.max_diff, b.solver) == ("proven", 0, "segments")
+    assert len(b.obligations) == 24 and len(a.obligations) == 1
+    assert _placed(fam_run)[0] == _placed(alone)[0]

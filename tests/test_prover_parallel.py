@@ -300,5 +300,6 @@ def test_workers_are_started_early_only_for_a_model_with_enough_obligations():
     compile_model(matmul_activation(K=16, N=8, M=1), "bitwise", jobs=2)
     assert par.running() == 0  # one obligation: no worker at all
     m = matmul_activation(K=16, N=prove.EARLY_START_OBLIGATIONS, M=1, per_channel=True)
-    r = compile_model(m, "bitwise", "npu_backend/targets/npu_float.toml", jobs=2)
+    # segments named: one obligation per column (auto proves them as one family)
+    r = compile_model(m, "bitwise", "npu_backend/targets/npu_float.toml", jobs=2, solver="segments")
     assert par.running() == 1 and len(r.sites[0].obligations) == prove.EARLY_START_OBLIGATIONS

@@ -21,6 +21,7 @@ from compiler.ir.site import Site
 from compiler.proving import cex, divergence, fixed_synthesis, prove
 from compiler.proving.prove import SiteObligation
 from prover.errors import StoreMiss
+from prover.obligation import Obligation
 from prover.verdict import ReasonCode, Status
 
 # the site's obligations (built once per site; `compiler.report.views` redraws from them)
@@ -59,7 +60,8 @@ def decide_site(g: Graph, site: Site, ctx: Context) -> None:
         _decide_saturating(g, site, ctx)
         return
     obs = prove.site_obligations(g, site, ctx)
-    prove.decide_all([ob for ob, _, _ in obs], ctx)  # one batch: thresholds prefetched
+    # one batch: thresholds prefetched (a family of identities is proven when built)
+    prove.decide_all([ob for ob, _, _ in obs if isinstance(ob, Obligation)], ctx)
     verdicts = []
     for ob, cols, lift_col in obs:
         v = prove.check(ob, ctx)
@@ -236,7 +238,7 @@ def run(g: Graph, ctx: Context) -> Graph:
         for s in pending:
             if _decidable(s, ctx):
                 obs += prove.site_obligations(g, s, ctx)
-        prove.decide_all([ob for ob, _, _ in obs], ctx)
+        prove.decide_all([ob for ob, _, _ in obs if isinstance(ob, Obligation)], ctx)
     for i, site in enumerate(pending):
         decide_site(g, site, ctx)
         if ctx.config.progress is not None:

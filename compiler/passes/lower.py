@@ -41,7 +41,7 @@ from compiler.phases import phase
 from compiler.proving import prove
 from compiler.proving.divergence import lowering_block
 from compiler.proving.eltwise_lowering import EltwiseLowering
-from compiler.proving.lowering_family import requant_identities
+from compiler.proving.families import lowering_family
 from compiler.proving.moves import NPU_STEPS, LayoutLowering, one_node_step
 from compiler.proving.prove import components
 from npu_backend.codegen import memory_issues, storage_dtype
@@ -198,8 +198,10 @@ class Lowerer(EltwiseLowering, LayoutLowering):
         policy = effective_policy(self.g, n.output, self.ctx.config.policy)
         proven = None
         if len(groups) > 1:  # per-channel: the columns the target requantizes as the model does
-            with phase("prove"):
-                proven = requant_identities(n, rq, posts, r, policy, self.ctx)
+            fam = lowering_family(n, rq, posts, r, policy)
+            if fam is not None:
+                with phase("prove"):
+                    proven = prove.identities(fam, self.ctx)
         for cols in groups:
             if proven is not None and all(proven[j] for j in cols):
                 continue

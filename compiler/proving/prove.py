@@ -39,13 +39,15 @@ from compiler.ir.policy_scope import effective_policy
 from compiler.ir.site import Site
 from compiler.phases import phase
 from compiler.proving.cex import lift_spec
+from compiler.proving.families import site_family
 from prover.family import Family
 from prover.obligation import Obligation
 from prover.policy import Policy
 from prover.terms import Var
 from prover.verdict import Status, Verdict
 
-SiteObligation = tuple[Obligation, tuple[int, ...], int]  # (obligation, columns, lift column)
+# (obligation, columns, lift column); a family of identities (`identities`) has no lift column
+SiteObligation = tuple[Obligation | Family, tuple[int, ...], int]
 
 COUNTS: Counter[str] = Counter()
 
@@ -96,7 +98,15 @@ def _build(g: Graph, site: Site, ctx: Context) -> list[SiteObligation]:
     r = acc_range(c)
     out: list[SiteObligation] = []
     policy = effective_policy(g, site.activation.output, ctx.config.policy)
-    for grp in site.post:
+    fam: Family | None = None
+    covered: set[int] = set()
+    found = site_family(site, r, policy) if len(site.post) > 1 else None
+    if found is not None and not _synthesising(site, ctx) and identities(found[0], ctx).all():
+        fam, covered = found
+        out.append((fam, tuple(fam.columns.tolist()), -1))
+    for gi, grp in enumerate(site.post):
+        if gi in covered:
+            continue
         after = grp.after(Var("acc"))
         for cols, lo, hi in components(grp.columns, r.lo, r.hi):
             lift_col = max(cols, key=lambda j: r.hi[j] - r.lo[j])
@@ -125,6 +135,15 @@ def _build(g: Graph, site: Site, ctx: Context) -> list[SiteObligation]:
         out.append((ob, (), -1))
         site.index_map = True
     return out
+
+
+def _synthesising(site: Site, ctx: Context) -> bool:
+    """Whether fixed-point synthesis may replace the site's groups (it reads each group's
+    own obligation: no family then)."""
+    from compiler.ir.npu_step import compute_kind
+
+    caps = ctx.config.target.compute(compute_kind(site.compute))
+    return ctx.config.synthesis and caps is not None and bool(caps.synthesis)
 
 
 def _options(ctx: Context) -> dict[str, Any]:
@@ -157,11 +176,18 @@ def provisional(ob: Obligation) -> Verdict:
     )
 
 
-def check(ob: Obligation, ctx: Context) -> Any:
+def check(ob: Obligation | Family, ctx: Context) -> Any:
     """The verdict of `ob` (or the `ProverError` deciding it raised), decided once per run;
-    taken from `CheckOptions.known` if there, else deferred if `CheckOptions.defer`."""
+    taken from `CheckOptions.known` if there, else deferred if `CheckOptions.defer`. A
+    family is one of identities (`identities`), proven as one."""
     verdicts = ctx.state.verdicts
     if ob.hash in verdicts:
+        return verdicts[ob.hash]
+    if isinstance(ob, Family):
+        if not identities(ob, ctx).all() or ob.hash not in verdicts:
+            from prover.api import ProverError
+
+            return ProverError(f"family {ob.hash[:12]} is no longer all identities")
         return verdicts[ob.hash]
     o = ctx.config.check
     if o.known is not None and ob.hash in o.known:

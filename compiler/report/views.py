@@ -216,6 +216,7 @@ def _epilogues(result: Any, site: Any, sv: SiteView) -> None:
     decided = [ob for ob in obs if ob.hash in site.obligations]
     if len(decided) < len(obs):
         sv.notes.append("some epilogue obligations could not be rebuilt as decided; not drawn")
+    decided, total = _members(decided)
     cex_acc = None
     if site.counterexample is not None:
         cex_acc = (site.counterexample.assignment or {}).get("acc")
@@ -232,8 +233,25 @@ def _epilogues(result: Any, site: Any, sv: SiteView) -> None:
         if cex_acc is not None and ob.hash == site.obligation_hash and ev.lo <= cex_acc <= ev.hi:
             ev.cex = int(cex_acc)
         sv.epilogues.append(ev)
-    if len(decided) > MAX_GROUPS:
-        sv.notes.append(f"{len(decided) - MAX_GROUPS} more epilogue groups not drawn")
+    if total > MAX_GROUPS:
+        sv.notes.append(f"{total - MAX_GROUPS} more epilogue groups not drawn")
+
+
+def _members(obs: list) -> tuple[list, int]:
+    """(`obs` with a family of identities (`prover.family`) replaced by its members'
+    obligations, as many as can be drawn; how many groups there are in all)."""
+    from prover.family import Family
+
+    out: list = []
+    total = 0
+    for ob in obs:
+        if isinstance(ob, Family):
+            out += [ob.column(i) for i in range(min(len(ob), MAX_GROUPS))]
+            total += len(ob)
+        else:
+            out.append(ob)
+            total += 1
+    return out, total
 
 
 def epilogue_view(site_id: str, ob: Any) -> EpilogueView | None:

@@ -1,0 +1,110 @@
+"""Per-channel ops' columns as column families (`prover.family`), built from the IR.
+
+- `lowering_family`: the lowering obligation of column j is `requant_term(acc, rq, j)`
+  (the model's float requantization) against `posts[j].epilogue_term(acc)` (the target's),
+  over the column's accumulator range. The columns differ only in their scale, so the
+  family holds the two sides once; where the target requantizes as the model does (a
+  float32 requantizer and a float32 scale), a column is an identity and is proven with the
+  rest in one step, without building its obligation.
+- `site_family`: a fused site's epilogue groups (`ColumnGroup`: `before` against
+  `after(acc)`), one template per side; where the NPU's table and requantization are the
+  reference's own (the table comes from ONNX Runtime), a group is an identity.
+
+The families are proven by `prove.identities`; members that are not identities are decided
+one by one, as before. Used by the lowering pass and `prove.site_obligations`; it imports
+no pass and decides nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import InternalError
+from compiler.ir.graph import Node
+from compiler.ir.semantics import requant_term
+from compiler.ir.site import Site
+from npu_backend.postprocess import PostProcess
+from prover.family import Family, family, matches, with_hole
+from prover.matmul import AccRange
+from prover.policy import Policy
+from prover.terms import Var
+
+
+def lowering_family(
+    n: Node,
+    rq: dict[str, Any],
+    posts: Sequence[PostProcess | None],
+    r: AccRange,
+    policy: Policy,
+) -> Family | None:
+    """The family of `n`'s per-column requantization lowerings, or None where the sides are
+    not one template with a float scale (a fixed-point requantizer)."""
+    acc = Var("acc")
+    none = None
+    if any(p is None for p in posts):
+        return none
+    ps = [p for p in posts if p is not None]
+    first, last = 0, len(ps) - 1
+    before = with_hole(requant_term(acc, rq, first))
+    after = with_hole(ps[first].epilogue_term(acc))
+    if before is None or after is None:
+        return none
+    scales = [p.requant.scale for p in ps]
+    if any(s is None for s in scales):  # a fixed-point requantizer: no float scale
+        return none
+    fam = family(
+        "lowering",
+        "acc",
+        before[0],
+        after[0],
+        np.broadcast_to(np.asarray(rq["scale"], dtype=np.float64), (len(ps),)),
+        np.asarray(scales, dtype=np.float64),
+        r.lo,
+        r.hi,
+        np.arange(len(ps)),
+        policy,
+        note=f"lower {n.name}",
+    )
+    # Every column is built alike (only the scale differs): the first and the last say so.
+    for j in (first, last):
+        if not matches(fam, j, requant_term(acc, rq, j), ps[j].epilogue_term(acc)):
+            raise InternalError(f"{n.name}: column {j}'s lowering is not its family's member")
+    return fam
+
+
+def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[int]] | None:
+    """(the family of `site`'s epilogue groups that are identities, the indices of those
+    groups in `site.post`), or None when no group is one."""
+    acc = Var("acc")
+    groups = site.post
+    tb = with_hole(groups[0].before)
+    ta = with_hole(groups[0].after(acc))
+    if tb is None or ta is None:
+        return None
+    sb: list[float] = []
+    sa: list[float] = []
+    cols: list[int] = []
+    member_of: list[int] = []
+    for gi, grp in enumerate(groups):
+        hb, ha = with_hole(grp.before), with_hole(grp.after(acc))
+        if hb is None or ha is None or hb[0] != tb[0] or ha[0] != ta[0]:
+            continue  # another shape: decided alone
+        n = len(grp.columns)
+        sb += [hb[1]] * n
+        sa += [ha[1]] * n
+        cols += grp.columns
+        member_of += [gi] * n
+    if not cols:
+        return None
+    c = np.asarray(cols, dtype=np.int64)
+    lo, hi = np.asarray(r.lo, dtype=np.int64)[c], np.asarray(r.hi, dtype=np.int64)[c]
+    fam = family("epilogue", "acc", tb[0], ta[0], sb, sa, lo, hi, c, policy, note=site.id)
+    same = fam.identities()
+    owner = np.asarray(member_of)
+    covered = set(owner[same].tolist()) - set(owner[~same].tolist())  # whole groups only
+    if not covered:
+        return None
+    return fam.subset(np.isin(owner, sorted(covered))), covered
