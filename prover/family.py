@@ -68,6 +68,45 @@ def with_hole(t: T.Term) -> tuple[T.Term, float] | None:
     return (out, found[0]) if len(found) == 1 else None
 
 
+def hole_path(template: T.Term) -> tuple[int, ...] | None:
+    """The argument indices from `template`'s root to its hole op, or None without one."""
+    if not isinstance(template, T.Op):
+        return None
+    if template.prim == HOLE_PRIM and dict(template.params).get("scale") == HOLE:
+        return ()
+    for i, a in enumerate(template.args):
+        sub = hole_path(a)
+        if sub is not None:
+            return (i, *sub)
+    return None
+
+
+def scale_in(t: T.Term, template: T.Term, path: tuple[int, ...]) -> float | None:
+    """The scale `t` fills `template`'s hole with (`path`: `hole_path(template)`), or None
+    when `t` is not `template` with its hole filled: `with_hole(t)`'s scale where that
+    gives `template` (tested), without rebuilding `t`. Every op on the path is compared by
+    its name and parameters, every argument off the path as a whole."""
+    u: T.Term = t
+    v: T.Term = template
+    for i in path:
+        if not (isinstance(u, T.Op) and isinstance(v, T.Op)):
+            return None
+        if u.prim != v.prim or u.params != v.params or len(u.args) != len(v.args):
+            return None
+        for k, (a, b) in enumerate(zip(u.args, v.args, strict=True)):
+            if k != i and a is not b and a != b:
+                return None
+        u, v = u.args[i], v.args[i]
+    if not (isinstance(u, T.Op) and isinstance(v, T.Op)):
+        return None
+    if u.prim != HOLE_PRIM or u.args != v.args:
+        return None
+    kw, tkw = u.kwargs, v.kwargs
+    if kw.keys() != tkw.keys() or any(kw[k] != tkw[k] for k in kw if k != "scale"):
+        return None
+    return float(kw["scale"])
+
+
 def fill(template: T.Term, scale: float) -> T.Term:
     """`template` with its hole filled by `scale`."""
     if not isinstance(template, T.Op):

@@ -291,3 +291,34 @@ def test_a_per_channel_site_has_the_same_program_with_or_without_its_family():
     assert (b.verdict, b.max_diff, b.solver) == ("proven", 0, "segments")
     assert len(b.obligations) == 24 and len(a.obligations) == 1
     assert _placed(fam_run)[0] == _placed(alone)[0]
+
+
+def test_scale_in_reads_what_with_hole_would_without_rebuilding():
+    from prover.family import hole_path, scale_in
+
+    template, _ = with_hole(_lut(op("clip", _rq(0.01), lo=-100, hi=100)))
+    path = hole_path(template)
+    assert path == (0, 0)
+    same_shape = [_lut(op("clip", _rq(s), lo=-100, hi=100)) for s in (0.01, 0.5, 3.0)]
+    others = [
+        _lut(op("clip", _rq(0.01), lo=-99, hi=100)),  # another parameter on the path
+        _lut(op("clip", _rq(0.01, zp=3), lo=-100, hi=100)),  # another zero point
+        _lut(op("clip", _rq(0.01, out="int16"), lo=-100, hi=100), in_type="int8"),
+        _lut(_rq(0.01)),  # a shorter chain
+        _lut(
+            op("clip", op("requant_float", Var("x"), scale=0.01, zp=0, out="int8"), lo=-100, hi=100)
+        ),
+        op(
+            "lut",
+            op("clip", _rq(0.01), lo=-100, hi=100),
+            table=TABLE[::-1],
+            in_type="int8",
+            index_order="offset",
+        ),
+    ]
+    for t in same_shape + others:
+        h = with_hole(t)
+        want = h[1] if h is not None and h[0] == template else None
+        assert scale_in(t, template, path) == want
+    assert [scale_in(t, template, path) for t in same_shape] == [0.01, 0.5, 3.0]
+    assert all(scale_in(t, template, path) is None for t in others)

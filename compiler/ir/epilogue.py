@@ -30,7 +30,7 @@ from prover.domain import NUMPY
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, LutSpec, build_lut, reorder_table
 from prover.qlinear_binary import SpanMode
-from prover.terms import Term, Var, canonical_text, evaluate, op
+from prover.terms import Term, Var, evaluate, op
 
 from .graph import Node
 from .semantics import (
@@ -367,11 +367,10 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     lut = LutParams(table, in_type, act.attrs["out_type"], order, spec)
     bias = bias_view(site)
     two_rounding = bias is not None and "requantized" in caps.bias
-    groups: dict[tuple[str, PostProcess, int], list[int]] = {}
-    befores: dict[str, Term] = {}
+    groups: dict[tuple[Term, PostProcess, int], list[int]] = {}
     # A column's epilogue depends on j only through its requantization scale and its bias
     # (constant, reference table): columns sharing those are built once, not once each.
-    built: dict[tuple, tuple[str, PostProcess, int]] = {}
+    built: dict[tuple, tuple[Term, PostProcess, int]] = {}
     per_col_table = bias is not None and bias.tables is not None and len(bias.tables) > 1
     for j in range(n_cols):
         key = (
@@ -407,15 +406,14 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
             int(act.attrs["out_zp"]),
             add=add_p,
         )
-        # equal canonical texts, equal term hashes (the text is kept on the term, and the
-        # obligation's own canonical text reuses it)
-        h = canonical_text(before)
-        befores[h] = before
-        built[key] = (h, post, offset)
-        groups.setdefault((h, post, offset), []).append(j)
+        # grouped by the term itself (its structural hash is kept on it): a per-channel
+        # op's groups are mostly proven as one family (`prover.family`), so no per-group
+        # canonical text is built here for obligations that are never made
+        built[key] = (before, post, offset)
+        groups.setdefault((before, post, offset), []).append(j)
     return [
-        ColumnGroup(tuple(cols), befores[h], post, offset)
-        for (h, post, offset), cols in groups.items()
+        ColumnGroup(tuple(cols), before, post, offset)
+        for (before, post, offset), cols in groups.items()
     ]
 
 

@@ -17,17 +17,19 @@ no pass and decides nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from compiler.errors import InternalError
+from compiler.ir.epilogue import ColumnGroup
 from compiler.ir.graph import Node
 from compiler.ir.semantics import requant_term
 from compiler.ir.site import Site
 from npu_backend.postprocess import PostProcess
-from prover.family import Family, family, matches, with_hole
+from prover.family import Family, family, fill, hole_path, matches, scale_in, with_hole
 from prover.matmul import AccRange
 from prover.policy import Policy
 from prover.terms import Var
@@ -75,6 +77,17 @@ def lowering_family(
     return fam
 
 
+def _alike(grp: ColumnGroup, first: ColumnGroup) -> bool:
+    """Whether `grp`'s postprocessing is `first`'s but for its requantization scale (then its
+    `after(acc)` is `first`'s with that scale: `PostProcess.epilogue_term`)."""
+    p, q = grp.post, first.post
+    if grp.acc_offset != first.acc_offset or p.requant.scale is None:
+        return False
+    return (
+        dataclasses.replace(p, requant=dataclasses.replace(p.requant, scale=q.requant.scale)) == q
+    )
+
+
 def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[int]] | None:
     """(the family of `site`'s epilogue groups that are identities, the indices of those
     groups in `site.post`), or None when no group is one."""
@@ -84,21 +97,35 @@ def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[in
     ta = with_hole(groups[0].after(acc))
     if tb is None or ta is None:
         return None
+    pb, pa = hole_path(tb[0]), hole_path(ta[0])
+    assert pb is not None and pa is not None
     sb: list[float] = []
     sa: list[float] = []
     cols: list[int] = []
     member_of: list[int] = []
+    first = groups[0]
     for gi, grp in enumerate(groups):
-        hb, ha = with_hole(grp.before), with_hole(grp.after(acc))
-        if hb is None or ha is None or hb[0] != tb[0] or ha[0] != ta[0]:
+        hb = scale_in(grp.before, tb[0], pb)
+        if hb is None:
             continue  # another shape: decided alone
+        if _alike(grp, first):  # its after term is the first one's with its own scale
+            ha = grp.post.requant.scale
+        else:
+            ha = scale_in(grp.after(acc), ta[0], pa)
+        if ha is None:
+            continue
         n = len(grp.columns)
-        sb += [hb[1]] * n
-        sa += [ha[1]] * n
+        sb += [hb] * n
+        sa += [ha] * n
         cols += grp.columns
         member_of += [gi] * n
     if not cols:
         return None
+    for gi in {member_of[0], member_of[-1]}:  # built alike: the first and the last say so
+        grp = groups[gi]
+        i = member_of.index(gi)
+        if fill(ta[0], sa[i]) != grp.after(acc) or fill(tb[0], sb[i]) != grp.before:
+            raise InternalError(f"{site.id}: group {gi}'s epilogue is not its family's member")
     c = np.asarray(cols, dtype=np.int64)
     lo, hi = np.asarray(r.lo, dtype=np.int64)[c], np.asarray(r.hi, dtype=np.int64)[c]
     fam = family("epilogue", "acc", tb[0], ta[0], sb, sa, lo, hi, c, policy, note=site.id)
