@@ -142,8 +142,9 @@ def compile_model(
     )
     with phase("frontend"):
         g, m = _frontend(model, config, opts.pop("frontend", None))
-    start_workers(config.jobs, g)  # if it pays: their start-up overlaps the legality work
-    return _run(g, Context(config, PipelineState(model=m, original=_snapshot(g))))
+    ctx = Context(config, PipelineState(model=m, original=_snapshot(g)))
+    start_workers(config.jobs, g, ctx)  # if it pays: their start-up overlaps the legality work
+    return _run(g, ctx)
 
 
 def _frontend(model: Any, config: CompileConfig, cached: Any) -> tuple[Graph, Any]:

@@ -322,3 +322,18 @@ def test_scale_in_reads_what_with_hole_would_without_rebuilding():
         assert scale_in(t, template, path) == want
     assert [scale_in(t, template, path) for t in same_shape] == [0.01, 0.5, 3.0]
     assert all(scale_in(t, template, path) is None for t in others)
+
+
+def test_workers_are_not_started_early_for_columns_a_family_will_prove():
+    import dataclasses
+
+    from compiler.ir.context import CheckOptions, Context
+
+    r = compile_model(matmul_activation(K=16, N=600, M=1, per_channel=True))
+    g, ctx = r.graph, r.context
+    named = Context(
+        dataclasses.replace(ctx.config, check=CheckOptions(solver="segments")), ctx.state
+    )
+    assert prove.expected_obligations(r.context.state.original or g, None) >= 600
+    assert prove.expected_obligations(r.context.state.original or g, named) >= 600
+    assert prove.expected_obligations(r.context.state.original or g, ctx) < 10

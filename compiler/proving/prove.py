@@ -264,23 +264,38 @@ def prefetch(obligations: Sequence[Obligation], ctx: Context) -> int:
     return done
 
 
-def expected_obligations(g: Graph) -> int:
+def expected_obligations(g: Graph, ctx: Context | None = None) -> int:
     """A cheap estimate, from the IR the frontend built, of how many epilogue obligations
-    the gate will decide: one per distinct requantization scale of each compute node."""
+    the gate will decide: one per distinct requantization scale of each compute node; one
+    per node whose columns `identities` will likely prove as a family (with `ctx`: no
+    procedure named, and the node's unit requantizes in float32, as the model does)."""
     n = 0
     for node in g.nodes:
         rq = node.attrs.get("requant")
         if isinstance(rq, dict):
             scale = rq.get("scale")
-            n += len(set(scale)) if isinstance(scale, tuple | list) else 1
+            if not isinstance(scale, tuple | list) or _family_likely(node, rq, ctx):
+                n += 1
+            else:
+                n += len(set(scale))
     return n
 
 
-def start_workers(jobs: int, g: Graph) -> None:
+def _family_likely(node: Any, rq: dict, ctx: Context | None) -> bool:
+    if ctx is None or ctx.config.check.solver != "auto" or ctx.config.check.cross_check:
+        return False
+    from compiler.ir.npu_step import compute_kind
+
+    caps = ctx.config.target.compute(compute_kind(node))
+    return rq.get("scheme") == "float" and caps is not None and caps.requant_scheme == "float32"
+
+
+def start_workers(jobs: int, g: Graph, ctx: Context | None = None) -> None:
     """Start the `jobs - 1` worker processes now, without waiting for them, if the model
-    has enough work for them (`EARLY_START_OBLIGATIONS`): a caller that will decide its
-    obligations starts them early so their start-up overlaps its own work."""
-    if jobs > 1 and expected_obligations(g) >= EARLY_START_OBLIGATIONS:
+    has enough work for them (`EARLY_START_OBLIGATIONS`, `expected_obligations`): a caller
+    that will decide its obligations starts them early so their start-up overlaps its own
+    work."""
+    if jobs > 1 and expected_obligations(g, ctx) >= EARLY_START_OBLIGATIONS:
         from prover.parallel import start
 
         start(jobs - 1)
