@@ -358,19 +358,37 @@ OPCODES: dict[str, type] = {
 def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
     """The epilogue with every LUT's contents replaced by `table` (what tmem holds)."""
 
+    luts: dict[int, LutParams] = {}  # per-channel columns share one LutParams: one copy
+
     def one(p: PostProcess) -> PostProcess:
         if p.lut is None:
             return p
-        return replace(p, lut=replace(p.lut, table=table))
+        lut = luts.get(id(p.lut))
+        if lut is None:
+            lut = luts[id(p.lut)] = replace(p.lut, table=table)
+        return replace(p, lut=lut)
 
     if isinstance(post, PostProcess):
         return one(post)
     return tuple(one(p) for p in post)
 
 
+# strip_tables' answers by the epilogue's identity (codegen, the lifetime check and the
+# program's validation each ask for every step's record, once per program generated); the
+# epilogue is kept with its answer, so its id is not reused while the entry lives
+_STRIPPED: dict[int, tuple[Post, Post]] = {}
+
+
 def strip_tables(post: Post) -> Post:
     """The parameter record of an epilogue: everything but the table contents."""
-    return with_table(post, None)
+    hit = _STRIPPED.get(id(post))
+    if hit is not None and hit[0] is post:
+        return hit[1]
+    out = with_table(post, None)
+    if len(_STRIPPED) >= 256:
+        _STRIPPED.clear()
+    _STRIPPED[id(post)] = (post, out)
+    return out
 
 
 ELTWISE_RECORD_BYTES = 32  # header, three float32 values, three zero points, flags

@@ -19,7 +19,7 @@ last axis of the MatMul output); `apply_columns` evaluates such a tuple.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
@@ -151,9 +151,11 @@ class LutParams:
         )
         return t.params
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, table: bool = True) -> dict[str, Any]:
+        """JSON-able fields; `table=False` leaves the table's entries out (None), for a
+        writer that names the table elsewhere."""
         return {
-            "table": None if self.table is None else [int(v) for v in self.table],
+            "table": None if self.table is None or not table else [int(v) for v in self.table],
             "in_type": self.in_type,
             "out_type": self.out_type,
             "index_order": self.index_order,
@@ -254,6 +256,22 @@ class PostProcess:
     out_zp: int | None = None
     add: AddParams | None = None
 
+    def __hash__(self) -> int:
+        """The dataclass's hash (of the fields), computed once: a per-channel epilogue is a
+        tuple of thousands, hashed whole wherever it is a key (codegen's parameter records,
+        the simulator's column groups). Not pickled or copied (a str hash is per process)."""
+        d = self.__dict__
+        h = d.get("_hash")
+        if h is None:
+            h = d["_hash"] = hash(
+                (self.requant, self.clip, self.function, self.lut, self.out_type, self.out_zp,
+                 self.add)
+            )  # fmt: skip
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def intermediate_type(self) -> str:
         return self.requant.out_type
@@ -285,14 +303,7 @@ class PostProcess:
 
     def tail_term(self, q: Term) -> Term:
         """The stages after requantization (add, clip, table) over the requantized `q`."""
-        t = q
-        if self.add is not None:
-            t = self.add.term(t)
-        if self.clip is not None:
-            t = op("clip", t, lo=int(self.clip[0]), hi=int(self.clip[1]))
-        if self.lut is not None:
-            t = self.lut.term(t)
-        return t
+        return tail_term(self.add, self.clip, self.lut, q)
 
     def apply(self, acc: Any) -> np.ndarray:
         """Evaluate `epilogue_term` concretely (NUMPY domain) on int accumulators."""
@@ -307,12 +318,16 @@ class PostProcess:
         """The requantization alone (a MatMul whose add, clip and table run as separate ops)."""
         return PostProcess(requant=self.requant)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(
+        self, lut_json: Callable[[LutParams], dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """JSON-able fields; `lut_json` writes the LUT (default `LutParams.to_json`)."""
+        lut = None if self.lut is None else (lut_json or LutParams.to_json)(self.lut)
         return {
             "requant": self.requant.to_json(),
             "clip": None if self.clip is None else [int(self.clip[0]), int(self.clip[1])],
             "function": self.function,
-            "lut": None if self.lut is None else self.lut.to_json(),
+            "lut": lut,
             "out_type": self.out_type,
             "out_zp": None if self.out_zp is None else int(self.out_zp),
             "add": None if self.add is None else self.add.to_json(),
@@ -408,9 +423,28 @@ def _apply_float_group(
     return np.asarray(evaluate(_tail_term(members[0]), NUMPY, {"q": q}))
 
 
-@lru_cache(maxsize=4096)
+def tail_term(add: AddParams | None, clip: Any, lut: LutParams | None, q: Term) -> Term:
+    """`PostProcess.tail_term`: the stages after requantization over `q`, from the only
+    fields they read."""
+    t = q
+    if add is not None:
+        t = add.term(t)
+    if clip is not None:
+        t = op("clip", t, lo=int(clip[0]), hi=int(clip[1]))
+    if lut is not None:
+        t = lut.term(t)
+    return t
+
+
 def _tail_term(p: PostProcess) -> Term:
-    return p.tail_term(Var("q"))
+    # keyed by the fields the tail reads, not the whole PostProcess: a per-channel model's
+    # thousands of columns share a few tails but each has its own requantization scale
+    return _shared_tail(p.add, p.clip, p.lut)
+
+
+@lru_cache(maxsize=4096)
+def _shared_tail(add: AddParams | None, clip: Any, lut: LutParams | None) -> Term:
+    return tail_term(add, clip, lut, Var("q"))
 
 
 def columns_of(post: Post, n0: int, n1: int) -> Post:

@@ -2,10 +2,11 @@
 
 File format (deterministic bytes): a zip archive, entries stored uncompressed
 with fixed timestamps, in sorted order:
-- `manifest.json` (compact JSON, keys sorted): `{"format": "npu-program", "version": 1,
+- `manifest.json` (compact JSON, keys sorted): `{"format": "npu-program", "version": 2,
   "target", "inputs", "outputs", "tensors", "constants": {name: entry},
-  "instructions": [...]}`, plus `"dynamic_batch": [input names]` when the model's batch
-  dimension is symbolic;
+  "instructions": [...], "tables": [...]}`, plus `"dynamic_batch": [input names]` when
+  the model's batch dimension is symbolic; an epilogue's LUT names its table by index in
+  "tables" (`{"__table__": k}`); version 1 files, which repeat the table, still load;
 - `constants/NNNN.npy`: one array per constant (weights, biases, tables);
 - `blobs/NNNN.bin`: opaque bytes (serialized ONNX subgraphs of host steps).
 """
@@ -29,10 +30,11 @@ from prover.terms import to_json as term_to_json
 
 from .isa import OPCODES, Instruction
 from .lowered import ORT_LEVELS, HostKernel, HostOnnx, TensorSpec
-from .postprocess import PostProcess, RequantParams
+from .postprocess import LutParams, PostProcess, RequantParams
 
 FORMAT = "npu-program"
-VERSION = 1
+VERSION = 2  # 2: each distinct LUT table once, in "tables" (`_Pool`)
+READABLE = (1, 2)
 _DATE = (1980, 1, 1, 0, 0, 0)
 
 
@@ -76,7 +78,7 @@ class Program:
     # --- file format ----------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
-        blobs: dict[str, bytes] = {}
+        pool = _Pool()
         const_entries = {
             name: f"constants/{k:04d}.npy" for k, name in enumerate(sorted(self.constants))
         }
@@ -88,8 +90,9 @@ class Program:
             "outputs": list(self.outputs),
             "tensors": [_spec_json(s) for s in self.tensors.values()],
             "constants": const_entries,
-            "instructions": [_encode_instruction(i, blobs) for i in self.instructions],
+            "instructions": [_encode_instruction(i, pool) for i in self.instructions],
         }
+        manifest["tables"] = [list(t) for t in pool.tables]  # in index order
         if self.dynamic_batch:  # absent otherwise: older programs keep their bytes
             manifest["dynamic_batch"] = list(self.dynamic_batch)
         # one line, by json's C encoder (an indent makes json use its pure-Python one: 1.7 s
@@ -101,7 +104,7 @@ class Program:
             buf = io.BytesIO()
             np.lib.format.write_array(buf, np.ascontiguousarray(self.constants[name]))
             entries[entry] = buf.getvalue()
-        entries.update(blobs)
+        entries.update(pool.blobs)
         out = io.BytesIO()
         with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
             for name in sorted(entries):
@@ -128,16 +131,19 @@ class Program:
                 m = json.loads(z.read("manifest.json"))
                 if m.get("format") != FORMAT:
                     raise ProgramError(f"{where}: unknown program format {m.get('format')!r}")
-                if m.get("version") != VERSION:
+                if m.get("version") not in READABLE:
                     raise ProgramError(
                         f"{where}: program format version {m.get('version')!r} is not "
-                        f"supported (expected {VERSION})"
+                        f"supported (expected one of {', '.join(map(str, READABLE))})"
                     )
                 constants = {
                     name: np.load(io.BytesIO(z.read(entry)), allow_pickle=False)
                     for name, entry in m["constants"].items()
                 }
-                blobs = {n: z.read(n) for n in names if n.startswith("blobs/")}
+                pool = _Pool(
+                    blobs={n: z.read(n) for n in names if n.startswith("blobs/")},
+                    read=[tuple(int(v) for v in t) for t in m.get("tables", [])],
+                )
                 tensors = [_spec_from(s) for s in m["tensors"]]
                 return Program(
                     target=m["target"],
@@ -145,7 +151,7 @@ class Program:
                     outputs=list(m["outputs"]),
                     tensors={s.name: s for s in tensors},
                     constants=constants,
-                    instructions=[_decode_instruction(i, blobs) for i in m["instructions"]],
+                    instructions=[_decode_instruction(i, pool) for i in m["instructions"]],
                     dynamic_batch=tuple(str(n) for n in m.get("dynamic_batch", [])),
                 )
         except ProgramError:
@@ -188,7 +194,40 @@ def _spec_from(j: dict[str, Any]) -> TensorSpec:
     return TensorSpec(j["name"], j["dtype"], tuple(int(v) for v in j["shape"]))
 
 
-def _encode(v: Any, blobs: dict[str, bytes]) -> Any:
+@dataclass
+class _Pool:
+    """What a program file holds once and names where it is used: host subgraphs
+    (`blobs/`), and since version 2 every distinct LUT table (the manifest's "tables"; a
+    per-channel MatMul's thousands of column epilogues share one table, which version 1
+    repeated in each: 46 MB of efficientnet_b0's 49 MB manifest)."""
+
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    tables: dict[tuple[int, ...], int] = field(default_factory=dict)  # written: table -> index
+    read: list[tuple[int, ...]] = field(default_factory=list)  # read: index -> table
+    luts: dict[int, tuple[LutParams, dict[str, Any]]] = field(default_factory=dict)
+
+    def lut_json(self, lut: LutParams) -> dict[str, Any]:
+        """`lut.to_json()` with its table named by index; built once per LutParams."""
+        hit = self.luts.get(id(lut))
+        if hit is not None and hit[0] is lut:
+            return hit[1]
+        table = lut.table
+        j = {**lut.to_json(table=False)}
+        if table is not None:
+            j["table"] = {"__table__": self.tables.setdefault(tuple(table), len(self.tables))}
+        self.luts[id(lut)] = (lut, j)
+        return j
+
+    def post_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A read `__post__` body with its table reference resolved."""
+        lut = body.get("lut")
+        if isinstance(lut, dict) and isinstance(lut.get("table"), dict):
+            lut = {**lut, "table": self.read[int(lut["table"]["__table__"])]}
+            body = {**body, "lut": lut}
+        return body
+
+
+def _encode(v: Any, pool: _Pool) -> Any:
     if v is None or isinstance(v, bool | str):
         return v
     if isinstance(v, int | np.integer):
@@ -196,7 +235,7 @@ def _encode(v: Any, blobs: dict[str, bytes]) -> Any:
     if isinstance(v, float | np.floating):
         return float(v)
     if isinstance(v, PostProcess):
-        return {"__post__": v.to_json()}
+        return {"__post__": v.to_json(lut_json=pool.lut_json)}
     if isinstance(v, RequantParams):
         return {"__rq__": v.to_json()}
     if isinstance(v, TensorSpec):
@@ -217,8 +256,8 @@ def _encode(v: Any, blobs: dict[str, bytes]) -> Any:
             }
         }
     if isinstance(v, HostOnnx):
-        key = f"blobs/{len(blobs):04d}.bin"
-        blobs[key] = bytes(v.model)
+        key = f"blobs/{len(pool.blobs):04d}.bin"
+        pool.blobs[key] = bytes(v.model)
         return {
             "__host_onnx__": {
                 "name": v.name,
@@ -232,18 +271,18 @@ def _encode(v: Any, blobs: dict[str, bytes]) -> Any:
             }
         }
     if isinstance(v, tuple | list):
-        return [_encode(x, blobs) for x in v]
+        return [_encode(x, pool) for x in v]
     raise TypeError(f"cannot encode {type(v).__name__} in a program file")
 
 
-def _decode(v: Any, blobs: dict[str, bytes]) -> Any:
+def _decode(v: Any, pool: _Pool) -> Any:
     if isinstance(v, list):
-        return tuple(_decode(x, blobs) for x in v)
+        return tuple(_decode(x, pool) for x in v)
     if not isinstance(v, dict):
         return v
     (tag, body), *_ = v.items()
     if tag == "__post__":
-        return PostProcess.from_json(body)
+        return PostProcess.from_json(pool.post_body(body))
     if tag == "__rq__":
         return RequantParams.from_json(body)
     if tag == "__spec__":
@@ -264,7 +303,7 @@ def _decode(v: Any, blobs: dict[str, bytes]) -> Any:
     if tag == "__host_onnx__":
         return HostOnnx(
             body["name"],
-            blobs[body["model"]],
+            pool.blobs[body["model"]],
             tuple(body["inputs"]),
             tuple(body["outputs"]),
             tuple(_spec_from(s) for s in body["output_specs"]),
@@ -285,18 +324,18 @@ def _ort_level(level: object) -> str:
 _LATER_FIELDS = frozenset({"cols", "tile", "w_addr", "w_stationary", "window", "unit"})
 
 
-def _encode_instruction(ins: Instruction, blobs: dict[str, bytes]) -> dict[str, Any]:
+def _encode_instruction(ins: Instruction, pool: _Pool) -> dict[str, Any]:
     return {
         "op": type(ins).__name__,
         "fields": {
-            f.name: _encode(getattr(ins, f.name), blobs)
+            f.name: _encode(getattr(ins, f.name), pool)
             for f in fields(ins)
             if f.name not in _LATER_FIELDS or getattr(ins, f.name) != f.default
         },
     }
 
 
-def _decode_instruction(j: dict[str, Any], blobs: dict[str, bytes]) -> Instruction:
+def _decode_instruction(j: dict[str, Any], pool: _Pool) -> Instruction:
     cls = OPCODES.get(j["op"])
     if cls is None:
         raise ProgramError(f"unknown instruction {j['op']!r}")
@@ -305,4 +344,4 @@ def _decode_instruction(j: dict[str, Any], blobs: dict[str, bytes]) -> Instructi
     required = {f.name for f in fields(cls) if f.default is MISSING}
     if not required <= set(j["fields"]) <= names:
         raise ProgramError(f"instruction {j['op']} has fields {sorted(j['fields'])}")
-    return cls(**{k: _decode(v, blobs) for k, v in j["fields"].items()})
+    return cls(**{k: _decode(v, pool) for k, v in j["fields"].items()})

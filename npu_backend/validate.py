@@ -11,7 +11,9 @@ Each issue carries a DESIGN.md reason code and a message saying what to do.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -280,8 +282,27 @@ def _post_issues(
     return out
 
 
+# validate_matmul's answers by (step, target) identity: a step is validated by lowering,
+# by each program generated from it (the ledger generates two more) and by the program's
+# own validation, and a per-channel step's columns cost ~10 us each. Weak references: the
+# memo keeps no step (nor its weights) alive.
+_VALIDATED: dict[tuple[int, int], tuple[Any, Any, list[ValidationIssue]]] = {}
+
+
 def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
     """Issues of a MatMul step against its compute unit's capabilities (`step.compute`)."""
+    key = (id(step), id(target))
+    hit = _VALIDATED.get(key)
+    if hit is not None and hit[0]() is step and hit[1]() is target:
+        return list(hit[2])
+    out = _validate_matmul(step, target)
+    if len(_VALIDATED) >= 4096:
+        _VALIDATED.clear()
+    _VALIDATED[key] = (weakref.ref(step), weakref.ref(target), list(out))
+    return out
+
+
+def _validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
     op_name = step.compute
     caps = target.compute(op_name)
     if caps is None:

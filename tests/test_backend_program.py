@@ -132,3 +132,55 @@ def test_run_file_round_trip(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"junk")
     with pytest.raises(ProgramError, match="cannot read inputs"):
         run_file(tmp_path / "p.npuprog", tmp_path / "junk.npz", tmp_path / "o.npz")
+
+
+def _per_channel_program():
+    from models import matmul_activation
+
+    from compiler.api import compile_model
+
+    r = compile_model(matmul_activation(K=16, N=24, per_channel=True))
+    return generate(r.lowered, FLOAT)
+
+
+def _manifest(data: bytes) -> dict:
+    return json.loads(zipfile.ZipFile(io.BytesIO(data)).read("manifest.json"))
+
+
+def test_a_per_channel_epilogue_writes_its_table_once_and_reads_back_equal():
+    prog = _per_channel_program()
+    data = prog.to_bytes()
+    m = _manifest(data)
+    assert m["version"] == 2 and len(m["tables"]) == 1 and len(m["tables"][0]) == 256
+    (mm,) = [i for i in m["instructions"] if i["op"] == "MatMul"]
+    posts = mm["fields"]["post"]
+    assert len(posts) == 24
+    assert all(p["__post__"]["lut"]["table"] == {"__table__": 0} for p in posts)
+    back = Program.from_bytes(data)
+    assert back.instructions == prog.instructions and back.to_bytes() == data
+
+
+def test_a_version_1_program_with_its_tables_inline_still_loads():
+    prog = _per_channel_program()
+    data = prog.to_bytes()
+
+    def inline(m):
+        tables = m.pop("tables")
+        for ins in m["instructions"]:
+            for v in ins["fields"].values():
+                for p in v if isinstance(v, list) else [v]:
+                    lut = p.get("__post__", {}).get("lut") if isinstance(p, dict) else None
+                    if lut and isinstance(lut["table"], dict):
+                        lut["table"] = tables[lut["table"]["__table__"]]
+        m["version"] = 1
+
+    old = _rewrite_manifest(data, inline)
+    assert "__table__" not in zipfile.ZipFile(io.BytesIO(old)).read("manifest.json").decode()
+    assert Program.from_bytes(old).instructions == prog.instructions
+
+
+def test_a_table_reference_out_of_range_is_a_corrupt_program():
+    data = _per_channel_program().to_bytes()
+    bad = _rewrite_manifest(data, lambda m: m.update(tables=[]))
+    with pytest.raises(ProgramError, match="corrupt"):
+        Program.from_bytes(bad)
