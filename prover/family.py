@@ -49,6 +49,10 @@ FORMAT = "npu-family/1"
 HOLE_PRIM = "requant_float"
 
 
+def _is_hole(u: T.Op) -> bool:
+    return u.prim == HOLE_PRIM and dict(u.params).get("scale") == HOLE
+
+
 def with_hole(t: T.Term) -> tuple[T.Term, float] | None:
     """(`t` with the scale of its one `requant_float` replaced by `HOLE`, that scale), or
     None when `t` has no such op or more than one."""
@@ -72,7 +76,7 @@ def hole_path(template: T.Term) -> tuple[int, ...] | None:
     """The argument indices from `template`'s root to its hole op, or None without one."""
     if not isinstance(template, T.Op):
         return None
-    if template.prim == HOLE_PRIM and dict(template.params).get("scale") == HOLE:
+    if _is_hole(template):
         return ()
     for i, a in enumerate(template.args):
         sub = hole_path(a)
@@ -112,7 +116,7 @@ def fill(template: T.Term, scale: float) -> T.Term:
     if not isinstance(template, T.Op):
         return template
     args = tuple(fill(a, scale) for a in template.args)
-    if template.prim == HOLE_PRIM and dict(template.params).get("scale") == HOLE:
+    if _is_hole(template):
         params = tuple((k, scale if k == "scale" else v) for k, v in template.params)
         return T.Op(template.prim, args, params)
     return template if args == template.args else T.Op(template.prim, args, template.params)
@@ -138,7 +142,8 @@ def total_template(template: T.Term, var: str) -> bool:
     """Whether every op of `template` is defined on every value it can receive when `var`
     is any int32: its hole op is `requant_float(var)` with a zero point inside its output
     type, and every other op has no precondition (and a clip's limits are ordered), or is a
-    `lut` whose argument's values lie inside its input type. Then an identity over a
+    `lut` whose argument's values lie inside its input type and whose table has one entry
+    per value of it. Then an identity over a
     non-empty int32 range is not vacuous and raises no kernel error."""
     if not isinstance(template, T.Op):
         return False
@@ -150,7 +155,7 @@ def total_template(template: T.Term, var: str) -> bool:
             continue
         assert isinstance(u, T.Op)
         kw = u.kwargs
-        if u.prim == HOLE_PRIM and kw.get("scale") == HOLE:
+        if _is_hole(u):
             if u.args != (T.Var(var),) or not int_type(kw["out"]).contains(int(kw["zp"])):
                 return False
             holes += 1
@@ -162,6 +167,8 @@ def total_template(template: T.Term, var: str) -> bool:
             ty = int_type(kw["in_type"])
             if got is None or not (ty.min <= got[0] and got[1] <= ty.max):
                 return False
+            if len(kw["table"]) != ty.max - ty.min + 1:
+                return False  # the kernel rejects a table of another size
         elif primitive(u.prim).precondition is not None:
             return False
         if any(isinstance(a, T.Var) for a in u.args):

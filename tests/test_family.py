@@ -82,6 +82,7 @@ def test_identities_are_members_whose_two_sides_are_one_total_term():
         _lut(op("add", _rq(0.01), ACC)),  # the variable reaches another op
         op("clip", _rq(0.01), lo=5, hi=1),  # a clip whose limits the kernel rejects
         _rq(0.01, zp=300),  # a zero point outside the output type
+        op("lut", _rq(0.01), table=TABLE[:255], in_type="int8", index_order="offset"),  # short
     ],
 )
 def test_a_template_with_a_partial_op_is_never_an_identity(term):

@@ -45,18 +45,17 @@ def lowering_family(
     """The family of `n`'s per-column requantization lowerings, or None where the sides are
     not one template with a float scale (a fixed-point requantizer)."""
     acc = Var("acc")
-    none = None
     if any(p is None for p in posts):
-        return none
+        return None
     ps = [p for p in posts if p is not None]
     first, last = 0, len(ps) - 1
     before = with_hole(requant_term(acc, rq, first))
     after = with_hole(ps[first].epilogue_term(acc))
     if before is None or after is None:
-        return none
+        return None
     scales = [p.requant.scale for p in ps]
     if any(s is None for s in scales):  # a fixed-point requantizer: no float scale
-        return none
+        return None
     fam = family(
         "lowering",
         "acc",
