@@ -423,8 +423,10 @@ def test_region_input_typed_when_value_info_leaves_the_compute_output_untyped(bu
 
 
 class _OneRegionPath:
-    """A merged session (`region_table.merged_model`) whose output `j` computes code
-    `code` one off at one position of one length (a fake tail path of one region only)."""
+    """A merged session (`region_table.merged_model`) whose region `j` computes code
+    `code` one off at one position of one length (a fake tail path of one region only);
+    its regions' outputs are one concatenated output (all of one type), region `j` its
+    `j`-th slice."""
 
     def __init__(self, real, j: int, code: int, length: int, pos: int) -> None:
         self.real, self.j, self.code, self.length, self.pos = real, j, code, length, pos
@@ -436,8 +438,8 @@ class _OneRegionPath:
         ys = [np.array(y) for y in self.real.run(names, feeds)]
         x = next(iter(feeds.values())).reshape(-1)
         if x.size == self.length and x[self.pos] == self.code:
-            y = ys[self.j].reshape(-1)
-            y[self.pos] += 1
+            (y,) = ys
+            y.reshape(-1)[self.j * self.length + self.pos] += 1
         return ys
 
 
@@ -468,17 +470,51 @@ def test_prefetched_tables_are_the_tables_each_region_checked_alone_gives(monkey
     )
 
 
+def _model_of_type(kind: str, out: type) -> bytes:
+    """`_model_of(kind)` quantizing to `out` (int8 or uint8)."""
+    nodes, consts = region(kind)
+    cs = {c.name: onnx.numpy_helper.to_array(c) for c in consts}
+    cs |= {"u_s": np.asarray(0.05, np.float32), "u_z": np.asarray(0, np.int8),
+           "y_s": np.asarray(1 / 64, np.float32), "y_z": np.asarray(3, out)}  # fmt: skip
+    return region_model(nodes, cs, "u", "y", "int8", 1, {"": 17}).SerializeToString()
+
+
+def test_merged_regions_share_one_input_and_one_output_per_type(monkeypatch):
+    """A merged model reads one input and concatenates the outputs of the regions of each
+    known output type (an unknown type: an output of its own); every region still gets the
+    table and type it gets checked alone, int8 and uint8 side by side."""
+    rt = _fresh_cache(monkeypatch)
+    monkeypatch.setattr(rt, "_UNCHECKED", {})
+    blobs = [_model_of_type(k, t) for k, t in (("hardswish", np.int8), ("silu", np.uint8),
+             ("gelu_erf", np.int8), ("hardsigmoid", np.uint8), ("silu", np.int8))]  # fmt: skip
+    keys = [(b, "int8", 1, "default") for b in blobs]
+    for key in keys[:4]:  # the last one's type is not known yet
+        rt.unchecked_table(*key)
+    types = [rt._known_type(k) for k in keys]
+    assert types == ["int8", "uint8", "int8", "uint8", None]
+    merged = rt.merged_model(blobs, types)
+    assert merged.outputs == (("y_int8", (0, 2)), ("y_uint8", (1, 3)), ("r4_y", (4,)))
+    m = onnx.load_from_string(merged.blob)
+    assert [i.name for i in m.graph.input] == ["probe"]
+    assert rt.prefetch(keys) == len(blobs)
+    for key in keys:
+        assert rt._TABLES[key] == rt.check_alone(*key)
+    assert {rt._TABLES[k].out_type for k in keys} == {"int8", "uint8"}
+
+
 def test_a_batch_leaves_a_region_that_differs_to_its_own_check(monkeypatch):
     """In a batch, a region whose output differs at one tail position of one length only,
     or that is no elementwise function (Softmax), is not cached: its own check runs when it
     is converted and names the probe; the other regions of the batch are cached."""
     rt = _fresh_cache(monkeypatch)
     blobs = [_model_of(k) for k in ("hardswish", "softmax", "gelu_erf")]
+    for b in blobs:  # as the frontend has them when it checks: emitted with ORT's table
+        rt.unchecked_table(b, "int8", 1, "default")
     real = rt._sessions
 
     def fake(blob, level):
         a, b = real(blob, level)
-        if len(a.get_inputs()) == 1:  # a region checked alone: ORT's own kernels
+        if a.get_inputs()[0].name == "u":  # a region checked alone: ORT's own kernels
             return a, b
         return _OneRegionPath(a, 2, -77, 40, 3), b
 
