@@ -294,6 +294,29 @@ def test_a_per_channel_site_has_the_same_program_with_or_without_its_family():
     assert _placed(fam_run)[0] == _placed(alone)[0]
 
 
+def test_a_per_tensor_lowering_and_site_are_families_too():
+    """A per-tensor op is a family whose columns share one scale: its lowering and its
+    site's epilogue are identities on npu_float (proven without a procedure), with the
+    verdicts and program a named procedure gives; on npu_fixed nothing is."""
+    for extra in ("output", None):  # lowered alone; fused into a site
+        m = matmul_activation(K=16, N=12, per_channel=False, extra_user=extra)
+        before = prove.COUNTS["identities"]
+        fam_run = compile_model(m)
+        assert prove.COUNTS["identities"] - before >= 12
+        alone = compile_model(m, solver="segments")
+        assert [(s.verdict, s.max_diff) for s in fam_run.sites] == [
+            (s.verdict, s.max_diff) for s in alone.sites
+        ]
+        assert {s.solver for s in fam_run.sites if s.verdict == "proven"} <= {"identity"}
+        assert {s.solver for s in alone.sites if s.verdict == "proven"} <= {"segments"}
+        assert extra or [s.verdict for s in fam_run.sites] == ["proven"]
+        assert _placed(fam_run)[0] == _placed(alone)[0]
+    fixed = load_target("npu_backend/targets/npu_fixed.toml")
+    before = prove.COUNTS["identities"]
+    compile_model(matmul_activation(K=16, N=12, per_channel=False), target=fixed)
+    assert prove.COUNTS["identities"] == before
+
+
 def test_scale_in_reads_what_with_hole_would_without_rebuilding():
     from prover.family import hole_path, scale_in
 

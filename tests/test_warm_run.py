@@ -42,12 +42,19 @@ def _verdicts(run) -> list[tuple]:
     ]
 
 
+# A named procedure: each site's obligation is decided and recorded on its own (with the
+# default `auto`, the chain's identities are one family each, re-decided at no cost).
+SEG = "segments"
+
+
 def test_a_warm_signed_run_decides_nothing_and_reports_the_same(chain, tmp_path):
     store, key = tmp_path / "store", tmp_path / "key"
     key.write_text("test key\n")
-    cold, n = _run(chain, proofs=str(store), proof_key_file=str(key))
+    cold, n = _run(chain, proofs=str(store), proof_key_file=str(key), solver=SEG)
     assert n["decided"] == SITES and n["served"] == 0
-    warm, n = _run(chain, proofs=str(store), proof_key_file=str(key), recheck_budget_s=0)
+    warm, n = _run(
+        chain, proofs=str(store), proof_key_file=str(key), recheck_budget_s=0, solver=SEG
+    )
     assert n == {"decided": 0, "served": SITES, "redecided": 0, "lifted": 0, "errors": 0}
     assert {r["served"] for r in warm.report.proof_records} == {"signature verified"}
     assert _verdicts(warm) == _verdicts(cold)
@@ -55,9 +62,22 @@ def test_a_warm_signed_run_decides_nothing_and_reports_the_same(chain, tmp_path)
 
 def test_an_unsigned_warm_run_re_decides_every_record(chain, tmp_path):
     store = tmp_path / "store"
-    _run(chain, proofs=str(store))
-    _, n = _run(chain, proofs=str(store))  # default recheck budget: never trusted on its word
+    _run(chain, proofs=str(store), solver=SEG)
+    _, n = _run(chain, proofs=str(store), solver=SEG)  # default budget: never on its word
     assert n["decided"] == 0 and n["served"] == SITES and n["redecided"] == SITES
+
+
+def test_a_warm_run_re_decides_identity_families_without_a_key(chain, tmp_path):
+    """With `auto`, the chain's sites and lowerings are identities (`prover.family`): their
+    records are served re-decided by identity, no key needed, with the cold run's verdicts;
+    nothing goes to a procedure."""
+    store = tmp_path / "store"
+    cold, n = _run(chain, proofs=str(store))
+    assert n["decided"] == 0
+    warm, n = _run(chain, proofs=str(store), recheck_budget_s=0)
+    assert n["decided"] == 0 and n["served"] >= SITES and n["lifted"] == 0
+    assert {r["served"] for r in warm.report.proof_records} == {"re-decided by identity"}
+    assert _verdicts(warm) == _verdicts(cold)
 
 
 def test_a_warm_run_of_a_refuted_model_lifts_nothing(tmp_path):

@@ -196,12 +196,13 @@ class Lowerer(EltwiseLowering, LayoutLowering):
             for j in cols:
                 posts[j] = p
         policy = effective_policy(self.g, n.output, self.ctx.config.policy)
+        # the columns the target requantizes as the model does (per-tensor ones too: every
+        # column one member), proven together without building their obligations
         proven = None
-        if len(groups) > 1:  # per-channel: the columns the target requantizes as the model does
-            fam = lowering_family(n, rq, posts, r, policy)
-            if fam is not None:
-                with phase("prove"):
-                    proven = prove.identities(fam, self.ctx)
+        fam = lowering_family(n, rq, posts, r, policy)
+        if fam is not None:
+            with phase("prove"):
+                proven = prove.identities(fam, self.ctx)
         for cols in groups:
             if proven is not None and all(proven[j] for j in cols):
                 continue

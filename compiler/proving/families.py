@@ -1,4 +1,5 @@
-"""Per-channel ops' columns as column families (`prover.family`), built from the IR.
+"""Ops' columns as column families (`prover.family`), built from the IR (per channel, or
+per tensor: every column of one scale).
 
 - `lowering_family`: the lowering obligation of column j is `requant_term(acc, rq, j)`
   (the model's float requantization) against `posts[j].epilogue_term(acc)` (the target's),

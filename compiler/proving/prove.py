@@ -100,7 +100,7 @@ def _build(g: Graph, site: Site, ctx: Context) -> list[SiteObligation]:
     policy = effective_policy(g, site.activation.output, ctx.config.policy)
     fam: Family | None = None
     covered: set[int] = set()
-    found = site_family(site, r, policy) if len(site.post) > 1 else None
+    found = site_family(site, r, policy)
     if found is not None and not _synthesising(site, ctx) and identities(found[0], ctx).all():
         fam, covered = found
         out.append((fam, tuple(fam.columns.tolist()), -1))

@@ -39,12 +39,16 @@ def obligation_figures(run: ZooRun) -> dict[str, Any]:
     several tasks rely on; `decided` / `served` / `errors`: how the deciding phase answered
     each distinct hash, once (`speculative`: answered for a model's provisional path that
     its final run did not take); `inline`: decided inside a model run (a refutation's
-    lifting, or a model past its collecting runs)."""
+    lifting, a model past its collecting runs, or a family of identities); `identities`:
+    the families of identities among them (proven where they are built, never deferred)."""
     seen: Counter[str] = Counter()
     for o in run.outcomes:
         seen.update(o.result["obligations"].keys())
     answers = Counter(run.answers.values())
     inline = {h for o in run.outcomes for h in o.result["obligations"] if h not in run.answers}
+    identities = {
+        h for o in run.outcomes for h, a in o.result["obligations"].items() if a == "identity"
+    }
     occurrences = sum(seen.values())
     distinct = len(seen)
     return {
@@ -56,6 +60,7 @@ def obligation_figures(run: ZooRun) -> dict[str, Any]:
         "errors": answers["error"],
         "speculative": sum(1 for h in run.answers if h not in seen),
         "inline": len(inline),
+        "identities": len(identities),
         "dedup_ratio": round(occurrences / distinct, 4) if distinct else 1.0,
     }
 

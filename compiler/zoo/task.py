@@ -7,7 +7,8 @@ obligation it asks for is deferred (`compiler.ir.context.CheckOptions.defer`), a
 there was one the result is `pending` with those obligations (`needs`, by hash) to be
 decided apart (`compiler.zoo.decide`), once across the zoo, and the model run again with
 them known. A run that needed nothing new is the check's result: its JSON report, its exit
-code, and how each obligation it relied on was answered ("decided", "served" from the
+code, and how each obligation it relied on was answered ("identity": a column family
+proven in the model run, `prover.family`; "decided", "served" from the
 proof store, or "error"). Bad input (a corrupt model) is a result (`status: error`, exit
 2), not an exception: only a tool bug or a dead worker makes a run fail, and the zoo
 retries those once.
@@ -114,6 +115,8 @@ def _pending(needs: dict[str, Any], t0: float) -> dict[str, Any]:
 def _answer(v: Any) -> str:
     if isinstance(v, Exception):
         return "error"
+    if getattr(v, "solver", "") == "identity":  # a family of identities, proven in the run
+        return "identity"
     return "served" if getattr(v, "cached", False) else "decided"
 
 
