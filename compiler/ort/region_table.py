@@ -390,24 +390,27 @@ class _Probes(NamedTuple):
 @lru_cache(maxsize=8)
 def _probes(dtype: str, lo: int, n: int, rank: int) -> _Probes:
     """The probes of the position check (module docstring); the same for every region of
-    one input type and rank."""
+    one input type and rank. A length's probes are views of the codes twice over (the probe
+    starting at code k is `codes2[k:k+length]`), so building them costs no copies."""
     codes = (np.arange(n, dtype=np.int64) + lo).astype(np.dtype(dtype))
+    codes2 = np.concatenate([codes, codes])
     lead = (1,) * (rank - 1)
-    flat, where = [], []
+    flat, where, pos = [], [], []
     for off in OFFSETS:
         flat.append(np.concatenate([np.roll(codes, 7)[:off], codes]))
         where.append(f"offset {off}")
-    for length in LENGTHS:
-        for start in range(n):  # every code at every position of this length
-            flat.append(codes[(start + np.arange(length)) % n])
-            where.append(f"length {length}")
-    pos = np.concatenate(flat).astype(np.int64) - lo
+        pos.append(flat[-1].astype(np.int64) - lo)
+    start = np.arange(n)[:, None]
+    for length in LENGTHS:  # every code at every position of this length
+        flat += [codes2[k : k + length] for k in range(n)]
+        where += [f"length {length}"] * n
+        pos.append(((start + np.arange(length)) % n).reshape(-1))
     idx = (np.arange(LONG) + np.arange(LONG) // n) % n
     xs = tuple(x.reshape(lead + (x.size,)) for x in flat)
     long_x = codes[idx].reshape(lead + (LONG,))
-    for a in (*xs, *flat, pos, long_x, idx):
+    for a in (codes2, *flat, long_x, idx):
         a.setflags(write=False)  # shared by every region's check
-    return _Probes(xs, tuple(flat), tuple(where), pos, long_x, idx)
+    return _Probes(xs, tuple(flat), tuple(where), np.concatenate(pos), long_x, idx)
 
 
 def _check(sess, single, codes: np.ndarray, lo: int, rank: int) -> CheckedTable:
