@@ -151,7 +151,7 @@ class MatMul:
         run-time zero point read from `a_zp_input` (default the descriptor's `a_zp`)."""
         zp = self.a_zp if a_zp is None else int(a_zp)
         if self.window is not None:
-            return conv_acc(a, w, self.window, zp, self.w_zp, bias)
+            return conv_acc(a, w, self.window, zp, self.w_zp, bias, matmul=exact_matmul)
         return exact_matmul(a, w, zp, self.w_zp, bias)
 
     def epilogue(self, acc: np.ndarray, table: tuple[int, ...] | None) -> np.ndarray:

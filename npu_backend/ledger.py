@@ -495,10 +495,13 @@ def _entry(split: _Split, specs: Mapping[str, TensorSpec | None], u: Flat, f: Fl
 
 def _unfused_program(
     lowered: LoweredModel, target: Target
-) -> tuple[LoweredModel, list[_Split], Program, dict[str, tuple[tuple[str, ...], str]]]:
+) -> tuple[LoweredModel, list[_Split], Program | None, dict[str, tuple[tuple[str, ...], str]]]:
     """The unfused model and its program. A site whose unfused form needs buffers the target
-    does not have (a standalone activation cannot be tiled) stays fused, with the reason."""
+    does not have (a standalone activation cannot be tiled) stays fused, with the reason.
+    No program where nothing is fused."""
     unfused, splits = unfuse_all(lowered)
+    if not splits:  # nothing fused: no baseline to generate
+        return unfused, splits, None, {}
     try:
         return unfused, splits, generate(unfused, target), {}
     except (CodegenError, ValidationError) as e:
@@ -528,9 +531,11 @@ def model_ledger(
     lowered: LoweredModel,
     target: Target,
     inputs: dict[str, np.ndarray] | None = None,
+    program: Program | None = None,
 ) -> ModelLedger:
     """Measure every fused MatMul (and elementwise op with a table) of `lowered`: two
-    simulator runs, whatever their number.
+    simulator runs, whatever their number. `program`: `lowered`'s program where the caller
+    has generated it already (else generated here).
 
     A site whose unfused form the target cannot hold stays fused in the baseline and is
     listed in `not_measured` with the reason instead of getting an entry."""
@@ -539,9 +544,8 @@ def model_ledger(
         legal = index_ranges(lowered.steps, [s.name for s in lowered.inputs])
         inputs = random_inputs(lowered.inputs, ranges=legal)
     try:
-        fused_run = profile(
-            generate(lowered, target), inputs, [s.name for s in lowered.steps], target
-        )
+        fused = generate(lowered, target) if program is None else program
+        fused_run = profile(fused, inputs, [s.name for s in lowered.steps], target)
     except SimulatorInputError as e:
         if not made_up:
             raise
@@ -550,7 +554,7 @@ def model_ledger(
             "with --input IN.npz"
         ) from None
     unfused, splits, program, kept = _unfused_program(lowered, target)
-    if not splits:
+    if not splits or program is None:
         return ModelLedger([], fused_run.total, fused_run.total, kept)
     un_run = profile(program, inputs, [s.name for s in unfused.steps], target)
     for sp in splits:

@@ -670,7 +670,7 @@ class Machine:
                 c.write("sram", nb)
                 c.read("sram", nb)
                 c.read("wmem", w_bytes)
-                acc = conv_acc(slab, w, sub, a_zp, wz, b_cols, (n0, n1))
+                acc = conv_acc(slab, w, sub, a_zp, wz, b_cols, (n0, n1), matmul=exact_matmul)
                 rows = acc.reshape(-1, width)
                 y = rows if post is None else apply_columns(post, rows)
                 stored = self._store(y, dtype, ins.name).reshape(acc.shape)

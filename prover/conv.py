@@ -14,6 +14,7 @@ Layout: the input here is channels-last [N, *spatial, C] and the output [N, *out
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
@@ -131,11 +132,14 @@ def conv_acc(
     w_zp: Any,
     bias: Any = None,
     cols: tuple[int, int] | None = None,
+    matmul: Callable[..., np.ndarray] = matmul_acc,
 ) -> np.ndarray:
     """Exact accumulator [N, *out_spatial, C] of channels-last `x` and weights `w` [K_g,
     C_out] (column c in group c // (C_out / group)), for output columns `cols` = [n0, n1)
     (default all: C = C_out); `w_zp` (scalar or one per computed column) and `bias` (one per
-    computed column, or None) are those of the computed columns."""
+    computed column, or None) are those of the computed columns. `matmul` computes each
+    group's `matmul_acc` (the simulator passes its BLAS form where that is provably exact,
+    `npu_backend.exact_matmul`)."""
     w64 = np.asarray(w, dtype=np.int64)
     p = patches(x, win, int(x_zp))
     k_g, n = w64.shape
@@ -152,7 +156,7 @@ def conv_acc(
         c0, c1 = max(n0, g * per), min(n1, (g + 1) * per)
         loc = slice(c0 - n0, c1 - n0)
         outs.append(
-            matmul_acc(p[..., g, :], w64[:, c0:c1], x_zp, wz[loc], None if b is None else b[loc])
+            matmul(p[..., g, :], w64[:, c0:c1], x_zp, wz[loc], None if b is None else b[loc])
         )
     return np.concatenate(outs, axis=-1)
 

@@ -131,9 +131,28 @@ def test_model_total_is_the_difference_of_the_two_programs():
     )
 
 
-def test_a_model_without_fusions_has_an_empty_ledger_and_equal_totals():
-    ml = model_ledger(matmul_model(requant_post(FLOAT)), FLOAT)
+def test_a_model_without_fusions_has_an_empty_ledger_and_equal_totals(monkeypatch):
+    model = matmul_model(requant_post(FLOAT))
+    ml = model_ledger(model, FLOAT)
     assert ml.fusions == [] and ml.fused == ml.unfused and ml.saved == 0
+    # given its program, nothing is generated again (nor an unfused baseline: none exists)
+    import npu_backend.ledger as lg
+
+    prog = generate(model, FLOAT)
+
+    def no_generate(*a, **k):
+        raise AssertionError("generated again")
+
+    monkeypatch.setattr(lg, "generate", no_generate)
+    again = model_ledger(model, FLOAT, program=prog)
+    assert again.fused == ml.fused and again.fusions == []
+
+
+def test_a_given_program_is_measured_as_the_generated_one():
+    model = _chain(3)
+    a, b = model_ledger(model, FLOAT), model_ledger(model, FLOAT, program=generate(model, FLOAT))
+    assert a.fused == b.fused and a.unfused == b.unfused
+    assert [e.to_json() for e in a.fusions] == [e.to_json() for e in b.fusions]
 
 
 def _siblings(target, second: str, m: int = 1) -> LoweredModel:

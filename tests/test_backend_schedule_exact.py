@@ -146,3 +146,43 @@ def test_k_beyond_one_float32_chunk_is_summed_exactly(a_zp):
     naive = ((a.astype(np.float32) - a_zp) @ w.astype(np.float32)).astype(np.int64)
     assert (naive != want).any()  # the test can fail
     np.testing.assert_array_equal(exact_matmul(a, w, a_zp, 0), want)
+
+
+@pytest.mark.parametrize(
+    "dtype, x_zp, group, pads",
+    [
+        (np.int8, 0, 1, (1, 1, 1, 1)),
+        (np.uint8, 131, 4, (0, 1, 2, 0)),
+        (np.uint8, 7, 8, (1, 0, 1, 0)),
+    ],
+)
+def test_a_convs_accumulator_by_blas_is_the_int64_one(dtype, x_zp, group, pads):
+    """The simulator's conv (`prover.conv.conv_acc` with `exact_matmul` per group: depthwise,
+    grouped, padded with the zero point, uint8 with zero points) equals the int64 one."""
+    from prover.conv import Window, conv_acc
+
+    rng = np.random.default_rng(group)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, (2, 9, 7, 8)).astype(dtype)
+    k_g = (8 // group) * 9
+    w = rng.integers(-128, 128, (k_g, 16)).astype(np.int8)
+    win = Window((3, 3), (2, 1), (1, 1), pads, group, 8)
+    w_zp = rng.integers(-3, 4, 16)
+    bias = rng.integers(-1000, 1000, 16)
+    want = conv_acc(x, w, win, x_zp, w_zp, bias)
+    got = conv_acc(x, w, win, x_zp, w_zp, bias, matmul=exact_matmul)
+    assert got.dtype == want.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+    cols = conv_acc(x, w, win, x_zp, w_zp[4:12], bias[4:12], (4, 12), matmul=exact_matmul)
+    np.testing.assert_array_equal(cols, want[..., 4:12])
+
+
+def test_a_convs_accumulator_beyond_float_exactness_is_still_exact():
+    """int64 activations far from any float: no BLAS form is exact, the int64 one runs."""
+    from prover.conv import Window, conv_acc
+
+    x = np.full((1, 3, 3, 1), 2**52 + 1, dtype=np.int64)
+    w = np.ones((9, 1), dtype=np.int64)
+    win = Window((3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1, 1)
+    got = conv_acc(x, w, win, 0, 0, None, matmul=exact_matmul)
+    assert int(got.reshape(-1)[0]) == 9 * (2**52 + 1)

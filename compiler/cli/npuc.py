@@ -268,7 +268,7 @@ def _compile(args: argparse.Namespace) -> int:
 
         given = load_inputs(args.input)
     with phase("ledger"):
-        measured = model_ledger(run.result.lowered, run.target, given)
+        measured = model_ledger(run.result.lowered, run.target, given, program)
     entries = [e.to_json() for e in measured.fusions]
     total = measured.total_json()
     run.report.ledger = {"fusions": entries, "total": total}
