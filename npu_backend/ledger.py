@@ -553,10 +553,10 @@ def model_ledger(
             f"the ledger's made-up inputs are refused ({e}); give the inputs to measure on "
             "with --input IN.npz"
         ) from None
-    unfused, splits, program, kept = _unfused_program(lowered, target)
-    if not splits or program is None:
+    unfused, splits, baseline, kept = _unfused_program(lowered, target)
+    if baseline is None:  # nothing fused
         return ModelLedger([], fused_run.total, fused_run.total, kept)
-    un_run = profile(program, inputs, [s.name for s in unfused.steps], target)
+    un_run = profile(baseline, inputs, [s.name for s in unfused.steps], target)
     for sp in splits:
         out = sp.site.out
         if not _same(fused_run.tensors.get(out), un_run.tensors.get(out)):

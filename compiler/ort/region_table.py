@@ -28,8 +28,9 @@ names) and checked once. A model's regions are checked together at the end of it
 writes one output per output type, the regions' outputs concatenated, because ORT's cost per
 run is mostly per tensor passed in and out: 1.9x less CPU on mobilenet_v3_small's 27 region
 models, 2.8x on efficientnet_b0's 49, than one input and output per region (32 SiLU
-regions: 5.4 s checked each alone, 2.0 s merged with an input and output each, 1.0 s now); each `lut` is emitted with ORT's table of one run,
-`unchecked_table`, and given its checked table then);
+regions: 5.4 s checked each alone, 2.0 s merged with an input and output each, 1.0 s now);
+each `lut` is emitted with ORT's table of one run, `unchecked_table`, and given its checked
+table then);
 a region that differs in a batch is checked again alone, which names the probe, and the
 model is built again with that region on the host. Evidence is not shared
 between regions with other constants: a vector body and a scalar tail may round
