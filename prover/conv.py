@@ -151,6 +151,8 @@ def conv_acc(
     per = n // win.group
     wz = np.broadcast_to(np.asarray(w_zp, dtype=np.int64), (n1 - n0,))
     b = None if bias is None else np.asarray(bias, dtype=np.int64).reshape(n1 - n0)
+    if n0 % per == 0 and n1 % per == 0:  # whole groups: one batched matmul over them
+        return _whole_groups(p, w64[:, n0:n1], x_zp, wz, b, n0 // per, n1 // per, matmul)
     outs = []
     for g in range(n0 // per, (n1 - 1) // per + 1):
         c0, c1 = max(n0, g * per), min(n1, (g + 1) * per)
@@ -159,6 +161,29 @@ def conv_acc(
             matmul(p[..., g, :], w64[:, c0:c1], x_zp, wz[loc], None if b is None else b[loc])
         )
     return np.concatenate(outs, axis=-1)
+
+
+def _whole_groups(
+    p: np.ndarray,
+    w: np.ndarray,
+    x_zp: Any,
+    w_zp: np.ndarray,
+    bias: np.ndarray | None,
+    g0: int,
+    g1: int,
+    matmul: Callable[..., np.ndarray],
+) -> np.ndarray:
+    """`conv_acc` of groups [g0, g1) (all their columns `w`) as one batched `matmul` with
+    the group as the batch axis: a depthwise conv is one call, not one per channel."""
+    lead = p.shape[:-2]
+    k, cols = w.shape
+    g = g1 - g0
+    per = cols // g
+    a = np.moveaxis(p[..., g0:g1, :], -2, 0).reshape(g, -1, k)  # [g, rows, K_g]
+    wb = w.reshape(k, g, per).transpose(1, 0, 2)  # [g, K_g, per]
+    acc = matmul(a, wb, x_zp, w_zp.reshape(g, 1, per))  # [g, rows, per]
+    acc = acc.transpose(1, 0, 2).reshape(lead + (cols,))
+    return acc if bias is None else acc + bias
 
 
 def row_tile(win: Window, x: np.ndarray, r0: int, r1: int, x_zp: int) -> tuple[np.ndarray, Window]:

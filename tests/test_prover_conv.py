@@ -36,6 +36,7 @@ def _loops(x, W, win: Window, x_zp, w_zp, bias):
         (Window((3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, 3), 3, 4),
         (Window((2, 3), (2, 1), (1, 2), (0, 2, 1, 0), 2, 4), 4, 6),
         (Window((3, 3), (2, 2), (1, 1), (1, 0, 2, 1), 4, 4), 4, 8),
+        (Window((3, 3), (1, 2), (2, 1), (2, 1, 0, 1), 5, 5), 5, 5),  # depthwise
     ],
 )
 def test_conv_acc_is_the_onnx_definition(win, c, m):
@@ -51,6 +52,10 @@ def test_conv_acc_is_the_onnx_definition(win, c, m):
     n0, n1 = 1, m - 1
     got = conv_acc(x, w, win, -7, w_zp[n0:n1], bias[n0:n1], (n0, n1))
     np.testing.assert_array_equal(got, want[..., n0:n1])
+    per = m // win.group  # whole groups past the first (one batched matmul of them)
+    if win.group > 1:
+        got = conv_acc(x, w, win, -7, w_zp[per:], bias[per:], (per, m))
+        np.testing.assert_array_equal(got, want[..., per:])
     oh = want.shape[1]
     for r0 in range(oh):
         slab, sub = row_tile(win, x, r0, r0 + 1, -7)
