@@ -192,8 +192,30 @@ def _post_issues(
 ) -> list[ValidationIssue]:
     """`lut_memo`: the LUT issues already found for this step, by (id of the table's
     params, function): per-channel columns' postprocessing share one `LutParams`."""
+    return _requant_issues(p.requant, caps.requant_scheme, step.name) + _stage_issues(
+        p, step, caps, target, op_name, lut_memo
+    )
+
+
+def _stage_key(p: PostProcess) -> tuple[Any, ...]:
+    """What `_stage_issues` reads of `p`: all of it but the requantization's scale
+    parameters (per-channel columns differ in those only)."""
+    rq = p.requant
+    return (rq.out_type, rq.zp, p.clip, p.function, p.lut, p.out_type, p.out_zp, p.add)
+
+
+def _stage_issues(
+    p: PostProcess,
+    step: NpuMatMul,
+    caps: ComputeCaps,
+    target: Target,
+    op_name: str,
+    lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] | None = None,
+) -> list[ValidationIssue]:
+    """Issues of `p`'s stages after its requantization's parameters: the intermediate type,
+    clip, add, table and output encoding (`_stage_key`)."""
     name = step.name
-    out = _requant_issues(p.requant, caps.requant_scheme, name)
+    out: list[ValidationIssue] = []
     if p.requant.out_type not in caps.intermediate_types:
         out.append(
             ValidationIssue(
@@ -342,10 +364,16 @@ def _validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
     posts = posts_of(step.post)
     seen: set[PostProcess] = set()
     lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] = {}
+    stages: dict[tuple[Any, ...], list[ValidationIssue]] = {}  # by `_stage_key`
     for p in posts:
         if p not in seen:
             seen.add(p)
-            out += _post_issues(p, step, caps, target, op_name, lut_memo)
+            out += _requant_issues(p.requant, caps.requant_scheme, step.name)
+            key = _stage_key(p)
+            hit = stages.get(key)
+            if hit is None:
+                hit = stages[key] = _stage_issues(p, step, caps, target, op_name, lut_memo)
+            out += hit
     luts = {(p.lut, p.function) for p in posts}
     if len(luts) > 1:
         out.append(

@@ -78,7 +78,12 @@ def _memo(t: Op) -> list[Any]:
 Term = Var | Const | Op
 
 
+_PLAIN = frozenset({int, float, str, bool, type(None)})  # frozen as they are
+
+
 def _freeze(v: Any) -> Any:
+    if type(v) in _PLAIN:  # most parameters: scales, zero points, type names
+        return v
     if isinstance(v, np.ndarray):
         return tuple(int(x) for x in v.tolist()) if v.dtype.kind in "iu" else tuple(v.tolist())
     if isinstance(v, list | tuple):

@@ -259,8 +259,34 @@ def test_per_column_posts_sharing_a_table_each_report_its_issues(monkeypatch):
         monkeypatch.setattr(V, "_lut_issues", lambda *a, c=checked: c.append(a[0]) or real_lut(*a))
         got = validate_step(_step(posts), FLOAT)
         assert len(checked) == 1
-        monkeypatch.setattr(V, "_post_issues", lambda *a: real_post(*a[:5]))  # no memo
-        assert validate_step(_step(posts), FLOAT) == got
+        step = _step(posts)
+        caps = FLOAT.compute(step.compute)
+        alone = [
+            i for q in dict.fromkeys(posts) for i in real_post(q, step, caps, FLOAT, step.compute)
+        ]
+        assert got == list(dict.fromkeys(alone))  # each column checked alone, no memo
         assert len(checked) == 1 + len(set(posts)) == 4
-        monkeypatch.setattr(V, "_post_issues", real_post)
         assert bool(got) == (lut is bad or function == "nonsense")
+
+
+def test_per_column_scales_are_each_checked_and_the_rest_once(monkeypatch):
+    """Per-channel columns differ in their requantization scale only: each scale is
+    checked (one bad scale is reported), the stages after it once per step."""
+    import npu_backend.validate as V
+
+    post = fused_post(FLOAT)
+    scales = [0.01 * (j + 1) for j in range(N)]
+    scales[2] = -1.0
+    posts = tuple(
+        dataclasses.replace(post, requant=dataclasses.replace(post.requant, scale=s))
+        for s in scales
+    )
+    real_stage = V._stage_issues
+    calls: list = []
+    monkeypatch.setattr(V, "_stage_issues", lambda *a: calls.append(a[0]) or real_stage(*a))
+    got = validate_step(_step(posts), FLOAT)
+    assert len(calls) == 1
+    assert [i.code for i in got] == ["incomplete_parameters"]
+    assert "bad requantization" in got[0].message and "-1.0" in got[0].message
+    fine = tuple(p for p in posts if p.requant.scale > 0)
+    assert validate_step(_step(fine), FLOAT) == []

@@ -183,7 +183,11 @@ def bias_index(site: Site) -> int | None:
 
 def before_term(site: Site, x: Term, j: int, start: int = 0) -> Term:
     """The chain from index `start` on, for column `j` (the bias as its reference table)."""
-    b = bias_view(site)
+    return chain_term(site, x, j, bias_view(site), start)
+
+
+def chain_term(site: Site, x: Term, j: int, b: BiasView | None, start: int = 0) -> Term:
+    """`before_term` with the site's bias view `b` given (built once for all columns)."""
     for i, n in enumerate(site.chain):
         if i < start:
             continue
@@ -395,7 +399,7 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         else:
             before = acc
             rq = requant_params(site.chain[stage])
-        before = before_term(site, before, j)
+        before = chain_term(site, before, j, bias)
         add_p = add_stage(bias, j, caps.add_fma) if two_rounding and bias is not None else None
         post = PostProcess(
             rq,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from compiler.ir.epilogue import ColumnGroup
 from compiler.ir.graph import Node
 from compiler.ir.semantics import requant_term
 from compiler.ir.site import Site
-from npu_backend.postprocess import PostProcess
+from npu_backend.postprocess import PostProcess, RequantParams
 from prover.family import Family, family, fill, hole_path, matches, scale_in, with_hole
 from prover.matmul import AccRange
 from prover.policy import Policy
@@ -77,15 +78,22 @@ def lowering_family(
     return fam
 
 
+# what `_alike` compares: all of a PostProcess but its requantization's scale
+_POST_REST = attrgetter(*(f.name for f in dataclasses.fields(PostProcess) if f.name != "requant"))
+_REQUANT_REST = attrgetter(
+    *(f.name for f in dataclasses.fields(RequantParams) if f.name != "scale")
+)
+
+
 def _alike(grp: ColumnGroup, first: ColumnGroup) -> bool:
     """Whether `grp`'s postprocessing is `first`'s but for its requantization scale (then its
     `after(acc)` is `first`'s with that scale: `PostProcess.epilogue_term`)."""
     p, q = grp.post, first.post
     if grp.acc_offset != first.acc_offset or p.requant.scale is None:
         return False
-    return (
-        dataclasses.replace(p, requant=dataclasses.replace(p.requant, scale=q.requant.scale)) == q
-    )
+    # the fields' tuples (a per-channel site has thousands of groups; a copy with the first
+    # one's scale, compared whole, cost most of the family's building)
+    return _POST_REST(p) == _POST_REST(q) and _REQUANT_REST(p.requant) == _REQUANT_REST(q.requant)
 
 
 def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[int]] | None:
