@@ -366,7 +366,8 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
         lut = luts.get(id(p.lut))
         if lut is None:
             lut = luts[id(p.lut)] = replace(p.lut, table=table)
-        return replace(p, lut=lut)
+        # built directly: `replace` costs most of a per-channel record's stripping
+        return PostProcess(p.requant, p.clip, p.function, lut, p.out_type, p.out_zp, p.add)
 
     if isinstance(post, PostProcess):
         return one(post)
@@ -405,7 +406,10 @@ def record_nbytes(post: Post | EltwiseParams) -> int:
 
 def table_of(post: Post | None) -> tuple[int, ...] | None:
     """The single table an epilogue uses (None without a LUT)."""
-    tables = {p.lut.table for p in posts_of(post) if p.lut is not None}
+    # per distinct LutParams first: per-channel columns share one (a table's hash is not
+    # kept, and hashing it once per column cost more than the rest of the record)
+    luts = {id(p.lut): p.lut for p in posts_of(post) if p.lut is not None}
+    tables = {lut.table for lut in luts.values()}
     if not tables:
         return None
     if len(tables) > 1:

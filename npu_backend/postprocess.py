@@ -403,12 +403,32 @@ def _tail_key(p: PostProcess) -> tuple[str, Term]:
     return (p.requant.out_type, _tail_term(p))
 
 
+def _check_requants(members: list[PostProcess]) -> None:
+    """`p.requant.check()` for every float32 member, at once where every one is valid (a
+    per-channel epilogue has thousands); the first invalid one raises its own error."""
+    rqs = [p.requant for p in members]
+    t = int_type(rqs[0].out_type)
+    try:
+        zps = np.asarray([r.zp for r in rqs], dtype=np.int64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = np.asarray([np.nan if r.scale is None else r.scale for r in rqs], np.float32)
+        fine = (
+            all(r.scheme == "float32" and r.out_type == t.name for r in rqs)
+            and bool(((zps >= t.min) & (zps <= t.max)).all())
+            and bool((np.isfinite(s) & (s > 0)).all())
+        )
+    except (TypeError, ValueError, OverflowError):
+        fine = False
+    if not fine:
+        for r in rqs:
+            r.check()
+
+
 def _apply_float_group(
     members: list[PostProcess], member_of_col: list[int], acc: np.ndarray
 ) -> np.ndarray:
     """Float32 requantization with per-column scale/zp, then the group's shared stages."""
-    for p in members:
-        p.requant.check()
+    _check_requants(members)
     if acc.size and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
         # the same precondition the term form checks (requant_float is defined on int32)
         bad = int(acc.max()) if acc.max() > INT32_MAX else int(acc.min())

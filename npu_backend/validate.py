@@ -324,6 +324,51 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
     return out
 
 
+# _posts_issues' answers by the epilogue's identity (and the step's name, unit and target):
+# the steps of every program generated from one lowering share their epilogues, and a
+# per-channel one has thousands of columns; the epilogue is kept with its answer, so its id
+# is not reused while the entry lives (the target is held weakly, as by `_VALIDATED`)
+_POSTS: dict[tuple[int, int, str, str], tuple[Any, Any, list[ValidationIssue]]] = {}
+
+
+def _posts_issues(
+    step: NpuMatMul, caps: ComputeCaps, target: Target, op_name: str
+) -> list[ValidationIssue]:
+    """Issues of the step's epilogue: each distinct column's postprocessing, one table."""
+    key = (id(step.post), id(target), op_name, step.name)
+    hit = _POSTS.get(key)
+    if hit is not None and hit[0] is step.post and hit[1]() is target:
+        return list(hit[2])
+    out: list[ValidationIssue] = []
+    posts = posts_of(step.post)
+    seen: set[PostProcess] = set()
+    lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] = {}
+    stages: dict[tuple[Any, ...], list[ValidationIssue]] = {}  # by `_stage_key`
+    for p in posts:
+        if p not in seen:
+            seen.add(p)
+            out += _requant_issues(p.requant, caps.requant_scheme, step.name)
+            key2 = _stage_key(p)
+            got = stages.get(key2)
+            if got is None:
+                got = stages[key2] = _stage_issues(p, step, caps, target, op_name, lut_memo)
+            out += got
+    luts = {(id(p.lut), p.function) for p in posts}
+    if len(luts) > 1 and len({(p.lut, p.function) for p in posts}) > 1:
+        out.append(
+            ValidationIssue(
+                "incomplete_parameters",
+                step.name,
+                "columns use different LUTs or functions; the postprocessor holds one table per "
+                "MatMul: split the activation out",
+            )
+        )
+    if len(_POSTS) >= 256:
+        _POSTS.clear()
+    _POSTS[key] = (step.post, weakref.ref(target), list(out))
+    return out
+
+
 def _validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
     op_name = step.compute
     caps = target.compute(op_name)
@@ -361,29 +406,7 @@ def _validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
         )
     if step.window is not None:
         out += window_issues(step, target, caps)
-    posts = posts_of(step.post)
-    seen: set[PostProcess] = set()
-    lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] = {}
-    stages: dict[tuple[Any, ...], list[ValidationIssue]] = {}  # by `_stage_key`
-    for p in posts:
-        if p not in seen:
-            seen.add(p)
-            out += _requant_issues(p.requant, caps.requant_scheme, step.name)
-            key = _stage_key(p)
-            hit = stages.get(key)
-            if hit is None:
-                hit = stages[key] = _stage_issues(p, step, caps, target, op_name, lut_memo)
-            out += hit
-    luts = {(p.lut, p.function) for p in posts}
-    if len(luts) > 1:
-        out.append(
-            ValidationIssue(
-                "incomplete_parameters",
-                step.name,
-                "columns use different LUTs or functions; the postprocessor holds one table per "
-                "MatMul: split the activation out",
-            )
-        )
+    out += _posts_issues(step, caps, target, op_name)
     if step.fused and step.structure not in caps.fused_structures:
         out.append(
             ValidationIssue(

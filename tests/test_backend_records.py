@@ -1,0 +1,89 @@
+"""Per-channel epilogue records: stripping tables keeps every other field, one table per
+epilogue, and the simulator's group check of float32 requantizers is each one's check."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from npu_backend.isa import strip_tables, table_of, with_table
+from npu_backend.postprocess import AddParams, PostProcess, RequantParams, apply_columns
+from npu_backend.target import load_target
+from prover.domain import KernelError
+from tests.test_backend_support import N, fused_post
+
+FLOAT = load_target()
+
+
+def _full_post() -> PostProcess:
+    """A postprocessing with every optional stage set (add, clip, table, output encoding)."""
+    p = fused_post(FLOAT, clip=(-100, 90))
+    add = AddParams(
+        type="int8", x_scale=0.02, x_zp=1, const=5, const_scale=0.03, const_zp=0,
+        c_scale=0.025, c_zp=-2,
+    )  # fmt: skip
+    return dataclasses.replace(p, add=add, out_type="int8", out_zp=-3)
+
+
+def test_with_table_changes_the_table_and_nothing_else():
+    p = _full_post()
+    cols = tuple(
+        dataclasses.replace(p, requant=dataclasses.replace(p.requant, scale=0.001 * (j + 1)))
+        for j in range(5)
+    )
+    got = with_table(cols, None)
+    for q, g in zip(cols, got, strict=True):
+        assert g == dataclasses.replace(q, lut=dataclasses.replace(q.lut, table=None))
+    assert len({id(g.lut) for g in got}) == 1  # the columns share one stripped table
+    assert strip_tables(cols) == got
+    assert table_of(cols) == p.lut.table
+
+
+def test_table_of_refuses_two_tables():
+    p = _full_post()
+    other = dataclasses.replace(p.lut, table=tuple(reversed(p.lut.table)))
+    with pytest.raises(ValueError, match="one table"):
+        table_of((p, dataclasses.replace(p, lut=other)))
+    assert table_of((p.without_lut(),)) is None
+
+
+def _float_cols(scales, zps) -> tuple[PostProcess, ...]:
+    return tuple(
+        PostProcess(RequantParams("float32", int(z), "int8", scale=float(s)))
+        for s, z in zip(scales, zps, strict=True)
+    )
+
+
+def test_a_float_group_with_one_bad_requantizer_raises_its_own_error():
+    acc = np.arange(-40, 40).reshape(10, 8)
+    good = _float_cols([0.01 * (j + 1) for j in range(8)], range(-4, 4))
+    want = np.stack([p.apply(acc[:, j]) for j, p in enumerate(good)], axis=-1)
+    np.testing.assert_array_equal(apply_columns(good, acc), want)
+    for bad, msg in ((dataclasses.replace(good[3].requant, zp=200), "zero point 200"),
+                     (dataclasses.replace(good[3].requant, scale=-1.0), "scale -1.0"),
+                     (dataclasses.replace(good[3].requant, scale=1e39), "finite")):  # fmt: skip
+        cols = (*good[:3], PostProcess(bad), *good[4:])
+        with pytest.raises(KernelError, match=msg):
+            apply_columns(cols, acc)
+
+
+def test_an_epilogue_shared_by_two_steps_is_reported_under_each_name(monkeypatch):
+    """Validation answers for one epilogue are kept by its identity and the step's name:
+    a second step with the same columns reports the same issues under its own name."""
+    import npu_backend.validate as V
+    from tests.test_backend_validate import _step
+
+    p = fused_post(FLOAT)
+    bad = dataclasses.replace(p, requant=dataclasses.replace(p.requant, scale=-1.0))
+    a = _step((p, bad) + (p,) * (N - 2))
+    calls: list = []
+    real = V._requant_issues
+    monkeypatch.setattr(V, "_requant_issues", lambda *args: calls.append(args) or real(*args))
+    first = V.validate_step(a, FLOAT)
+    again = V.validate_step(dataclasses.replace(a), FLOAT)  # another step, same epilogue
+    second = V.validate_step(dataclasses.replace(a, name="other"), FLOAT)
+    assert [i.step for i in first] == [a.name] and [i.step for i in second] == ["other"]
+    assert again == first and [i.message for i in second] == [i.message for i in first]
+    assert len(calls) == 4  # two distinct columns, once for each name
