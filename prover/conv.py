@@ -216,9 +216,24 @@ def any_pair_saturable(w: np.ndarray) -> np.ndarray:
     k = w.shape[0]
     if k < 2:
         return np.zeros(w.shape[1], dtype=bool)
-    # the two least and two greatest of each column (a partition, not a sort of K)
-    s = np.partition(w, sorted({0, 1, k - 2, k - 1}), axis=0)[[0, 1, k - 2, k - 1]]
-    s = s.astype(np.int64)
-    hi = 255 * (np.maximum(s[3], 0) + np.maximum(s[2], 0))
-    lo = 255 * (np.minimum(s[0], 0) + np.minimum(s[1], 0))
+    # the two greatest and two least of each column, by reductions (a partition along K
+    # cost several times more on a large conv's weights)
+    top, second = _two_extremes(w, greatest=True)
+    least, next_least = _two_extremes(w, greatest=False)
+    hi = 255 * (np.maximum(top, 0) + np.maximum(second, 0))
+    lo = 255 * (np.minimum(least, 0) + np.minimum(next_least, 0))
     return np.asarray((hi > INT16_MAX) | (lo < INT16_MIN))
+
+
+def _two_extremes(w: np.ndarray, greatest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of integer `w` [K >= 2, N]: the greatest (least) entry and the next one
+    (equal to the first where it occurs twice), as int64."""
+    info = np.iinfo(w.dtype)
+    if greatest:
+        top = w.max(axis=0)
+        rest = np.where(w < top, w, info.min).max(axis=0)  # the greatest under `top`
+    else:
+        top = w.min(axis=0)
+        rest = np.where(w > top, w, info.max).min(axis=0)
+    twice = np.count_nonzero(w == top, axis=0) > 1
+    return top.astype(np.int64), np.where(twice, top, rest).astype(np.int64)

@@ -35,3 +35,21 @@ def test_bounds_are_the_least_and_greatest_accumulator_over_every_input_row(a_ty
 def test_a_column_of_zero_coefficients_is_its_bias():
     r = accumulator_range(np.array([[3], [3]]), 3, int_type("int8"), -128, [7])
     assert (r.lo, r.hi) == ((7,), (7,))
+
+
+@pytest.mark.parametrize("w_type", ["int8", "uint8"])
+def test_8bit_weights_give_the_bounds_of_their_int64_values(w_type):
+    """8-bit weight arrays (as read from a model) take a narrower path: the same bounds as
+    the same values in int64, with per-column and scalar zero points at the type's ends."""
+    rng = np.random.default_rng(2)
+    t = int_type(w_type)
+    w = rng.integers(t.min, t.max + 1, size=(300, 17)).astype(t.numpy_dtype())
+    w[:, 0] = t.max
+    w[:, 1] = t.min
+    for w_zp in (0, t.min, t.max, rng.integers(t.min, t.max + 1, size=17)):
+        for a_type, a_zp in (("uint8", 255), ("int8", -128), ("int8", 3)):
+            got = accumulator_range(w, w_zp, int_type(a_type), a_zp, np.arange(17))
+            want = accumulator_range(
+                w.astype(np.int64), w_zp, int_type(a_type), a_zp, np.arange(17)
+            )
+            assert got == want

@@ -97,7 +97,7 @@ def test_any_pair_saturable_is_the_two_extreme_weights_test_on_every_column(k):
     w = rng.integers(-128, 128, size=(k, 40))
     w[: min(k, 2), 4] = 127
     w[: min(k, 2), 5] = -128
-    for arr in (w.astype(np.int16), w.astype(np.int64)):
+    for arr in (w.astype(np.int8), w.astype(np.int16), w.astype(np.int64)):
         got = any_pair_saturable(arr)
         for j in range(w.shape[1]):
             col = [int(v) for v in w[:, j]]
