@@ -78,12 +78,15 @@ def accumulator_range(
     if w.ndim != 2:
         raise KernelError(f"weights must be [K, N], got shape {w.shape}")
     zp = np.asarray(w_zp, dtype=np.int64)
-    if w.dtype.itemsize == 1 and w.dtype.kind in "iu" and zp.size and abs(zp).max() <= 255:
+    zp_max = int(abs(zp).max()) if zp.size else 0
+    if w.dtype.kind in "iu" and w.dtype.itemsize == 1 and zp_max <= 255:
         # 8-bit weights: coefficients fit int16 (|w - w_zp| <= 510), summed in int64; a
         # quarter of the int64 form's memory traffic on a large conv's weights
         coeff = w.astype(np.int16) - zp.astype(np.int16)
+    elif w.dtype.kind in "iu" and w.dtype.itemsize == 2 and zp_max <= 1 << 20:
+        coeff = w.astype(np.int32) - zp.astype(np.int32)  # |w - w_zp| < 2^21
     else:
-        coeff = w.astype(np.int64) - zp
+        coeff = np.asarray(w, dtype=np.int64) - zp
     x_lo, x_hi = a_type.min - int(a_zp), a_type.max - int(a_zp)
     # x_lo <= x_hi, so a term c*x is least at x_lo for c >= 0 and at x_hi for c < 0
     pos = np.maximum(coeff, 0).sum(axis=0, dtype=np.int64)

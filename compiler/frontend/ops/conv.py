@@ -127,7 +127,8 @@ def qlinear_conv(ctx: BuildContext, n: onnx.NodeProto) -> None:
         and not any(win.pads)
     )
     ctx.w_dtype = W.dtype.name
-    w = W.reshape(W.shape[0], -1).T.astype(np.int64)  # [K_g, C_out], K order (c, k...)
+    # [K_g, C_out], K order (c, k...); 8-bit as read (`emit_matmul` keeps them narrow)
+    w = W.reshape(W.shape[0], -1).T
     N = w.shape[1]
     a_scale, a_zp, bs, w_zp, y_scale, y_zp_arr = qlinear_quant(
         ctx, n, N, ("x", "w"), "y_zero_point must be a scalar (per-tensor)"
@@ -173,7 +174,7 @@ def conv_integer(ctx: BuildContext, n: onnx.NodeProto) -> None:
     ViT's patch embedding): the NPU reads it as an operand, padding included."""
     at, x, W, win = _operands(ctx, n, 1)
     ctx.w_dtype = W.dtype.name
-    w = W.reshape(W.shape[0], -1).T.astype(np.int64)
+    w = W.reshape(W.shape[0], -1).T
     N = w.shape[1]
     zp_in = run_time_zp(ctx, n, 2, at)
     a_zp = 0 if zp_in else int(ctx.scalar(n, 2, "x_zero_point", default=0))

@@ -94,14 +94,15 @@ def run_time_zp(ctx: BuildContext, n: onnx.NodeProto, idx: int, a_type: str) -> 
 
 
 def weights(ctx: BuildContext, n: onnx.NodeProto, idx: int) -> np.ndarray:
-    """Constant 2-D 8-bit weights [K, N] as int64 (their type kept for `emit_matmul`)."""
+    """Constant 2-D 8-bit weights [K, N], 8-bit as read (their type kept for `emit_matmul`,
+    which stores them narrow; every kernel widens them to int64 before computing)."""
     w = ctx.const(n, idx, "weights")
     if w.dtype.name not in EIGHT_BIT:
         raise ctx.fail(n, f"weights have type {w.dtype.name}; supported: int8, uint8")
     if w.ndim != 2:
         raise ctx.fail(n, f"weights must be 2-D [K, N], got shape {list(w.shape)}")
     ctx.w_dtype = w.dtype.name
-    return w.astype(np.int64)
+    return w
 
 
 def column_param(

@@ -111,7 +111,7 @@ def _qgemm(ctx: BuildContext, n: onnx.NodeProto) -> None:
     B = ctx.const(n, 3, "B")
     if B.dtype.name not in EIGHT_BIT or B.ndim != 2:
         raise ctx.fail(n, f"B must be a 2-D 8-bit constant, got {B.dtype.name}{list(B.shape)}")
-    w = (B.T if int(attrs.get("transB", 0)) else B).astype(np.int64)
+    w = B.T if int(attrs.get("transB", 0)) else B  # 8-bit, stored narrow by emit_matmul
     ctx.w_dtype = B.dtype.name
     N = w.shape[1]
     ctx.float32_scales(n, {1: "a_scale", 4: "b_scale", 7: "y_scale"})
