@@ -37,10 +37,11 @@ def test_a_column_of_zero_coefficients_is_its_bias():
     assert (r.lo, r.hi) == ((7,), (7,))
 
 
-@pytest.mark.parametrize("w_type", ["int8", "uint8"])
-def test_8bit_weights_give_the_bounds_of_their_int64_values(w_type):
-    """8-bit weight arrays (as read from a model) take a narrower path: the same bounds as
-    the same values in int64, with per-column and scalar zero points at the type's ends."""
+@pytest.mark.parametrize("w_type", ["int8", "uint8", "int16"])
+def test_narrow_weights_give_the_bounds_of_their_int64_values(w_type):
+    """8-bit weight arrays (as read from a model) and 16-bit ones (as the IR stores them)
+    take narrower paths: the same bounds as the same values in int64, with per-column and
+    scalar zero points at the type's ends."""
     rng = np.random.default_rng(2)
     t = int_type(w_type)
     w = rng.integers(t.min, t.max + 1, size=(300, 17)).astype(t.numpy_dtype())
