@@ -79,6 +79,7 @@ def accumulator_range(
         raise KernelError(f"weights must be [K, N], got shape {w.shape}")
     zp = np.asarray(w_zp, dtype=np.int64)
     zp_max = int(abs(zp).max()) if zp.size else 0
+    coeff: np.ndarray
     if w.dtype.kind in "iu" and w.dtype.itemsize == 1 and zp_max <= 255:
         # 8-bit weights: coefficients fit int16 (|w - w_zp| <= 510), summed in int64; a
         # quarter of the int64 form's memory traffic on a large conv's weights
