@@ -611,3 +611,24 @@ def test_every_lut_of_a_build_carries_its_checked_table(monkeypatch):
     ((_, ct),) = rt._TABLES.items()
     assert lut.attrs["table"][7] == ct.table[7] + 1
     assert lut.attrs["table"][:7] == ct.table[:7]
+
+
+def test_a_batch_ort_cannot_run_is_left_to_each_check_but_our_own_bug_is_not(monkeypatch):
+    """A merged batch whose session ORT refuses (here a Sigmoid on int8 codes, which has no
+    kernel) caches nothing and raises nothing: each region is then checked alone, which
+    names the failure. An error of our own around the runs is not taken for ORT's refusal."""
+    rt = _fresh_cache(monkeypatch)
+    bad_node = oh.make_node("Sigmoid", ["u"], ["y"])
+    bad = region_model([bad_node], {}, "u", "y", "int8", 1, {"": 17}).SerializeToString()
+    good = _model_of("silu")
+    keys = [(b, "int8", 1, "default") for b in (good, bad)]
+    assert rt.prefetch(keys) == 0 and not rt._TABLES
+    with pytest.raises(Exception, match="(?i)sigmoid|implement|kernel"):
+        rt.check_alone(bad, "int8", 1, "default")
+
+    def broken(*a):
+        raise TypeError("a bug of ours")
+
+    monkeypatch.setattr(rt, "_check_many", broken)
+    with pytest.raises(TypeError, match="a bug of ours"):
+        rt.prefetch([(good, "int8", 1, "default"), (_model_of("gelu_erf"), "int8", 1, "default")])

@@ -52,6 +52,8 @@ from onnx import numpy_helper as nh
 from prover.inttypes import int_type
 from prover.verdict import ReasonCode
 
+from .errors import ort_errors
+
 OFFSETS = range(17)
 LENGTHS = range(1, 65)
 LONG = 256 * 257 + 13
@@ -231,7 +233,7 @@ def prefetch_unchecked(requests: Iterable[Key]) -> int:
             merged = merged_model(blobs)
             (sess,) = _sessions(merged.blob, level, threads=(0,))
             ys = _split(merged, sess.run(None, {PROBE: x}), codes.size)
-        except Exception:  # noqa: BLE001 - each is run alone, which reports it
+        except ort_errors():  # some region ORT cannot run: each is run alone, which reports it
             continue
         for blob, y in zip(blobs, ys, strict=True):
             if y is not None:
@@ -351,7 +353,7 @@ def prefetch(requests: Iterable[Key]) -> int:
             merged = merged_model(blobs, types)
             sess, single = _sessions(merged.blob, level)
             found = _check_many(merged, sess, single, codes, lo, rank)
-        except Exception:  # noqa: BLE001 - some region ORT cannot run alone: each reports it
+        except ort_errors():  # some region ORT cannot run: each is checked alone, reporting it
             continue
         for blob, checked in zip(blobs, found, strict=True):
             if checked is not None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import InternalError
+from compiler.ort.errors import ort_errors
 from compiler.report.model import Report, SiteReport, Status
 
 KEY_LEN = 16
@@ -212,7 +213,7 @@ def emit_tests(
                 report.reference,
                 external,
             )
-        except _ort_errors() as e:
+        except ort_errors() as e:
             # e.g. a model using the project's own op domain: no ONNX Runtime reference
             print(
                 f"prover: warning: site {site.id}: ONNX Runtime cannot run the model "
@@ -222,10 +223,3 @@ def emit_tests(
             continue
         written.append(path)
     return written
-
-
-def _ort_errors() -> tuple[type[BaseException], ...]:
-    from onnxruntime.capi import onnxruntime_pybind11_state as st
-
-    names = ("Fail", "InvalidGraph", "InvalidArgument", "NotImplemented", "NoSuchFile")
-    return tuple(getattr(st, n) for n in names if hasattr(st, n))
