@@ -78,23 +78,50 @@ def _memo(t: Op) -> list[Any]:
 Term = Var | Const | Op
 
 
+class Table(tuple):
+    """A parameter's tuple of ints (a lookup table's entries) whose hash is computed once.
+
+    A term's hash covers its parameters, and a tuple's hash is not kept: every term holding
+    a 256-entry table (one per column of a per-channel site) hashed all of it again. Equal
+    to and hashed as the plain tuple; pickled as one."""
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("h")
+        if h is None:
+            h = d["h"] = tuple.__hash__(self)
+        return h
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (tuple, (tuple(self),))
+
+
+TABLE_MIN = 32  # int tuples this long are frozen as a `Table`
 _PLAIN = frozenset({int, float, str, bool, type(None)})  # frozen as they are
 
 
 def _freeze(v: Any) -> Any:
     if type(v) in _PLAIN:  # most parameters: scales, zero points, type names
         return v
+    if type(v) is Table:
+        return v
     if isinstance(v, np.ndarray):
-        return tuple(int(x) for x in v.tolist()) if v.dtype.kind in "iu" else tuple(v.tolist())
+        if v.dtype.kind in "iu":
+            return _ints(tuple(v.tolist()))
+        return tuple(v.tolist())
     if isinstance(v, list | tuple):
         if all(type(x) is int for x in v):  # a table's entries: nothing to convert
-            return v if type(v) is tuple else tuple(v)
+            return _ints(v if type(v) is tuple else tuple(v))
         return tuple(_freeze(x) for x in v)
     if isinstance(v, np.integer):
         return int(v)
     if isinstance(v, np.floating):
         return float(v)
     return v
+
+
+def _ints(v: tuple[int, ...]) -> tuple[int, ...]:
+    return Table(v) if len(v) >= TABLE_MIN else v
 
 
 def op(prim: str, *args: Term, **params: Any) -> Op:
@@ -217,7 +244,7 @@ _INTS_MAX = 256
 
 
 def _param_text(v: Any) -> str:
-    if type(v) is tuple and len(v) >= _INTS_MIN:
+    if (type(v) is tuple or type(v) is Table) and len(v) >= _INTS_MIN:
         hit = _INTS.get(id(v))
         if hit is not None and hit[0] is v:
             return hit[1]

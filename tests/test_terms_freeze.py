@@ -3,20 +3,36 @@ converted entry by entry; a LutParams' lut term is the op() form, its parameters
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 
 from npu_backend.postprocess import LutParams
-from prover.terms import Var, _freeze, op, term_hash
+from prover.terms import Op, Table, Var, _freeze, canonical_text, op, term_hash
 
 TABLE = tuple(range(-128, 128))
 
 
-def test_a_tuple_of_ints_is_kept_and_other_forms_freeze_to_it():
-    assert _freeze(TABLE) is TABLE
+def test_a_table_of_ints_freezes_once_to_a_table_equal_to_the_tuple():
+    """A long tuple of ints freezes to a `Table` (its hash kept): equal to the tuple, hashed
+    as it, written as it in canonical text, pickled as a plain tuple; a Table freezes to
+    itself, and so does a short int tuple (no copy)."""
+    got = _freeze(TABLE)
+    assert type(got) is Table and got == TABLE and hash(got) == hash(TABLE)
+    assert _freeze(got) is got
+    short = (1, 2, 3)
+    assert _freeze(short) is short
     for form in (list(TABLE), np.array(TABLE, dtype=np.int64), np.array(TABLE, dtype=np.int16)):
         got = _freeze(form)
-        assert got == TABLE and type(got) is tuple
+        assert got == TABLE and type(got) is Table
         assert all(type(v) is int for v in got)
+    t = op("lut", Var("x"), table=TABLE, in_type="int8", index_order="offset")
+    plain = Op(
+        "lut", (Var("x"),), (("in_type", "int8"), ("index_order", "offset"), ("table", TABLE))
+    )
+    assert t == plain and hash(t) == hash(plain) and canonical_text(t) == canonical_text(plain)
+    back = pickle.loads(pickle.dumps(t))
+    assert back == t and type(back.kwargs["table"]) is tuple
 
 
 def test_entries_that_are_not_python_ints_are_converted():

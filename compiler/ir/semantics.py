@@ -110,8 +110,19 @@ def _lut_term(x: Term, table: tuple[int, ...], in_type: str) -> Term:
     """`op("lut", x, table=table, in_type=in_type, index_order="offset")`, with the table
     frozen once per distinct table: freezing 256 entries per column and per site was most
     of what building epilogues cost (sites and columns share activation tables)."""
-    params = (("in_type", in_type), ("index_order", "offset"), ("table", _frozen_table(table)))
+    hit = _FROZEN.get(id(table))
+    if hit is None or hit[0] is not table:  # by identity first: a tuple's hash is not kept
+        hit = (table, _frozen_table(table))
+        if len(_FROZEN) >= 1024:
+            _FROZEN.clear()
+        _FROZEN[id(table)] = hit
+    params = (("in_type", in_type), ("index_order", "offset"), ("table", hit[1]))
     return Op("lut", (x,), params)
+
+
+# `_frozen_table`'s answers by the table's identity (the table is kept, so its id is not
+# reused while the entry lives): a site's columns ask for the same node's table
+_FROZEN: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
 
 @lru_cache(maxsize=1024)
