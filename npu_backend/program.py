@@ -18,7 +18,7 @@ import json
 import zipfile
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, BinaryIO
 
 import numpy as np
 
@@ -78,11 +78,23 @@ class Program:
     # --- file format ----------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
+        """The program file's bytes (same program -> same bytes): `write` to memory."""
+        out = io.BytesIO()
+        self.write(out)
+        return out.getvalue()
+
+    def write(self, f: BinaryIO) -> None:
+        """Write the program file to the seekable binary file `f` (the bytes `to_bytes`
+        gives). The manifest is written as its instructions are encoded, one at a time: the
+        whole manifest as Python objects, its text, its bytes and a copy of the archive in
+        memory were most of a per-channel CNN's compile peak (a 22 MB manifest)."""
         pool = _Pool()
         const_entries = {
             name: f"constants/{k:04d}.npy" for k, name in enumerate(sorted(self.constants))
         }
-        manifest = {
+        # encoded first: the pool's tables and blobs are what the instructions refer to
+        instructions = [_MANIFEST_TEXT(_encode_instruction(i, pool)) for i in self.instructions]
+        head: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
             "target": self.target,
@@ -90,32 +102,31 @@ class Program:
             "outputs": list(self.outputs),
             "tensors": [_spec_json(s) for s in self.tensors.values()],
             "constants": const_entries,
-            "instructions": [_encode_instruction(i, pool) for i in self.instructions],
+            "tables": [list(t) for t in pool.tables],  # in index order
         }
-        manifest["tables"] = [list(t) for t in pool.tables]  # in index order
         if self.dynamic_batch:  # absent otherwise: older programs keep their bytes
-            manifest["dynamic_batch"] = list(self.dynamic_batch)
-        # one line, by json's C encoder (an indent makes json use its pure-Python one: 1.7 s
-        # for the 7 MB manifest of a per-channel CNN, most of an `npuc compile`'s codegen)
-        entries: dict[str, bytes] = {
-            "manifest.json": json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
-        }
-        for name, entry in const_entries.items():
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(self.constants[name]))
-            entries[entry] = buf.getvalue()
-        entries.update(pool.blobs)
-        out = io.BytesIO()
-        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
-            for name in sorted(entries):
+            head["dynamic_batch"] = list(self.dynamic_batch)
+        files = {entry: name for name, entry in const_entries.items()}
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
+            for name in sorted([*files, *pool.blobs, "manifest.json"]):
                 info = zipfile.ZipInfo(name, date_time=_DATE)
                 info.external_attr = 0o644 << 16
-                z.writestr(info, entries[name])
-        return out.getvalue()
+                if name == "manifest.json":
+                    with z.open(info, "w") as out:
+                        _write_manifest(out, head, instructions)
+                elif name in pool.blobs:
+                    z.writestr(info, pool.blobs[name])
+                else:
+                    buf = io.BytesIO()
+                    np.lib.format.write_array(
+                        buf, np.ascontiguousarray(self.constants[files[name]])
+                    )
+                    z.writestr(info, buf.getvalue())
 
     def save(self, path: str | Path) -> None:
         """Write the program file (same program -> same bytes)."""
-        Path(path).write_bytes(self.to_bytes())
+        with open(path, "wb") as f:
+            self.write(f)
 
     @staticmethod
     def from_bytes(data: bytes, where: str = "<bytes>") -> Program:
@@ -322,6 +333,28 @@ def _ort_level(level: object) -> str:
 # Fields added after version 1, written only when they differ from their default, so an
 # untiled program keeps the bytes it had before tiling existed.
 _LATER_FIELDS = frozenset({"cols", "tile", "w_addr", "w_stationary", "window", "unit"})
+
+
+# the manifest's JSON text: one line, keys sorted, by json's C encoder (an indent makes json
+# use its pure-Python one: 1.7 s for the 7 MB manifest of a per-channel CNN)
+_MANIFEST_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
+def _write_manifest(out: IO[bytes], head: dict[str, Any], instructions: list[str]) -> None:
+    """`_MANIFEST_TEXT` of `head` with `instructions` (each instruction's text) under the key
+    "instructions", written piece by piece: the same text, never whole in memory."""
+    keys = sorted([*head, "instructions"])
+    out.write(b"{")
+    for n, k in enumerate(keys):
+        out.write(f"{',' if n else ''}{_MANIFEST_TEXT(k)}:".encode())
+        if k != "instructions":
+            out.write(_MANIFEST_TEXT(head[k]).encode())
+            continue
+        out.write(b"[")
+        for m, text in enumerate(instructions):
+            out.write(f"{',' if m else ''}{text}".encode())
+        out.write(b"]")
+    out.write(b"}")
 
 
 def _encode_instruction(ins: Instruction, pool: _Pool) -> dict[str, Any]:

@@ -33,6 +33,11 @@ def test_round_trip_and_deterministic_bytes(tmp_path):
     again = Program.load(path)
     assert again.instructions == prog.instructions
     assert again.to_bytes() == path.read_bytes() == _program().to_bytes()
+    streamed = io.BytesIO()
+    prog.write(streamed)  # the manifest written piece by piece: the same bytes
+    assert streamed.getvalue() == path.read_bytes()
+    text = zipfile.ZipFile(path).read("manifest.json").decode()
+    assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
     a, _ = run(prog, x_input())
     b, _ = run(again, x_input())
     assert np.array_equal(a["z"], b["z"]) and b["z"].dtype == np.int16

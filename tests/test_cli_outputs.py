@@ -143,6 +143,27 @@ def test_staged_files_are_written_together_or_not_at_all(tmp_path):
     assert oct((tmp_path / "d" / "a.txt").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
 
 
+def test_a_staged_writer_is_called_at_commit_and_a_failing_one_leaves_nothing(tmp_path):
+    """A file staged as a writer (the NPU program, streamed) is written by it at commit and
+    its size read back for the wrote line; a writer that fails midway leaves no file, no
+    temporary file and none of the other staged files."""
+    ok = Staged()
+    ok.add(tmp_path / "p.bin", lambda f: [f.write(b"x" * 1500) for _ in range(2)], "program")
+    assert ok.commit() == [f"wrote {tmp_path / 'p.bin'} (program, 3000 bytes)"]
+    assert (tmp_path / "p.bin").read_bytes() == b"x" * 3000
+
+    def broken(f):
+        f.write(b"half")
+        raise ValueError("encoding failed")
+
+    bad = Staged()
+    bad.add(tmp_path / "r.txt", "report", "report")
+    bad.add(tmp_path / "q.bin", broken, "program")
+    with pytest.raises(ValueError, match="encoding failed"):
+        bad.commit()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.bin"]
+
+
 def _umask() -> int:
     m = os.umask(0o22)
     os.umask(m)

@@ -283,7 +283,7 @@ def _compile(args: argparse.Namespace) -> int:
         if d.code == ReasonCode.BUFFERS_EXCEED_MEMORY:
             print(f"{PROG}: {d.message}", file=sys.stderr)
     staged = Staged()  # the program and the report are written together or not at all
-    staged.add(out, program.to_bytes(), "NPU program")
+    staged.add(out, program.write, "NPU program")  # written at commit, streamed
     if args.report and kind is not None:
         extra = {"program": str(out)} if kind == "json" else None
         text = render_report(kind, run, args.indent, extra, opts.progress, args.verbose)

@@ -16,7 +16,7 @@ import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from compiler.cli.common import UsageError
 
@@ -156,10 +156,14 @@ class Staged:
     """Files written together or not at all: `add` them, then `commit`."""
 
     def __init__(self) -> None:
-        self.files: list[tuple[Path, bytes, str]] = []
+        self.files: list[tuple[Path, bytes | Callable[[BinaryIO], None], str]] = []
 
-    def add(self, path: str | Path, data: bytes | str, what: str) -> None:
-        """Stage `data` (text is UTF-8) for `path`; `what` names it on the wrote line."""
+    def add(
+        self, path: str | Path, data: bytes | str | Callable[[BinaryIO], None], what: str
+    ) -> None:
+        """Stage `data` (text is UTF-8; a callable writes the file's bytes to the binary file
+        it is given, at commit, so a large file is never whole in memory) for `path`; `what`
+        names it on the wrote line."""
         raw = data.encode("utf-8") if isinstance(data, str) else data
         self.files.append((Path(path), raw, what))
 
@@ -169,6 +173,7 @@ class Staged:
         to `emit`) one "wrote FILE (what, size)" line per file."""
         made: list[Path] = []
         temps: list[tuple[str, Path]] = []
+        sizes: dict[Path, int] = {}
         try:
             for path, raw, _ in self.files:
                 missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
@@ -177,7 +182,11 @@ class Staged:
                 fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
                 temps.append((tmp, path))
                 with os.fdopen(fd, "wb") as f:
-                    f.write(raw)
+                    if callable(raw):
+                        raw(f)
+                    else:
+                        f.write(raw)
+                sizes[path] = os.path.getsize(tmp)
                 os.chmod(tmp, 0o666 & ~_umask())  # as open() would make it, not mkstemp's 0600
             for tmp, path in temps:
                 os.replace(tmp, path)
@@ -191,10 +200,10 @@ class Staged:
                     pass
             raise
         lines = []
-        for path, raw, what in self.files:
+        for path, _, what in self.files:
             created = [d for d in made if d in (path.parent, *path.parent.parents)]
             note = f"; created directory {created[0]}" if created else ""
-            lines.append(f"wrote {path} ({what}, {_size(len(raw))}{note})")
+            lines.append(f"wrote {path} ({what}, {_size(sizes[path])}{note})")
         for line in lines:
             if emit is not None:
                 emit(line)
