@@ -5,6 +5,7 @@ onnxruntime is imported lazily, only when a program contains a HostOnnx step.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,13 @@ def run_kernel(step: HostKernel, env: dict[str, np.ndarray]) -> dict[str, np.nda
     return {step.out: store(val, step.out_dtype, step.name)}
 
 
-_SESSIONS: dict[tuple[bytes, str], Any] = {}
+# Sessions by (model, level), least recently used first. A program runs each host step once
+# per run, and the ledger runs it twice (fused and unfused): a CNN has ~160 host steps, and
+# a cache of 32 cleared when full created every session again in every run. Bounded by
+# count and by the models' bytes (a host step can hold weights: an LSTM, a float conv).
+_SESSIONS: OrderedDict[tuple[bytes, str], Any] = OrderedDict()
+MAX_SESSIONS = 512
+MAX_SESSION_BYTES = 128 << 20
 
 
 def _session(model: bytes, level: str = "off"):
@@ -57,8 +64,11 @@ def _session(model: bytes, level: str = "off"):
 
     ort = onnxruntime_module()  # lazy: only programs with host ONNX steps need it
 
-    sess = _SESSIONS.get((model, level))
-    if sess is None:
+    key = (model, level)
+    sess = _SESSIONS.get(key)
+    if sess is not None:
+        _SESSIONS.move_to_end(key)
+    else:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = (
             ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -68,9 +78,11 @@ def _session(model: bytes, level: str = "off"):
         opts.intra_op_num_threads = 1
         opts.log_severity_level = ort_log_severity()
         sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-        if len(_SESSIONS) > 32:
-            _SESSIONS.clear()
-        _SESSIONS[(model, level)] = sess
+        _SESSIONS[key] = sess
+        while len(_SESSIONS) > 1 and (
+            len(_SESSIONS) > MAX_SESSIONS or sum(len(m) for m, _ in _SESSIONS) > MAX_SESSION_BYTES
+        ):
+            _SESSIONS.popitem(last=False)
     return sess
 
 
