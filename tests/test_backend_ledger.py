@@ -269,3 +269,19 @@ def test_a_tiled_sites_output_is_among_the_compared_tensors():
     assert p.by_step[model.steps[0].name]["matmul_tiles"] == 8
     outs, _ = run(program, x_input(m=8), target=target)
     assert np.array_equal(p.tensors[out], outs[out])
+
+
+def test_the_fused_run_keeps_only_the_tensors_it_is_compared_on(monkeypatch):
+    """The fused run's tensors (every activation) are dropped but the fused sites' outputs
+    before the unfused run: what the two forms are compared on, and no more."""
+    import npu_backend.ledger as L
+
+    runs: list = []
+    real = L.profile
+    monkeypatch.setattr(L, "profile", lambda *a, **kw: runs.append(real(*a, **kw)) or runs[-1])
+    model = _chain(2)
+    ml = model_ledger(model, FLOAT)
+    fused, unfused = runs
+    assert len(ml.fusions) == 2
+    outs = {st.out for st in model.steps}  # each step is a fused site
+    assert set(fused.tensors) == outs and outs < set(unfused.tensors)
