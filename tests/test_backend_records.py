@@ -56,6 +56,7 @@ def _float_cols(scales, zps) -> tuple[PostProcess, ...]:
     )
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # 1e39 in float32
 def test_a_float_group_with_one_bad_requantizer_raises_its_own_error():
     acc = np.arange(-40, 40).reshape(10, 8)
     good = _float_cols([0.01 * (j + 1) for j in range(8)], range(-4, 4))
