@@ -182,21 +182,6 @@ def _add_issues(
     return []
 
 
-def _post_issues(
-    p: PostProcess,
-    step: NpuMatMul,
-    caps: ComputeCaps,
-    target: Target,
-    op_name: str,
-    lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] | None = None,
-) -> list[ValidationIssue]:
-    """`lut_memo`: the LUT issues already found for this step, by (id of the table's
-    params, function): per-channel columns' postprocessing share one `LutParams`."""
-    return _requant_issues(p.requant, caps.requant_scheme, step.name) + _stage_issues(
-        p, step, caps, target, op_name, lut_memo
-    )
-
-
 def _stage_key(p: PostProcess) -> tuple[Any, ...]:
     """What `_stage_issues` reads of `p`: all of it but the requantization's scale
     parameters (per-channel columns differ in those only)."""
@@ -213,7 +198,9 @@ def _stage_issues(
     lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] | None = None,
 ) -> list[ValidationIssue]:
     """Issues of `p`'s stages after its requantization's parameters: the intermediate type,
-    clip, add, table and output encoding (`_stage_key`)."""
+    clip, add, table and output encoding (`_stage_key`). `lut_memo`: the LUT issues already
+    found for this step, by (id of the table's params, function): per-channel columns'
+    postprocessing share one `LutParams`."""
     name = step.name
     out: list[ValidationIssue] = []
     if p.requant.out_type not in caps.intermediate_types:

@@ -244,7 +244,7 @@ def test_per_column_posts_sharing_a_table_each_report_its_issues(monkeypatch):
     table = list(post.lut.table)
     table[5] = 300
     bad = dataclasses.replace(post.lut, table=tuple(table))
-    real_lut, real_post = V._lut_issues, V._post_issues
+    real_lut = V._lut_issues
     for lut, function in ((bad, post.function), (post.lut, "nonsense"), (post.lut, post.function)):
         posts = tuple(
             dataclasses.replace(
@@ -261,8 +261,11 @@ def test_per_column_posts_sharing_a_table_each_report_its_issues(monkeypatch):
         assert len(checked) == 1
         step = _step(posts)
         caps = FLOAT.compute(step.compute)
-        alone = [
-            i for q in dict.fromkeys(posts) for i in real_post(q, step, caps, FLOAT, step.compute)
+        alone = [  # each column checked alone: its requantization, then its stages (no memo)
+            i
+            for q in dict.fromkeys(posts)
+            for i in V._requant_issues(q.requant, caps.requant_scheme, step.name)
+            + V._stage_issues(q, step, caps, FLOAT, step.compute)
         ]
         assert got == list(dict.fromkeys(alone))  # each column checked alone, no memo
         assert len(checked) == 1 + len(set(posts)) == 4
