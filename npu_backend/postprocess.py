@@ -403,23 +403,31 @@ def _tail_key(p: PostProcess) -> tuple[str, Term]:
     return (p.requant.out_type, _tail_term(p))
 
 
-def _check_requants(members: list[PostProcess]) -> None:
-    """`p.requant.check()` for every float32 member, at once where every one is valid (a
-    per-channel epilogue has thousands); the first invalid one raises its own error."""
-    rqs = [p.requant for p in members]
-    t = int_type(rqs[0].out_type)
+def float32_requants_valid(rqs: Sequence[RequantParams]) -> bool:
+    """Whether every one of `rqs` is a float32 requantizer `check()` accepts, decided at once
+    (a per-channel epilogue has thousands): the scheme, one output type, each zero point in
+    it, each scale finite and positive in float32. False says only that one may not be."""
+    if not rqs:
+        return True
     try:
+        t = int_type(rqs[0].out_type)
         zps = np.asarray([r.zp for r in rqs], dtype=np.int64)
         with np.errstate(over="ignore", invalid="ignore"):
             s = np.asarray([np.nan if r.scale is None else r.scale for r in rqs], np.float32)
-        fine = (
+        return (
             all(r.scheme == "float32" and r.out_type == t.name for r in rqs)
             and bool(((zps >= t.min) & (zps <= t.max)).all())
             and bool((np.isfinite(s) & (s > 0)).all())
         )
-    except (TypeError, ValueError, OverflowError):
-        fine = False
-    if not fine:
+    except (KernelError, TypeError, ValueError, OverflowError):
+        return False
+
+
+def _check_requants(members: list[PostProcess]) -> None:
+    """`p.requant.check()` for every float32 member, at once where every one is valid; the
+    first invalid one raises its own error."""
+    rqs = [p.requant for p in members]
+    if not float32_requants_valid(rqs):
         for r in rqs:
             r.check()
 

@@ -35,7 +35,14 @@ from .lowered import (
     NpuRequant,
     Step,
 )
-from .postprocess import AddParams, LutParams, PostProcess, RequantParams, posts_of
+from .postprocess import (
+    AddParams,
+    LutParams,
+    PostProcess,
+    RequantParams,
+    float32_requants_valid,
+    posts_of,
+)
 from .target import ComputeCaps, Target
 
 CODES = (
@@ -328,18 +335,22 @@ def _posts_issues(
         return list(hit[2])
     out: list[ValidationIssue] = []
     posts = posts_of(step.post)
-    seen: set[PostProcess] = set()
+    distinct = list(dict.fromkeys(posts))
+    # every requantizer valid float32 on a float32 unit: no column has a requantization
+    # issue (`_requant_issues` finds none), decided at once instead of per column
+    rq_fine = caps.requant_scheme == "float32" and float32_requants_valid(
+        [p.requant for p in distinct]
+    )
     lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] = {}
     stages: dict[tuple[Any, ...], list[ValidationIssue]] = {}  # by `_stage_key`
-    for p in posts:
-        if p not in seen:
-            seen.add(p)
+    for p in distinct:
+        if not rq_fine:
             out += _requant_issues(p.requant, caps.requant_scheme, step.name)
-            key2 = _stage_key(p)
-            got = stages.get(key2)
-            if got is None:
-                got = stages[key2] = _stage_issues(p, step, caps, target, op_name, lut_memo)
-            out += got
+        key2 = _stage_key(p)
+        got = stages.get(key2)
+        if got is None:
+            got = stages[key2] = _stage_issues(p, step, caps, target, op_name, lut_memo)
+        out += got
     luts = {(id(p.lut), p.function) for p in posts}
     if len(luts) > 1 and len({(p.lut, p.function) for p in posts}) > 1:
         out.append(

@@ -88,3 +88,55 @@ def test_an_epilogue_shared_by_two_steps_is_reported_under_each_name(monkeypatch
     assert [i.step for i in first] == [a.name] and [i.step for i in second] == ["other"]
     assert again == first and [i.message for i in second] == [i.message for i in first]
     assert len(calls) == 4  # two distinct columns, once for each name
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # 1e39 in float32
+def test_float32_requants_valid_is_every_ones_check():
+    """The at-once test accepts a list exactly when every requantizer's own `check()`
+    passes: zero points at and past the type's ends, scales that float32 rounds to 0 or
+    infinity, no scale, another scheme, mixed output types."""
+    from npu_backend.postprocess import float32_requants_valid
+
+    ok = RequantParams("float32", 3, "int8", scale=0.02)
+    cases = [
+        dataclasses.replace(ok, zp=127),
+        dataclasses.replace(ok, zp=128),
+        dataclasses.replace(ok, zp=-129),
+        dataclasses.replace(ok, scale=1e-50),
+        dataclasses.replace(ok, scale=1e39),
+        dataclasses.replace(ok, scale=float("nan")),
+        dataclasses.replace(ok, scale=0.0),
+        dataclasses.replace(ok, scale=None),
+        RequantParams("float32", 200, "uint8", scale=0.5),
+        RequantParams("fixed_double", 0, "int8", multiplier=1 << 30, shift=3),
+    ]
+
+    def each(rqs):
+        try:
+            for r in rqs:
+                r.check()
+        except KernelError:
+            return False
+        return all(r.scheme == "float32" for r in rqs) and len({r.out_type for r in rqs}) <= 1
+
+    for bad in cases:
+        rqs = [ok, bad, ok]
+        assert float32_requants_valid(rqs) == each(rqs), bad
+    assert float32_requants_valid([ok] * 5) and float32_requants_valid([])
+
+
+def test_valid_per_channel_columns_are_checked_at_once(monkeypatch):
+    """Valid float32 columns on a float32 unit: no column's requantization is checked
+    alone, and the step has no issue."""
+    import npu_backend.validate as V
+    from tests.test_backend_validate import _step
+
+    p = fused_post(FLOAT)
+    cols = tuple(
+        dataclasses.replace(p, requant=dataclasses.replace(p.requant, scale=0.001 * (j + 1)))
+        for j in range(N)
+    )
+    calls: list = []
+    real = V._requant_issues
+    monkeypatch.setattr(V, "_requant_issues", lambda *a: calls.append(a) or real(*a))
+    assert V.validate_step(_step(cols), FLOAT) == [] and calls == []
