@@ -227,13 +227,13 @@ def test_16_bit_codes_are_refused():
     assert "16-bit codes" in site.reason.message and "int16" in site.reason.message
 
 
-def _model_of(kind: str) -> bytes:
+def _model_of(kind: str, rank: int = 1) -> bytes:
     nodes, consts = region(kind)
     cs = {c.name: onnx.numpy_helper.to_array(c) for c in consts}
     for name, v, t in (("u_s", 0.05, np.float32), ("u_z", 0, np.int8), ("y_s", 1 / 64, np.float32),
                        ("y_z", -32, np.int8)):  # fmt: skip
         cs[name] = np.asarray(v, dtype=t)
-    m = region_model(nodes, cs, "u", "y", "int8", 1, {"": 17})
+    m = region_model(nodes, cs, "u", "y", "int8", rank, {"": 17})
     return m.SerializeToString()
 
 
@@ -425,8 +425,8 @@ def test_region_input_typed_when_value_info_leaves_the_compute_output_untyped(bu
 class _OneRegionPath:
     """A merged session (`region_table.merged_model`) whose region `j` computes code
     `code` one off at one position of one length (a fake tail path of one region only);
-    its regions' outputs are one concatenated output (all of one type), region `j` its
-    `j`-th slice."""
+    its regions' outputs are one concatenated output (all of one type, the first output),
+    region `j` its `j`-th slice."""
 
     def __init__(self, real, j: int, code: int, length: int, pos: int) -> None:
         self.real, self.j, self.code, self.length, self.pos = real, j, code, length, pos
@@ -438,8 +438,7 @@ class _OneRegionPath:
         ys = [np.array(y) for y in self.real.run(names, feeds)]
         x = next(iter(feeds.values())).reshape(-1)
         if x.size == self.length and x[self.pos] == self.code:
-            (y,) = ys
-            y.reshape(-1)[self.j * self.length + self.pos] += 1
+            ys[0].reshape(-1)[self.j * self.length + self.pos] += 1
         return ys
 
 
@@ -470,13 +469,13 @@ def test_prefetched_tables_are_the_tables_each_region_checked_alone_gives(monkey
     )
 
 
-def _model_of_type(kind: str, out: type) -> bytes:
-    """`_model_of(kind)` quantizing to `out` (int8 or uint8)."""
+def _model_of_type(kind: str, out: type, rank: int = 2) -> bytes:
+    """`_model_of(kind, rank)` quantizing to `out` (int8 or uint8)."""
     nodes, consts = region(kind)
     cs = {c.name: onnx.numpy_helper.to_array(c) for c in consts}
     cs |= {"u_s": np.asarray(0.05, np.float32), "u_z": np.asarray(0, np.int8),
            "y_s": np.asarray(1 / 64, np.float32), "y_z": np.asarray(3, out)}  # fmt: skip
-    return region_model(nodes, cs, "u", "y", "int8", 1, {"": 17}).SerializeToString()
+    return region_model(nodes, cs, "u", "y", "int8", rank, {"": 17}).SerializeToString()
 
 
 def test_merged_regions_share_one_input_and_one_output_per_type(monkeypatch):
@@ -487,13 +486,14 @@ def test_merged_regions_share_one_input_and_one_output_per_type(monkeypatch):
     monkeypatch.setattr(rt, "_UNCHECKED", {})
     blobs = [_model_of_type(k, t) for k, t in (("hardswish", np.int8), ("silu", np.uint8),
              ("gelu_erf", np.int8), ("hardsigmoid", np.uint8), ("silu", np.int8))]  # fmt: skip
-    keys = [(b, "int8", 1, "default") for b in blobs]
+    keys = [(b, "int8", 2, "default") for b in blobs]
     for key in keys[:4]:  # the last one's type is not known yet
         rt.unchecked_table(*key)
     types = [rt._known_type(k) for k in keys]
     assert types == ["int8", "uint8", "int8", "uint8", None]
     merged = rt.merged_model(blobs, types)
     assert merged.outputs == (("y_int8", (0, 2)), ("y_uint8", (1, 3)), ("r4_y", (4,)))
+    assert merged.rows == ("y_int8_rows", "y_uint8_rows")  # pins each region's shape
     m = onnx.load_from_string(merged.blob)
     assert [i.name for i in m.graph.input] == ["probe"]
     assert rt.prefetch(keys) == len(blobs)
@@ -507,9 +507,9 @@ def test_a_batch_leaves_a_region_that_differs_to_its_own_check(monkeypatch):
     or that is no elementwise function (Softmax), is not cached: its own check runs when it
     is converted and names the probe; the other regions of the batch are cached."""
     rt = _fresh_cache(monkeypatch)
-    blobs = [_model_of(k) for k in ("hardswish", "softmax", "gelu_erf")]
+    blobs = [_model_of(k, rank=2) for k in ("hardswish", "softmax", "gelu_erf")]
     for b in blobs:  # as the frontend has them when it checks: emitted with ORT's table
-        rt.unchecked_table(b, "int8", 1, "default")
+        rt.unchecked_table(b, "int8", 2, "default")
     real = rt._sessions
 
     def fake(blob, level):
@@ -519,11 +519,11 @@ def test_a_batch_leaves_a_region_that_differs_to_its_own_check(monkeypatch):
         return _OneRegionPath(a, 2, -77, 40, 3), b
 
     monkeypatch.setattr(rt, "_sessions", fake)
-    assert rt.prefetch([(b, "int8", 1, "default") for b in blobs]) == 1
-    assert set(rt._TABLES) == {(blobs[0], "int8", 1, "default")}
+    assert rt.prefetch([(b, "int8", 2, "default") for b in blobs]) == 1
+    assert set(rt._TABLES) == {(blobs[0], "int8", 2, "default")}
     with pytest.raises(RegionError, match="differently by position"):
-        region_table(blobs[1], "int8", 1, "default", "softmax")
-    assert len(region_table(blobs[2], "int8", 1, "default", "gelu")) == 256  # alone: real
+        region_table(blobs[1], "int8", 2, "default", "softmax")
+    assert len(region_table(blobs[2], "int8", 2, "default", "gelu")) == 256  # alone: real
 
 
 def test_a_model_with_many_regions_checks_them_in_one_batch(monkeypatch):
@@ -632,3 +632,33 @@ def test_a_batch_ort_cannot_run_is_left_to_each_check_but_our_own_bug_is_not(mon
     monkeypatch.setattr(rt, "_check_many", broken)
     with pytest.raises(TypeError, match="a bug of ours"):
         rt.prefetch([(good, "int8", 1, "default"), (_model_of("gelu_erf"), "int8", 1, "default")])
+
+
+def test_merged_regions_each_of_the_wrong_size_are_not_tables(monkeypatch):
+    """Concatenated outputs hide each region's size: one region writing its codes twice
+    beside one writing nothing adds up to two regions' worth of the right values. Every
+    region must write a tensor of the probe's shape, so neither is taken for a table; two
+    regions that both write twice the values are refused too."""
+    rt = _fresh_cache(monkeypatch)
+
+    def blob(nodes, consts=None):
+        m = region_model(nodes, consts or {}, "u", "y", "int8", 2, {"": 17})
+        return m.SerializeToString()
+
+    twice = blob([oh.make_node("Concat", ["u", "u"], ["y"], axis=-1)])
+    empty = blob(
+        [oh.make_node("Slice", ["u", "s", "e", "ax"], ["y"])],
+        {"s": np.array([0]), "e": np.array([0]), "ax": np.array([-1])},
+    )
+    codes, lo = rt._codes("int8")
+    for blobs in ([twice, empty], [twice, twice]):
+        merged = rt.merged_model(blobs, ["int8", "int8"])
+        assert merged.rows == ("y_int8_rows",)
+        sess, single = rt._sessions(merged.blob, "default")
+        try:
+            found = rt._check_many(merged, sess, single, codes, lo, 2)
+        except rt.ort_errors():  # ORT's Concat refuses the shapes: each is then checked alone
+            continue
+        assert found == [None, None]
+    good = [_model_of("silu"), _model_of("hardswish")]
+    assert rt.prefetch([(b, "int8", 1, "default") for b in good]) == 2  # rank 1: own outputs

@@ -232,7 +232,7 @@ def prefetch_unchecked(requests: Iterable[Key]) -> int:
         try:
             merged = merged_model(blobs)
             (sess,) = _sessions(merged.blob, level, threads=(0,))
-            ys = _split(merged, sess.run(None, {PROBE: x}), codes.size)
+            ys = _split(merged, sess.run(None, {PROBE: x}), x.shape)
         except ort_errors():  # some region ORT cannot run: each is run alone, which reports it
             continue
         for blob, y in zip(blobs, ys, strict=True):
@@ -268,6 +268,13 @@ class Merged(NamedTuple):
     # each output: its name and the regions (indices into the blobs) it holds, in order;
     # an output of several regions is their outputs concatenated on the last axis
     outputs: tuple[tuple[str, tuple[int, ...]], ...]
+    # the graph's outputs after `outputs`, one per output of several regions: the same
+    # region outputs concatenated on the first axis. ORT's Concat refuses inputs whose other
+    # axes differ, so the two together make every region's output one shape, and this
+    # one's shape says which (a region's output size is not known from a concatenation:
+    # one of twice the values beside an empty one adds up to two regions' worth); rows[g]
+    # is outputs[g]'s (the outputs of several regions come first)
+    rows: tuple[str, ...] = ()
 
 
 def merged_model(blobs: Sequence[bytes], out_types: Sequence[str | None] = ()) -> Merged:
@@ -303,30 +310,49 @@ def merged_model(blobs: Sequence[bytes], out_types: Sequence[str | None] = ()) -
     for k in range(len(blobs)):
         t = out_types[k] if k < len(out_types) else None
         (by_type.setdefault(t, []) if t is not None else alone).append(k)
+    rank = len(vi.type.tensor_type.shape.dim)
     outputs: list[tuple[str, tuple[int, ...]]] = []
+    rows: list[str] = []
     for t, ks in by_type.items():
-        if len(ks) == 1:
-            alone.append(ks[0])
+        if len(ks) == 1 or rank < 2:  # rank 1: no second axis to pin the shapes with
+            alone.extend(ks)
             continue
+        parts = [f"r{k}_y" for k in ks]
         name = f"y_{t}"
-        nodes.append(oh.make_node("Concat", [f"r{k}_y" for k in ks], [name], name=name, axis=-1))
+        nodes.append(oh.make_node("Concat", parts, [name], name=name, axis=-1))
+        nodes.append(oh.make_node("Concat", parts, [f"{name}_rows"], name=f"{name}_rows", axis=0))
         outputs.append((name, tuple(ks)))
+        rows.append(f"{name}_rows")
     outputs += [(f"r{k}_y", (k,)) for k in sorted(alone)]
+    names = [o for o, _ in outputs] + rows
     g2 = oh.make_graph(
-        nodes, "unary_regions", [vi], [onnx.ValueInfoProto(name=o) for o, _ in outputs], inits
+        nodes, "unary_regions", [vi], [onnx.ValueInfoProto(name=o) for o in names], inits
     )
     m = oh.make_model(g2, opset_imports=list(first.opset_import))
     m.ir_version = first.ir_version
-    return Merged(m.SerializeToString(), tuple(outputs))
+    return Merged(m.SerializeToString(), tuple(outputs), tuple(rows))
 
 
-def _split(merged: Merged, ys: Sequence[Any], length: int) -> list[np.ndarray | None]:
-    """Each region's flat output from a run of `merged` on a tensor of `length` codes; None
-    for the regions of an output that is not `length` values per region (not elementwise)."""
+def _shaped(merged: Merged, ys: Sequence[Any], shape: tuple[int, ...]) -> list[bool]:
+    """Per output of `merged` (a run's outputs `ys` on a probe of `shape`): whether every
+    region in it wrote a tensor of the probe's shape (an output of one region: its own
+    size is checked where it is read)."""
+    ok = [True] * len(merged.outputs)
+    for g, y in enumerate(ys[len(merged.outputs) :]):  # rows[g] is outputs[g]'s
+        ok[g] = np.shape(y) == (len(merged.outputs[g][1]), *shape[1:])
+    return ok
+
+
+def _split(merged: Merged, ys: Sequence[Any], shape: tuple[int, ...]) -> list[np.ndarray | None]:
+    """Each region's flat output from a run of `merged` on a probe of `shape`; None for the
+    regions of an output whose regions did not each write a tensor of that shape (not
+    elementwise)."""
+    length = int(np.prod(shape))
+    shaped = _shaped(merged, ys, shape)
     out: list[np.ndarray | None] = [None] * sum(len(ks) for _, ks in merged.outputs)
-    for y, (_, ks) in zip(ys, merged.outputs, strict=True):
+    for g, (y, (_, ks)) in enumerate(zip(ys, merged.outputs, strict=False)):
         y = np.asarray(y)
-        if y.size == len(ks) * length:
+        if shaped[g] and y.size == len(ks) * length:
             for j, row in zip(ks, y.reshape(len(ks), length), strict=True):
                 out[j] = row
     return out
@@ -459,7 +485,8 @@ def _check_many(
     def run(s, x: np.ndarray) -> list[Any]:
         return s.run(None, {PROBE: x})
 
-    y0 = _split(merged, run(sess, codes.reshape((1,) * (rank - 1) + (n,))), n)
+    x0 = codes.reshape((1,) * (rank - 1) + (n,))
+    y0 = _split(merged, run(sess, x0), x0.shape)
     ok = np.array([y is not None for y in y0])
     tables = np.stack([y.astype(np.int64) if y is not None else np.zeros(n, np.int64)
                        for y in y0])  # fmt: skip
@@ -471,9 +498,12 @@ def _check_many(
         outs = [run(sess, x) for x in p.xs[b:e]]
         want = tables[:, p.pos[starts[b] : starts[e]]]
         length = int(sizes[b])
+        shaped = np.ones(len(merged.outputs), dtype=bool)  # one probe shape per block
+        for o in outs:
+            shaped &= _shaped(merged, o, p.xs[b].shape)
         for g, (_, ks) in enumerate(merged.outputs):
             rows = [np.asarray(o[g]).reshape(-1) for o in outs]
-            if any(r.size != len(ks) * length for r in rows):  # not elementwise
+            if not shaped[g] or any(r.size != len(ks) * length for r in rows):  # not elementwise
                 ok[list(ks)] = False
                 continue
             got = np.stack(rows).reshape(e - b, len(ks), length).transpose(1, 0, 2)
@@ -481,7 +511,7 @@ def _check_many(
                 axis=1
             )
     for s in (sess, single):
-        for j, y in enumerate(_split(merged, run(s, p.long_x), p.long_pos.size)):
+        for j, y in enumerate(_split(merged, run(s, p.long_x), p.long_x.shape)):
             ok[j] &= y is not None and bool(
                 np.array_equal(y.astype(np.int64), tables[j, p.long_pos])
             )
