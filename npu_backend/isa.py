@@ -19,7 +19,8 @@ Every instruction's value semantics is a kernel function or term:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -355,6 +356,9 @@ OPCODES: dict[str, type] = {
 }
 
 
+_POST_FIELDS = tuple(f.name for f in fields(PostProcess))
+
+
 def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
     """The epilogue with every LUT's contents replaced by `table` (what tmem holds)."""
 
@@ -366,8 +370,10 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
         lut = luts.get(id(p.lut))
         if lut is None:
             lut = luts[id(p.lut)] = replace(p.lut, table=table)
-        # built directly: `replace` costs most of a per-channel record's stripping
-        return PostProcess(p.requant, p.clip, p.function, lut, p.out_type, p.out_zp, p.add)
+        # built from its fields directly: `replace` cost most of a per-channel record's
+        # stripping
+        kw: dict[str, Any] = {f: getattr(p, f) for f in _POST_FIELDS}
+        return PostProcess(**{**kw, "lut": lut})
 
     if isinstance(post, PostProcess):
         return one(post)

@@ -237,14 +237,13 @@ def _leaf_text(v: Any) -> str:
 
 
 # Encoded int tuples, by identity (the tuple is kept, so its id is not reused): at most
-# `_INTS_MAX`, the oldest dropped first. Only tuples of at least `_INTS_MIN` plain ints.
+# `_INTS_MAX`, the oldest dropped first. Only tuples of at least `TABLE_MIN` plain ints.
 _INTS: dict[int, tuple[tuple[int, ...], str]] = {}
-_INTS_MIN = 32
 _INTS_MAX = 256
 
 
 def _param_text(v: Any) -> str:
-    if (type(v) is tuple or type(v) is Table) and len(v) >= _INTS_MIN:
+    if (type(v) is tuple or type(v) is Table) and len(v) >= TABLE_MIN:
         hit = _INTS.get(id(v))
         if hit is not None and hit[0] is v:
             return hit[1]

@@ -8,7 +8,6 @@ frontend that builds host nodes and by the passes), through `register_evaluator`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -108,11 +107,12 @@ def node_term(node: Node, x: Term, column: int = 0) -> Term:
 
 def _lut_term(x: Term, table: tuple[int, ...], in_type: str) -> Term:
     """`op("lut", x, table=table, in_type=in_type, index_order="offset")`, with the table
-    frozen once per distinct table: freezing 256 entries per column and per site was most
-    of what building epilogues cost (sites and columns share activation tables)."""
+    frozen once per table object: freezing 256 entries per column and per site was most
+    of what building epilogues cost (a site's columns read the same node's table)."""
     hit = _FROZEN.get(id(table))
-    if hit is None or hit[0] is not table:  # by identity first: a tuple's hash is not kept
-        hit = (table, _frozen_table(table))
+    if hit is None or hit[0] is not table:  # by identity: a plain tuple's hash is not kept
+        frozen = op("lut", Var("x"), table=table, in_type=in_type, index_order="offset")
+        hit = (table, frozen.kwargs["table"])
         if len(_FROZEN) >= 1024:
             _FROZEN.clear()
         _FROZEN[id(table)] = hit
@@ -120,15 +120,9 @@ def _lut_term(x: Term, table: tuple[int, ...], in_type: str) -> Term:
     return Op("lut", (x,), params)
 
 
-# `_frozen_table`'s answers by the table's identity (the table is kept, so its id is not
-# reused while the entry lives): a site's columns ask for the same node's table
+# tables as `prover.terms.op` freezes them (a `prover.terms.Table`), by the identity of the
+# table given (kept with its answer, so its id is not reused while the entry lives)
 _FROZEN: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-
-
-@lru_cache(maxsize=1024)
-def _frozen_table(table: tuple[int, ...]) -> tuple[int, ...]:
-    """The table as `prover.terms.op` freezes it (its own freezing, done once)."""
-    return op("lut", Var("x"), table=table, in_type="int8", index_order="offset").kwargs["table"]
 
 
 def is_u8s8(node: Node) -> bool:

@@ -25,8 +25,9 @@ probes are built once per input type and rank, the outputs compared in one pass,
 threads sleep between runs; regions that differ only in names are one model (canonical
 names) and checked once. A model's regions are checked together at the end of its build
 (`prefetch`: one merged model, every probe run once for all of them; it reads one input and
-writes one output per output type, the regions' outputs concatenated, because ORT's cost per
-run is mostly per tensor passed in and out: 1.9x less CPU on mobilenet_v3_small's 27 region
+writes one output per output type, the regions' outputs concatenated (and concatenated on the
+first axis too, which pins each region's output to the probe's shape: `Merged.rows`), because
+ORT's cost per run is mostly per tensor passed in and out: 1.9x less CPU on mobilenet_v3_small's 27 region
 models, 2.8x on efficientnet_b0's 49, than one input and output per region (32 SiLU
 regions: 5.4 s checked each alone, 2.0 s merged with an input and output each, 1.0 s now);
 each `lut` is emitted with ORT's table of one run, `unchecked_table`, and given its checked
