@@ -110,6 +110,7 @@ def ort_graph(model_bytes: bytes, level: str, what: str = "float16 QDQ groups") 
     so = ort.SessionOptions()
     so.graph_optimization_level = levels.get(level, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     so.log_severity_level = ort_log_severity()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as tables.session
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "ort_optimised.onnx"
         so.optimized_model_filepath = str(out)
