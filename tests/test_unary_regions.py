@@ -425,20 +425,25 @@ def test_region_input_typed_when_value_info_leaves_the_compute_output_untyped(bu
 class _OneRegionPath:
     """A merged session (`region_table.merged_model`) whose region `j` computes code
     `code` one off at one position of one length (a fake tail path of one region only);
-    its regions' outputs are one concatenated output (all of one type, the first output),
-    region `j` its `j`-th slice."""
+    its regions' outputs are one concatenated output (all of one type, the first output):
+    copy c (fed the c-th input; one copy unless batched) of region `j` is its
+    `c * regions + j`-th slice."""
 
-    def __init__(self, real, j: int, code: int, length: int, pos: int) -> None:
+    def __init__(self, real, j: int, code: int, length: int, pos: int, regions: int) -> None:
         self.real, self.j, self.code, self.length, self.pos = real, j, code, length, pos
+        self.regions = regions
+        self.inputs_seen: set[int] = set()
 
     def get_inputs(self):
         return self.real.get_inputs()
 
     def run(self, names, feeds):
         ys = [np.array(y) for y in self.real.run(names, feeds)]
-        x = next(iter(feeds.values())).reshape(-1)
-        if x.size == self.length and x[self.pos] == self.code:
-            ys[0].reshape(-1)[self.j * self.length + self.pos] += 1
+        self.inputs_seen.add(len(feeds))
+        for c, x in enumerate(feeds.values()):
+            x = x.reshape(-1)
+            if x.size == self.length and x[self.pos] == self.code:
+                ys[0].reshape(-1)[(c * self.regions + self.j) * self.length + self.pos] += 1
         return ys
 
 
@@ -511,16 +516,20 @@ def test_a_batch_leaves_a_region_that_differs_to_its_own_check(monkeypatch):
     for b in blobs:  # as the frontend has them when it checks: emitted with ORT's table
         rt.unchecked_table(b, "int8", 2, "default")
     real = rt._sessions
+    faked: list[_OneRegionPath] = []
 
-    def fake(blob, level):
-        a, b = real(blob, level)
+    def fake(blob, level, threads=(0, 1)):
+        a, *rest = real(blob, level, threads)
         if a.get_inputs()[0].name == "u":  # a region checked alone: ORT's own kernels
-            return a, b
-        return _OneRegionPath(a, 2, -77, 40, 3), b
+            return [a, *rest]
+        faked.append(_OneRegionPath(a, 2, -77, 40, 3, len(blobs)))
+        return [faked[-1], *rest]
 
     monkeypatch.setattr(rt, "_sessions", fake)
     assert rt.prefetch([(b, "int8", 2, "default") for b in blobs]) == 1
     assert set(rt._TABLES) == {(blobs[0], "int8", 2, "default")}
+    # the length probes ran in copies of the regions (one input each) and were compared
+    assert max(len(f.inputs_seen) and max(f.inputs_seen) for f in faked) > 1
     with pytest.raises(RegionError, match="differently by position"):
         region_table(blobs[1], "int8", 2, "default", "softmax")
     assert len(region_table(blobs[2], "int8", 2, "default", "gelu")) == 256  # alone: real
@@ -655,10 +664,71 @@ def test_merged_regions_each_of_the_wrong_size_are_not_tables(monkeypatch):
         merged = rt.merged_model(blobs, ["int8", "int8"])
         assert merged.rows == ("y_int8_rows",)
         sess, single = rt._sessions(merged.blob, "default")
-        try:
-            found = rt._check_many(merged, sess, single, codes, lo, 2)
-        except rt.ort_errors():  # ORT's Concat refuses the shapes: each is then checked alone
-            continue
-        assert found == [None, None]
+        many = rt.merged_model(blobs, ["int8", "int8"], copies=4)  # the batched length runs
+        for batched in (None, (many, rt._sessions(many.blob, "default", threads=(0,))[0])):
+            try:
+                found = rt._check_many(merged, sess, single, codes, lo, 2, batched)
+            except rt.ort_errors():  # ORT's Concat refuses the shapes: each checked alone
+                continue
+            assert found == [None, None]
     good = [_model_of("silu"), _model_of("hardswish")]
     assert rt.prefetch([(b, "int8", 1, "default") for b in good]) == 2  # rank 1: own outputs
+
+
+def test_few_regions_run_a_lengths_probes_in_copies_with_the_tables_of_each_alone(monkeypatch):
+    """Few region nodes: a length's 256 probes run `batch_copies` at a time in a model of
+    that many copies of the regions (copy j reads its own input, so every kernel reads the
+    probe it reads alone); the tables and types are those each region's check alone gives.
+    Many region nodes stay one copy (a larger session would cost more than the runs)."""
+    rt = _fresh_cache(monkeypatch)
+    blobs = [_model_of_type(k, t) for k, t in (("hardswish", np.int8), ("silu", np.uint8),
+             ("gelu_erf", np.int8))]  # fmt: skip
+    keys = [(b, "int8", 2, "default") for b in blobs]
+    for key in keys:
+        rt.unchecked_table(*key)
+    types = [rt._known_type(k) for k in keys]
+    merged = rt.merged_model(blobs, types)
+    per_copy = len(onnx.load_from_string(merged.blob).graph.node) - 2 * len(merged.rows)
+    copies = rt.batch_copies(merged, types, 2)
+    assert (
+        copies > 1
+        and copies * per_copy <= rt.COPY_NODES < 2 * copies * per_copy
+        or (copies == rt.MAX_COPIES)
+    )
+    many = rt.merged_model(blobs, types, copies)
+    m = onnx.load_from_string(many.blob)
+    assert [i.name for i in m.graph.input] == [f"probe{j}" for j in range(copies)]
+    # each type's regions in one output (one region of uint8: its copies concatenated)
+    assert many.outputs == (("y_int8", (0, 2)), ("y_uint8", (1,)))
+    assert many.rows == ("y_int8_rows", "y_uint8_rows")
+    assert len(m.graph.node) == copies * per_copy + 2 * len(many.outputs)
+    runs: list[int] = []
+    real = rt._sessions
+
+    def counting(blob, level, threads=(0, 1)):
+        out = list(real(blob, level, threads))
+        if out[0].get_inputs()[0].name == "probe0":
+            inner = out[0]
+
+            class Counted:
+                def get_inputs(self):
+                    return inner.get_inputs()
+
+                def run(self, names, feeds):
+                    runs.append(len(feeds))
+                    return inner.run(names, feeds)
+
+            out[0] = Counted()
+        return out
+
+    monkeypatch.setattr(rt, "_sessions", counting)
+    assert rt.prefetch(keys) == len(blobs)
+    assert runs == [copies] * (len(rt.LENGTHS) * 256 // copies)
+    for key in keys:
+        assert rt._TABLES[key] == rt.check_alone(*key)
+    assert rt.batch_copies(merged, [*types[:2], None], 2) == 1  # a type not known
+    assert rt.batch_copies(merged, types, 1) == 1  # rank 1: no axis to pin shapes with
+    monkeypatch.setattr(rt, "COPY_NODES", per_copy)  # no room for two copies
+    assert rt.batch_copies(merged, types, 2) == 1
+    with pytest.raises(ValueError):
+        rt.merged_model(blobs, [*types[:2], None], copies=2)
