@@ -31,8 +31,7 @@ ORT's cost per run is mostly per tensor passed in and out: 1.9x less CPU on mobi
 models, 2.8x on efficientnet_b0's 49, than one input and output per region (32 SiLU
 regions: 5.4 s checked each alone, 2.0 s merged with an input and output each, 1.0 s now);
 where the regions have few nodes (a transformer's two GELUs), a length's probes run up to
-16 at a time in copies of the regions, copy j reading its own input (`batch_copies`: bert's
-check 0.83 -> 0.69 s CPU);
+16 at a time in copies of the regions, copy j reading its own input (`batch_copies`);
 each `lut` is emitted with ORT's table of one run, `unchecked_table`, and given its checked
 table then);
 a region that differs in a batch is checked again alone, which names the probe, and the
