@@ -391,9 +391,13 @@ def _check_operands(
     if st.w_input:
         _check_run_time_operands(st, a, w_spec)
         return
-    w = np.asarray(constants[st.w], dtype=np.int64)
+    # the IR's narrow integer weights as they are: an int64 copy of a large conv's weights
+    # was 8x their size (resnet18: 19 MB, and accumulator_range made two more of it)
+    w = np.asarray(constants[st.w])
+    if w.dtype.kind not in "iu":
+        raise CodegenError(f"{st.name}: weights are {w.dtype}, not integers")
     wzp = np.asarray(st.w_zp, dtype=np.int64)
-    if w.size and (w.min() < wt.min or w.max() > wt.max):
+    if w.size and (int(w.min()) < wt.min or int(w.max()) > wt.max):
         raise CodegenError(f"{st.name}: weights outside {wt.name}")
     if not at.contains(int(st.a_zp)) or wzp.min() < wt.min or wzp.max() > wt.max:
         raise CodegenError(f"{st.name}: zero point outside its operand type")

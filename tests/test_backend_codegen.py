@@ -178,3 +178,17 @@ def test_operand_checks():
     )
     with pytest.raises(CodegenError, match="exceeds int32"):
         generate(big_k, FLOAT)
+    # the IR's narrow weights (int16 holding 8-bit codes) are checked as they are, with the
+    # same answer; values outside the operand type and non-integer weights are refused
+    for dtype in (np.int16, np.int32, np.int64):
+        wide = dataclasses.replace(big_k, constants={"w": np.full((140000, 1), 127, dtype)})
+        with pytest.raises(CodegenError, match="exceeds int32"):
+            generate(wide, FLOAT)
+    fits = dataclasses.replace(big_k, constants={"w": np.full((140000, 1), 1, np.int16)})
+    generate(fits, FLOAT)  # 140000 * 1 * 255 fits int32
+    outside = dataclasses.replace(fits, constants={"w": np.full((140000, 1), 128, np.int16)})
+    with pytest.raises(CodegenError, match="weights outside int8"):
+        generate(outside, FLOAT)
+    floats = dataclasses.replace(fits, constants={"w": np.full((140000, 1), 1.0, np.float32)})
+    with pytest.raises(CodegenError, match="not integers"):
+        generate(floats, FLOAT)
