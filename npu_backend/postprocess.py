@@ -210,7 +210,7 @@ class AddParams:
             p, q, ps, pz, qs, qz, float(self.c_scale), int(self.c_zp), t,
             q_scalar=self.q_scalar, fma=self.fma,
         )  # fmt: skip
-        return tuple(int(x) for x in v)
+        return tuple(np.asarray(v, dtype=np.int64).tolist())
 
     def term(self, x: Term) -> Term:
         return op("lut", x, table=self.table(), in_type=self.type, index_order="offset")

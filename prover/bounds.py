@@ -52,7 +52,7 @@ def _dot(ivs: list[Interval], p: dict) -> Interval:
 
 @lru_cache(maxsize=4096)
 def _cached_hull(table: tuple) -> Interval:
-    return _hull(*(int(x) for x in table))
+    return _hull(*map(int, table))
 
 
 def _table_hull(table: Any) -> Interval:

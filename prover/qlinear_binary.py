@@ -275,7 +275,7 @@ def qlinear_binary_table(
     out = params.out
     xs = np.arange(out.min, out.max + 1, dtype=np.int64)
     t = qlinear_binary_of(op, xs, const, params, x_is_a=x_is_a, mode=mode, fma=fma)
-    return tuple(int(v) for v in t)
+    return tuple(np.asarray(t, dtype=np.int64).tolist())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -98,6 +98,7 @@ class Table(tuple):
 
 TABLE_MIN = 32  # int tuples this long are frozen as a `Table`
 _PLAIN = frozenset({int, float, str, bool, type(None)})  # frozen as they are
+_INT_ONLY = {int}  # the element types of a tuple of plain ints (bool is not one)
 
 
 def _freeze(v: Any) -> Any:
@@ -110,7 +111,7 @@ def _freeze(v: Any) -> Any:
             return _ints(tuple(v.tolist()))
         return tuple(v.tolist())
     if isinstance(v, list | tuple):
-        if all(type(x) is int for x in v):  # a table's entries: nothing to convert
+        if v and set(map(type, v)) == _INT_ONLY:  # a table's entries: nothing to convert
             return _ints(v if type(v) is tuple else tuple(v))
         return tuple(_freeze(x) for x in v)
     if isinstance(v, np.integer):
@@ -248,7 +249,7 @@ def _param_text(v: Any) -> str:
         if hit is not None and hit[0] is v:
             return hit[1]
         s = _ENCODE(v)
-        if all(type(x) is int for x in v):
+        if type(v) is Table or set(map(type, v)) == _INT_ONLY:  # a Table holds plain ints
             if len(_INTS) >= _INTS_MAX:
                 del _INTS[next(iter(_INTS))]
             _INTS[id(v)] = (v, s)

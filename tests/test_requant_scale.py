@@ -58,3 +58,26 @@ def test_fused_epilogue_reads_per_column_scales_in_any_form(target):
             (g.columns, g.before, g.post, g.acc_offset) for g in want
         ], form
     site.compute.attrs["requant"] = rq
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 300])
+def test_groups_at_once_are_the_groups_column_by_column(n):
+    """`requant_groups` decides every column at once; the groups (their order, each one's
+    columns) are those of grouping column by column, for repeated scales, float32 arrays,
+    and scales longer than the columns."""
+    from compiler.ir.semantics import _requant_groups_one_by_one
+
+    rng = np.random.default_rng(n)
+    for pool in (3, n + 5):
+        scales = rng.choice(rng.uniform(1e-4, 1.0, pool), size=n + 2)
+        for form in (tuple, np.float32, list):
+            value = tuple(scales) if form is tuple else (
+                np.asarray(scales, np.float32) if form is np.float32 else list(scales))  # fmt: skip
+            rq = {"scheme": "float", "scale": value, "zp": 0, "out": "int8"}
+            assert requant_groups(rq, n) == _requant_groups_one_by_one(rq, n)
+    nan = {"scheme": "float", "scale": (0.5, float("nan"), 0.5, float("nan")), "zp": 0,
+           "out": "int8"}  # fmt: skip
+    assert requant_groups(nan, 4) == [(0, 2), (1,), (3,)]  # each NaN a group, as before
+    short = {"scheme": "float", "scale": (0.5, 0.25), "zp": 0, "out": "int8"}
+    with pytest.raises(IndexError):
+        requant_groups(short, 3)

@@ -194,9 +194,20 @@ def matmul_act_acc(node: Node, a: np.ndarray, b: np.ndarray, reference: Any = No
 
 
 def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
-    """Columns grouped by identical requantization parameters (per-channel scales)."""
+    """Columns grouped by identical requantization parameters (per-channel scales), the
+    groups in the order of their first column, each in column order."""
     if np.ndim(rq.get("scale", 0.0)) == 0:
         return [tuple(range(n_cols))]
+    s = np.asarray(rq["scale"], dtype=np.float64).reshape(-1)
+    if s.size < n_cols or not np.isfinite(s[:n_cols]).all():
+        return _requant_groups_one_by_one(rq, n_cols)  # its error, or a NaN's own group
+    # at once (a per-channel conv has thousands of columns): equal floats, equal groups
+    _, first, inverse = np.unique(s[:n_cols], return_index=True, return_inverse=True)
+    by_group = np.split(np.argsort(inverse, kind="stable"), np.cumsum(np.bincount(inverse))[:-1])
+    return [tuple(by_group[u].tolist()) for u in np.argsort(first)]
+
+
+def _requant_groups_one_by_one(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
     groups: dict[float, list[int]] = {}
     for j in range(n_cols):
         groups.setdefault(requant_scale(rq, j), []).append(j)
