@@ -196,15 +196,20 @@ def matmul_act_acc(node: Node, a: np.ndarray, b: np.ndarray, reference: Any = No
 def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
     """Columns grouped by identical requantization parameters (per-channel scales), the
     groups in the order of their first column, each in column order."""
-    if np.ndim(rq.get("scale", 0.0)) == 0:
+    scale = rq.get("scale", 0.0)  # np.ndim would copy a per-column tuple only to count axes
+    if not isinstance(scale, tuple | list) and np.ndim(scale) == 0:
         return [tuple(range(n_cols))]
-    s = np.asarray(rq["scale"], dtype=np.float64).reshape(-1)
+    s = np.asarray(scale, dtype=np.float64).reshape(-1)
     if s.size < n_cols or not np.isfinite(s[:n_cols]).all():
         return _requant_groups_one_by_one(rq, n_cols)  # its error, or a NaN's own group
     # at once (a per-channel conv has thousands of columns): equal floats, equal groups
-    _, first, inverse = np.unique(s[:n_cols], return_index=True, return_inverse=True)
-    by_group = np.split(np.argsort(inverse, kind="stable"), np.cumsum(np.bincount(inverse))[:-1])
-    return [tuple(by_group[u].tolist()) for u in np.argsort(first)]
+    u, first, inverse = np.unique(s[:n_cols], return_index=True, return_inverse=True)
+    if u.size == n_cols:  # every column its own scale: the groups in column order
+        return [(j,) for j in range(n_cols)]
+    order = np.argsort(inverse, kind="stable").tolist()  # columns by group, in column order
+    ends = np.cumsum(np.bincount(inverse)).tolist()
+    starts = [0, *ends[:-1]]
+    return [tuple(order[starts[g] : ends[g]]) for g in np.argsort(first).tolist()]
 
 
 def _requant_groups_one_by_one(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
