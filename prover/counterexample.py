@@ -98,7 +98,8 @@ def replay(
     differs beyond the policy. With a LiftSpec, the witness is also lifted to a whole
     input row (or `row`, one lifted before, is checked instead of searching again), the
     row is run through the kernel's matmul (`matmul.matmul_acc`, vectorised; tests check
-    it equals `matmul.dot`), and both sides are replayed on the value it produces.
+    it equals `matmul.dot`), and the value it produces must be the witness's own (whose
+    replay above is then the row's: the sides are functions of the variables alone).
     `lift=False` replays the witness only (the row is found later, for the one
     counterexample a site reports: `prover.api.lift_refutation`).
     """
@@ -129,15 +130,16 @@ def replay(
             row = _checked_row(ob.lift, row)
         if row is not None:
             got = row_value(ob.lift, row)
-            env2 = dict(assignment)
-            env2[ob.lift.var] = got
-            b2, a2, ok_b2, ok_a2 = evaluate_point(ob, env2)
-            same = (b2, ok_a2) == (b, ok_a) and (undefined or a2 == a)
-            if got != target or not same or not ok_b2:
+            if got != target:
+                # the sides at the row's own value, for the message (it is not the witness)
+                env2 = {**assignment, ob.lift.var: got}
+                b2, a2, _, _ = evaluate_point(ob, env2)
                 raise ReplayMismatch(
                     f"lifted input row gives {ob.lift.var}={got} (wanted {target}), "
                     f"before={b2} after={a2}"
                 )
+            # the row reaches the witness's own value: the point replayed above is the
+            # row's (the sides are functions of the variables alone), so it violates too
     else:
         row = None
     after = None if undefined else _unwrap(a)
