@@ -464,6 +464,7 @@ class _Probes(NamedTuple):
     pos: np.ndarray  # all short probes' codes' table positions, concatenated
     long_x: np.ndarray  # the long probe, shaped
     long_pos: np.ndarray  # its codes' table positions
+    starts: np.ndarray  # where each short probe's codes start in `pos` (and the end)
 
 
 @lru_cache(maxsize=8)
@@ -489,7 +490,9 @@ def _probes(dtype: str, lo: int, n: int, rank: int) -> _Probes:
     long_x = codes[idx].reshape(lead + (LONG,))
     for a in (codes2, *flat, long_x, idx):
         a.setflags(write=False)  # shared by every region's check
-    return _Probes(xs, tuple(flat), tuple(where), np.concatenate(pos), long_x, idx)
+    starts = np.concatenate([[0], np.cumsum([x.size for x in flat])])
+    starts.setflags(write=False)
+    return _Probes(xs, tuple(flat), tuple(where), np.concatenate(pos), long_x, idx, starts)
 
 
 def _check(sess, single, codes: np.ndarray, lo: int, rank: int) -> CheckedTable:
@@ -548,8 +551,7 @@ def _check_many(
     ok = np.array([y is not None for y in y0])
     tables = np.stack([y.astype(np.int64) if y is not None else np.zeros(n, np.int64)
                        for y in y0])  # fmt: skip
-    sizes = np.array([x.size for x in p.xs])
-    starts = np.concatenate([[0], np.cumsum(sizes)])
+    starts = p.starts
     # blocks: each offset probe alone, then each length's probes (one length per block)
     bounds = [*range(len(OFFSETS) + 1), *range(len(OFFSETS) + n, len(p.xs) + 1, n)]
     for b, e in pairwise(bounds):
@@ -559,7 +561,7 @@ def _check_many(
         assert (e - b) % c == 0, "copies divide a length's probes"
         outs = [s.run(None, dict(zip(names, p.xs[i : i + c], strict=True))) for i in range(b, e, c)]
         want = tables[:, p.pos[starts[b] : starts[e]]]
-        length = int(sizes[b])
+        length = int(starts[b + 1] - starts[b])
         shaped = np.ones(len(m.outputs), dtype=bool)  # one probe shape per block
         for o in outs:
             shaped &= _shaped(m, o, p.xs[b].shape)
