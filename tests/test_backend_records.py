@@ -140,3 +140,30 @@ def test_valid_per_channel_columns_are_checked_at_once(monkeypatch):
     real = V._requant_issues
     monkeypatch.setattr(V, "_requant_issues", lambda *a: calls.append(a) or real(*a))
     assert V.validate_step(_step(cols), FLOAT) == [] and calls == []
+
+
+def test_an_add_stage_table_is_computed_once_per_distinct_stage(monkeypatch):
+    """A per-channel site asks for each column's add-stage table several times (its
+    obligations, validation, program): equal stages share one computation, whose result is
+    the stage's own float32 QLinearAdd table; a stage differing in any field is its own."""
+    import npu_backend.postprocess as pp
+
+    pp._add_table.cache_clear()
+    made: list = []
+    real = AddParams._compute_table
+
+    def counted(self):
+        made.append(self)
+        return real(self)
+
+    monkeypatch.setattr(AddParams, "_compute_table", counted)
+    add = _full_post().add
+    assert add is not None
+    twin = dataclasses.replace(add)  # equal, another object
+    other = dataclasses.replace(add, c_zp=add.c_zp + 1)
+    assert add.table() == twin.table() == real(add)
+    assert len(made) == 1
+    assert other.table() == real(other) != add.table()
+    assert len(made) == 2
+    no_fma = dataclasses.replace(add, fma=False)
+    assert no_fma.table() == real(no_fma) and len(made) == 3
