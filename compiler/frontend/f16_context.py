@@ -28,6 +28,7 @@ import onnx
 from onnx import TensorProto
 
 from compiler.errors import FrontendError
+from compiler.ort.options import session_options
 
 QDQ_ACTS = ("Sigmoid", "Tanh", "Relu")
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -100,17 +101,10 @@ def ort_graph(model_bytes: bytes, level: str, what: str = "float16 QDQ groups") 
     """The serialised graph ONNX Runtime runs for `model_bytes` at `level` ("off",
     "extended" or "default"). Raises `FrontendError` naming `what` when ORT cannot load it.
     """
-    from npu_backend.ort_logging import onnxruntime_module, ort_log_severity
+    from npu_backend.ort_logging import onnxruntime_module
 
     ort = onnxruntime_module()
-    levels = {
-        "default": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    }
-    so = ort.SessionOptions()
-    so.graph_optimization_level = levels.get(level, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    so.log_severity_level = ort_log_severity()
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as tables.session
+    so = session_options(level)
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "ort_optimised.onnx"
         so.optimized_model_filepath = str(out)

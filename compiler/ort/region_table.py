@@ -56,6 +56,7 @@ from prover.inttypes import int_type
 from prover.verdict import ReasonCode
 
 from .errors import ort_errors
+from .options import session_options
 
 OFFSETS = range(17)
 LENGTHS = range(1, 65)
@@ -115,24 +116,15 @@ def region_model(
 
 
 def _sessions(blob: bytes, level: str, threads: tuple[int, ...] = (0, 1)):
+    """Sessions of `blob` at `level`, one per thread count (ORT's default, then one). Their
+    idle pool threads sleep between the check's short runs (`options.session_options`)."""
     import onnxruntime as ort
 
-    out = []
-    for threads_ in threads:  # ORT's default thread count, then one thread
-        so = ort.SessionOptions()
-        so.graph_optimization_level = (
-            ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            if level == "default"
-            else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        )
-        so.intra_op_num_threads = threads_
-        so.log_severity_level = 3
-        # Idle pool threads sleep instead of spinning between the check's ~1,300 short runs
-        # (the spin burnt more CPU than the runs). Only the idle wait changes: the thread
-        # count, and so how ORT splits a tensor into chunks, is the same.
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        out.append(ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"]))
-    return out
+    level = "default" if level == "default" else "off"
+    return [
+        ort.InferenceSession(blob, session_options(level, t), providers=["CPUExecutionProvider"])
+        for t in threads
+    ]
 
 
 class CheckedTable(NamedTuple):

@@ -53,23 +53,12 @@ def session(model: onnx.ModelProto | bytes, level: str = "off") -> ort.Inference
 
 @lru_cache(maxsize=256)
 def _session(blob: bytes, level: str = "off") -> ort.InferenceSession:
-    from npu_backend.ort_logging import onnxruntime_module, ort_log_severity
+    from npu_backend.ort_logging import onnxruntime_module
 
-    ort = onnxruntime_module()
+    from .options import session_options
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = (
-        ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if level == "default"
-        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    )
-    so.log_severity_level = ort_log_severity()
-    # Idle pool threads block instead of spinning. A check keeps dozens of these sessions
-    # (constant folding, host output types), and with more than about ten alive their
-    # idle workers spun a core for the rest of the process (0.78 s of CPU per idle second
-    # with 32 sessions). Only the idle wait changes: the thread count is ORT's default.
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+    so = session_options("default" if level == "default" else "off")
+    return onnxruntime_module().InferenceSession(blob, so, providers=["CPUExecutionProvider"])
 
 
 def ort_outputs(
