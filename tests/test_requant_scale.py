@@ -61,11 +61,15 @@ def test_fused_epilogue_reads_per_column_scales_in_any_form(target):
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 300])
-def test_groups_at_once_are_the_groups_column_by_column(n):
-    """`requant_groups` decides every column at once; the groups (their order, each one's
-    columns) are those of grouping column by column, for repeated scales, float32 arrays,
-    and scales longer than the columns."""
-    from compiler.ir.semantics import _requant_groups_one_by_one
+def test_groups_are_equal_scales_in_column_order(n):
+    """The groups (their order, each one's columns) are those of grouping equal scales in
+    column order, for repeated scales, float32 arrays, and scales longer than the columns."""
+
+    def _requant_groups_one_by_one(rq, n):
+        groups: dict[float, list[int]] = {}
+        for j in range(n):
+            groups.setdefault(float(rq["scale"][j]), []).append(j)
+        return [tuple(v) for v in groups.values()]
 
     rng = np.random.default_rng(n)
     for pool in (3, n + 5):

@@ -199,20 +199,6 @@ def requant_groups(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
     scale = rq.get("scale", 0.0)  # np.ndim would copy a per-column tuple only to count axes
     if not isinstance(scale, tuple | list) and np.ndim(scale) == 0:
         return [tuple(range(n_cols))]
-    s = np.asarray(scale, dtype=np.float64).reshape(-1)
-    if s.size < n_cols or not np.isfinite(s[:n_cols]).all():
-        return _requant_groups_one_by_one(rq, n_cols)  # its error, or a NaN's own group
-    # at once (a per-channel conv has thousands of columns): equal floats, equal groups
-    u, first, inverse = np.unique(s[:n_cols], return_index=True, return_inverse=True)
-    if u.size == n_cols:  # every column its own scale: the groups in column order
-        return [(j,) for j in range(n_cols)]
-    order = np.argsort(inverse, kind="stable").tolist()  # columns by group, in column order
-    ends = np.cumsum(np.bincount(inverse)).tolist()
-    starts = [0, *ends[:-1]]
-    return [tuple(order[starts[g] : ends[g]]) for g in np.argsort(first).tolist()]
-
-
-def _requant_groups_one_by_one(rq: Mapping[str, Any], n_cols: int) -> list[tuple[int, ...]]:
     groups: dict[float, list[int]] = {}
     for j in range(n_cols):
         groups.setdefault(requant_scale(rq, j), []).append(j)
