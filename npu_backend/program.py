@@ -85,9 +85,11 @@ class Program:
 
     def write(self, f: BinaryIO) -> None:
         """Write the program file to the seekable binary file `f` (the bytes `to_bytes`
-        gives). The manifest is written as its instructions are encoded, one at a time: the
-        whole manifest as Python objects, its text, its bytes and a copy of the archive in
-        memory were most of a per-channel CNN's compile peak (a 22 MB manifest)."""
+        gives). Each instruction is encoded to its text first (the archive lists the pool's
+        blobs, which encoding fills, before the manifest), then the manifest is written piece
+        by piece: the whole manifest as Python objects, one text of it, its bytes and a copy
+        of the archive in memory were most of a per-channel CNN's compile peak (a 22 MB
+        manifest)."""
         pool = _Pool()
         const_entries = {
             name: f"constants/{k:04d}.npy" for k, name in enumerate(sorted(self.constants))
