@@ -22,6 +22,7 @@ from typing import Any
 
 import onnx
 
+from compiler import heap
 from compiler.errors import InternalError
 from compiler.frontend.checked import CheckedModel
 from compiler.frontend.reader import to_ir
@@ -142,6 +143,7 @@ def compile_model(
     )
     with phase("frontend"):
         g, m = _frontend(model, config, opts.pop("frontend", None))
+        heap.release()  # the frontend's ORT sessions and protos, before the passes allocate
     ctx = Context(config, PipelineState(model=m, original=_snapshot(g)))
     start_workers(config.jobs, g, ctx)  # if it pays: their start-up overlaps the legality work
     return _run(g, ctx)
