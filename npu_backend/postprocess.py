@@ -129,12 +129,10 @@ class LutParams:
         """The dataclass's hash (of the fields), computed once: per-channel columns'
         postprocessing share one LutParams and are hashed in sets and caches often. Not
         pickled or copied (a str hash is per process)."""
-        d = self.__dict__
-        h = d.get("_hash")
+        h = getattr(self, "_hash", None)  # not `self.__dict__`: see `prover.terms._memo`
         if h is None:
-            h = d["_hash"] = hash(
-                (self.table, self.in_type, self.out_type, self.index_order, self.spec)
-            )
+            h = hash((self.table, self.in_type, self.out_type, self.index_order, self.spec))
+            object.__setattr__(self, "_hash", h)
         return h
 
     def __getstate__(self) -> dict[str, Any]:
@@ -272,13 +270,11 @@ class PostProcess:
         """The dataclass's hash (of the fields), computed once: a per-channel epilogue is a
         tuple of thousands, hashed whole wherever it is a key (codegen's parameter records,
         the simulator's column groups). Not pickled or copied (a str hash is per process)."""
-        d = self.__dict__
-        h = d.get("_hash")
+        h = getattr(self, "_hash", None)  # not `self.__dict__`: see `prover.terms._memo`
         if h is None:
-            h = d["_hash"] = hash(
-                (self.requant, self.clip, self.function, self.lut, self.out_type, self.out_zp,
-                 self.add)
-            )  # fmt: skip
+            h = hash((self.requant, self.clip, self.function, self.lut, self.out_type,
+                      self.out_zp, self.add))  # fmt: skip
+            object.__setattr__(self, "_hash", h)
         return h
 
     def __getstate__(self) -> dict[str, Any]:

@@ -68,10 +68,12 @@ _MEMO_KEYS = frozenset({"_memo"})
 
 def _memo(t: Op) -> list[Any]:
     """`t`'s memo entry [hash, free variables, canonical text], made on first use."""
-    d = t.__dict__
-    m = d.get("_memo")
+    # an attribute, not `t.__dict__[...]`: asking for the instance dict makes CPython build
+    # one (about 60 bytes more per term: per-channel sites hold hundreds of thousands)
+    m = getattr(t, "_memo", None)
     if m is None:
-        m = d["_memo"] = [None, None, None]
+        m = [None, None, None]
+        object.__setattr__(t, "_memo", m)
     return m
 
 

@@ -78,7 +78,7 @@ class ColumnGroup:
         """`epilogue_term(self.post, acc)`, kept on the group for its current `post` and the
         last `acc` (the obligations and the fused node ask for the same one; a model's
         columns outnumber `epilogue_term`'s cache)."""
-        memo = self.__dict__.get("_post_term")
+        memo = getattr(self, "_post_term", None)  # not `__dict__`: see `prover.terms._memo`
         if (
             memo is not None
             and memo[0] is self.post
@@ -86,7 +86,7 @@ class ColumnGroup:
         ):
             return memo[2]
         t = epilogue_term(self.post, acc)
-        self.__dict__["_post_term"] = (self.post, acc, t)
+        self._post_term = (self.post, acc, t)
         return t
 
 
