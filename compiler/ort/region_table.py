@@ -543,6 +543,16 @@ def _check_many(
     ok = np.array([y is not None for y in y0])
     tables = np.stack([y.astype(np.int64) if y is not None else np.zeros(n, np.int64)
                        for y in y0])  # fmt: skip
+    # the tables of an output's regions in that output's own element type, by the regions
+    # (`batched`'s outputs may group them in another order): the runs' outputs are compared
+    # as they come, not widened to int64 first (equal values are equal in either type)
+    native: dict[tuple[int, ...], np.ndarray] = {}
+
+    def native_tables(ks: tuple[int, ...]) -> np.ndarray:
+        if ks not in native:
+            native[ks] = np.stack([y0[k] if y0[k] is not None else tables[k] for k in ks])
+        return native[ks]
+
     starts = p.starts
     # blocks: each offset probe alone, then each length's probes (one length per block)
     bounds = [*range(len(OFFSETS) + 1), *range(len(OFFSETS) + n, len(p.xs) + 1, n)]
@@ -552,7 +562,7 @@ def _check_many(
         names = [PROBE] if c == 1 else [f"{PROBE}{j}" for j in range(c)]
         assert (e - b) % c == 0, "copies divide a length's probes"
         outs = [s.run(None, dict(zip(names, p.xs[i : i + c], strict=True))) for i in range(b, e, c)]
-        want = tables[:, p.pos[starts[b] : starts[e]]]
+        pos = p.pos[starts[b] : starts[e]]
         length = int(starts[b + 1] - starts[b])
         shaped = np.ones(len(m.outputs), dtype=bool)  # one probe shape per block
         for o in outs:
@@ -564,9 +574,7 @@ def _check_many(
                 continue
             # run r's copy j holds probe b + r*c + j: runs then copies are probe order
             got = np.stack(vals).reshape(e - b, len(ks), length).transpose(1, 0, 2)
-            ok[list(ks)] &= (got.reshape(len(ks), -1).astype(np.int64) == want[list(ks)]).all(
-                axis=1
-            )
+            ok[list(ks)] &= (got.reshape(len(ks), -1) == native_tables(ks)[:, pos]).all(axis=1)
     for s in (sess, single):
         for j, y in enumerate(_split(merged, run(s, p.long_x), p.long_x.shape)):
             ok[j] &= y is not None and bool(
