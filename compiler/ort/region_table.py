@@ -550,7 +550,8 @@ def _check_many(
 
     def native_tables(ks: tuple[int, ...]) -> np.ndarray:
         if ks not in native:
-            native[ks] = np.stack([y0[k] if y0[k] is not None else tables[k] for k in ks])
+            rows = [tables[k] if (y := y0[k]) is None else y for k in ks]
+            native[ks] = np.stack(rows)
         return native[ks]
 
     starts = p.starts
