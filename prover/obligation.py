@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from json.encoder import encode_basestring_ascii as _str_text
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,21 @@ class LiftSpec:
     @classmethod
     def from_json(cls, j: Mapping[str, Any]) -> LiftSpec:
         return cls(j["var"], tuple(j["weights"]), j["w_zp"], j["x_zp"], j["x_type"], j["bias"])
+
+
+def _lift_text(lift: LiftSpec) -> str:
+    """`T.canonical(lift.to_json())`, the weights' text built by `terms.int_seq_text`
+    (`LiftSpec` holds them as plain ints); the same text, byte for byte."""
+    if type(lift).to_json is not LiftSpec.to_json or not (
+        type(lift.var) is str and type(lift.x_type) is str
+    ):
+        return T.canonical(lift.to_json())
+    # __post_init__ made the weights, w_zp, x_zp and bias plain ints (no bools)
+    return (
+        f'{{"bias":{int.__repr__(lift.bias)},"var":{_str_text(lift.var)},'
+        f'"w_zp":{int.__repr__(lift.w_zp)},"weights":{T.int_seq_text(lift.weights)},'
+        f'"x_type":{_str_text(lift.x_type)},"x_zp":{int.__repr__(lift.x_zp)}}}'
+    )
 
 
 def _outputs(t: Any) -> tuple[T.Term, ...]:
@@ -170,7 +186,7 @@ class Obligation:
         before = ",".join([T.canonical_text(t) for t in self.outputs_before])
         after = ",".join([T.canonical_text(t) for t in self.outputs_after])
         ranges = enc({k: [lo, hi] for k, (lo, hi) in self.ranges.items()})
-        lift = "null" if self.lift is None else enc(self.lift.to_json())
+        lift = "null" if self.lift is None else _lift_text(self.lift)
         return (
             f'{{"after":[{after}],"before":[{before}],"kind":{enc(self.kind)},"lift":{lift},'
             f'"policy":{enc(str(self.policy))},"ranges":{ranges},"semantics":{enc(SEMANTICS_VERSION)}}}'

@@ -250,13 +250,36 @@ def _param_text(v: Any) -> str:
         hit = _INTS.get(id(v))
         if hit is not None and hit[0] is v:
             return hit[1]
-        s = _ENCODE(v)
         if type(v) is Table or set(map(type, v)) == _INT_ONLY:  # a Table holds plain ints
+            s = int_seq_text(v)
             if len(_INTS) >= _INTS_MAX:
                 del _INTS[next(iter(_INTS))]
             _INTS[id(v)] = (v, s)
-        return s
+            return s
+        return _ENCODE(v)
     return _leaf_text(v)
+
+
+def int_seq_text(v: Sequence[int]) -> str:
+    """`canonical(v)` for a sequence of plain ints (each of type `int` itself: not a bool,
+    whose text differs): the entries' texts are looked up for the small ints tables and
+    weights hold (half the C encoder's time, which converts each), else the encoder's."""
+    small = _SMALL_INTS or _small_ints()
+    try:
+        return "[" + ",".join(map(small.__getitem__, v)) + "]"
+    except KeyError:  # an entry outside the small ints
+        return _ENCODE(v)
+
+
+# int -> its JSON text, for -SMALL_INT <= int < SMALL_INT (built on first use)
+_SMALL_INTS: dict[int, str] = {}
+SMALL_INT = 1024
+
+
+def _small_ints() -> dict[int, str]:
+    if not _SMALL_INTS:
+        _SMALL_INTS.update((i, int.__repr__(i)) for i in range(-SMALL_INT, SMALL_INT))
+    return _SMALL_INTS
 
 
 def term_hash(t: Term) -> str:

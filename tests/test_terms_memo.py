@@ -17,7 +17,7 @@ from models import conv_activation, matmul_activation, two_sites
 import compiler.proving.prove as prove
 from compiler.api import compile_model
 from npu_backend.target import load_target
-from prover.obligation import LiftSpec, Obligation
+from prover.obligation import LiftSpec, Obligation, _lift_text
 from prover.policy import Policy
 from prover.terms import (
     Const,
@@ -25,6 +25,7 @@ from prover.terms import (
     Var,
     canonical_text,
     free_vars,
+    int_seq_text,
     op,
     term_hash,
     to_json,
@@ -210,3 +211,44 @@ def test_lift_weights_are_python_ints_whatever_their_form():
         got = LiftSpec("acc", form).weights
         assert got == want and type(got) is tuple and all(type(v) is int for v in got)
         assert LiftSpec("acc", form).to_json()["weights"] == list(want)
+
+
+def test_int_seq_text_is_the_encoders_text():
+    rng = np.random.default_rng(5)
+    cases = [[], [0], [-1024, 1023], [-1025], [1024], [2**70, -(2**70)]]
+    for _ in range(200):
+        hi = int(10 ** rng.uniform(0, 7))
+        cases.append(rng.integers(-hi, hi, size=int(rng.integers(0, 300))).tolist())
+    for v in cases:
+        assert int_seq_text(v) == slow(v)
+        assert int_seq_text(tuple(v)) == slow(v)
+    t = op("lut", Var("x"), table=tuple(range(-128, 128)), in_type="int8", index_order="offset")
+    assert canonical_text(t) == slow(to_json(t))
+
+
+class _Spec(LiftSpec):
+    def to_json(self):
+        return {**super().to_json(), "extra": 1}
+
+
+def test_lift_text_and_obligation_hash_are_the_encoders():
+    rng = np.random.default_rng(6)
+    acc = Var("acc")
+    body = op("saturate", acc, type="int8")
+    for i in range(100):
+        k = int(rng.integers(1, 600))
+        w = rng.integers(-128, 128, size=k) * (1 if i % 5 else 40)
+        spec = LiftSpec(
+            "acc" if i % 7 else 'ä"\\',
+            w if i % 2 else tuple(bool(v % 2) for v in w) if i % 9 == 0 else tuple(w.tolist()),
+            w_zp=np.int64(rng.integers(-3, 3)),
+            x_zp=int(rng.integers(-3, 3)),
+            x_type=("int8", "uint8", "int16")[i % 3],
+            bias=True if i % 11 == 0 else int(rng.integers(-(2**40), 2**40)),
+        )
+        assert _lift_text(spec) == slow(spec.to_json())
+        rng_ = {"acc": (-5, 5), spec.var: (0, 1)}
+        ob = Obligation("epilogue", body, body, rng_, "bitwise", spec)
+        assert ob.canonical == slow(ob.to_json())
+    odd = _Spec("acc", (1, 2))
+    assert _lift_text(odd) == slow(odd.to_json())
