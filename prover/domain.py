@@ -92,6 +92,14 @@ class NumpyDomain(Domain):
     def where(self, cond, a, b):
         return np.where(cond, a, b).astype(np.int64, copy=False)
 
+    def clamp(self, x, lo, hi):
+        # On an int64 array, max then min with int64 bounds is exactly `Domain.clamp`'s
+        # two `where`s (the same integers, dtype and shape) in two ufunc calls instead of
+        # six; anything else (scalars, other dtypes) takes the shared definition.
+        if type(x) is np.ndarray and x.dtype == np.int64 and x.ndim:
+            return np.minimum(np.maximum(x, np.int64(lo)), np.int64(hi))
+        return Domain.clamp(self, x, lo, hi)
+
     def tdiv_pow2(self, a, e):
         a = np.asarray(a, dtype=np.int64)
         q = np.abs(a) >> np.int64(e)  # |a| // 2^e, as a shift

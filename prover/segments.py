@@ -59,7 +59,7 @@ import numpy as np
 from . import requant as rq
 from . import terms as T
 from .bounds import fits
-from .counterexample import rank
+from .counterexample import rank_array
 from .decision import HOLDS, VIOLATED, Decision
 from .domain import NUMPY, KernelError
 from .enumerate import _all_true, evaluate_block, largest_diff, violations
@@ -192,6 +192,13 @@ def valid_interval(
                 raise NotApplicable(f"no precondition interval known for {o.prim}")
             continue
         pa, pb = PRE_INPUT[o.prim](o.kwargs)
+        if not i and closed_form and va <= vb:
+            # The op's input is the variable itself: its precondition interval is the
+            # variable's, [pa, pb] (what `first_at_least` finds for the identity).
+            va, vb = max(va, pa), min(vb, pb)
+            if va > vb:
+                return None
+            continue
         inner: T.Term = chain[i - 1] if i else T.Var(var)
         _chain_interval(inner, (va, vb))
 
@@ -458,7 +465,7 @@ def _segments(ob: Obligation, closed_form: bool = True) -> tuple[str, np.ndarray
     for t in ob.outputs_before + ob.outputs_after:
         cuts(t, cs)
     bounds = [np.array([lo], dtype=np.int64)]
-    for c in sorted(cs, key=lambda c: T.canonical(T.to_json(c))):
+    for c in sorted(cs, key=T.canonical_text):  # canonical(to_json(c)), memoized
         th = _thresholds(c, var, lo, hi, closed_form)
         bounds.append(th[(th >= lo) & (th <= hi)])
     starts = unique(np.concatenate(bounds))
@@ -532,5 +539,7 @@ def decide(ob: Obligation, deadline: float | None = None, *, closed_form: bool =
     if bad.size == 0:
         return Decision(HOLDS, "segments", ver, max_diff=max_diff, time_ms=ms, stats=stats)
     near = _nearest_zero(starts[bad], ends[bad])
-    best = min((int(v) for v in near), key=rank)
+    # the simplest (`rank` is one-to-one, so the smallest rank is one value); `fits` keeps
+    # every value below 2^62 in magnitude, so `rank_array`'s 2v cannot wrap
+    best = int(near[int(np.argmin(rank_array(near)))])
     return Decision(VIOLATED, "segments", ver, {var: best}, True, max_diff, time_ms=ms, stats=stats)

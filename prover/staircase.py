@@ -53,8 +53,6 @@ def first_at_least(
         raise KernelError(f"empty interval [{lo}, {hi}]")
     levels = np.asarray(levels, dtype=np.int64)
     n = levels.size
-    a = np.full(n, lo, dtype=np.int64)  # invariant: the answer lies in [a, b]
-    b = np.full(n, hi + 1, dtype=np.int64)
     if guess is not None and n:
         g = fast_clip(np.asarray(guess, dtype=np.int64), lo, hi + 1)
         pts = fast_clip(np.concatenate([g - 1, g]), lo, hi)
@@ -62,12 +60,19 @@ def first_at_least(
         below = (g == lo) | (fv[:n] < levels)  # f(g-1) < q
         above = (g == hi + 1) | (fv[n:] >= levels)  # f(g) >= q
         hit = below & above
+        if hit.all():  # every guess is its level's answer (the common case): nothing to search
+            return g
+        a = np.full(n, lo, dtype=np.int64)  # invariant: the answer lies in [a, b]
+        b = np.full(n, hi + 1, dtype=np.int64)
         a[hit] = b[hit] = g[hit]
         right = ~above  # f(g) < q: the answer is above g
         left = above & ~below  # f(g-1) >= q: the answer is below g
         a[right] = g[right] + 1
         b[left] = g[left] - 1
         _gallop(f, levels, a, b, g, right, left, lo, hi)
+    else:
+        a = np.full(n, lo, dtype=np.int64)
+        b = np.full(n, hi + 1, dtype=np.int64)
     _bisect(f, levels, a, b)
     return a
 
