@@ -68,7 +68,7 @@ from .inttypes import INT32_MAX, INT32_MIN, int_type
 from .obligation import Obligation
 from .primitives import primitive
 from .requant import single_round
-from .staircase import first_at_least, monotone_thresholds
+from .staircase import fast_clip, first_at_least, monotone_thresholds
 from .stepinverse import chain_guess, inv_float_scale
 from .stepinverse import inv_single_round as _inv_single_round
 from .uniq import unique
@@ -391,7 +391,11 @@ def _local_thresholds(
         return np.array([], dtype=np.int64)
     va, vb = iv
     edges = np.array([va, vb + 1], dtype=np.int64)
-    _chain_interval(cut, (va, vb))
+    bound = _chain_interval(cut, (va, vb))
+    if closed_form and not isinstance(cut, T.Var):
+        guessed = _guessed_steps(cut, var, va, vb, bound)
+        if guessed is not None:
+            return np.concatenate([edges, guessed])
     pre: list = []
     ends = np.asarray(
         T.evaluate(cut, NUMPY, {var: np.array([va, vb], dtype=np.int64)}, pre), dtype=np.int64
@@ -415,6 +419,42 @@ def _local_thresholds(
     else:
         steps = bracketed_thresholds(f, vmin, vmax, va, vb)
     return np.concatenate([edges, np.asarray(steps, dtype=np.int64)])
+
+
+def _guessed_steps(cut: T.Term, var: str, va: int, vb: int, bound: Interval) -> np.ndarray | None:
+    """The steps `_local_thresholds` computes (closed form), in one evaluation of the chain:
+    its ends and every closed-form guess at once, the guesses made for every level of the
+    chain's output bound (`_chain_interval`) before the ends tell which levels it takes.
+
+    None (the caller then computes them as before, ends first) unless that bound has at most
+    SHARED_LEVELS levels and holds both ends, every precondition holds at every point, and
+    every guess of a level between the ends is accepted, `f(t-1) < q <= f(t)` (as in
+    `staircase.first_at_least`, which then returns the same guesses).
+    """
+    lo_b, hi_b = bound
+    if hi_b - lo_b > SHARED_LEVELS:
+        return None
+    levels = np.arange(lo_b + 1, hi_b + 1, dtype=np.int64)
+    guess = chain_guess(_chain_ops(cut), levels)
+    if guess is None:
+        return None
+    n = levels.size
+    g = fast_clip(guess, va, vb + 1)
+    pts = fast_clip(np.concatenate([np.array([va, vb], dtype=np.int64), g - 1, g]), va, vb)
+    pre: list = []
+    v = np.asarray(T.evaluate(cut, NUMPY, {var: pts}, pre), dtype=np.int64)
+    if not all(bool(np.all(p)) for p in pre):
+        return None
+    vmin, vmax = int(v[0]), int(v[1])
+    if not lo_b <= vmin <= vmax <= hi_b:
+        return None
+    keep = slice(vmin - lo_b, vmax - lo_b)  # the levels vmin+1 .. vmax
+    q, t = levels[keep], g[keep]
+    below = (t == va) | (v[2 : 2 + n][keep] < q)  # f(t-1) < q
+    above = (t == vb + 1) | (v[2 + n :][keep] >= q)  # f(t) >= q
+    if not (below & above).all():
+        return None
+    return t
 
 
 GRID = 4096

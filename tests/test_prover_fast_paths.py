@@ -138,3 +138,33 @@ def test_witness_is_the_smallest_rank_among_the_violating_segments():
             continue
         near = segments._nearest_zero(p.starts[bad], p.ends[bad])
         assert d.witness == {"acc": min((int(v) for v in near), key=rank)}
+
+
+def test_steps_guessed_in_one_evaluation_equal_the_ends_first_computation(monkeypatch):
+    rng = np.random.default_rng(7)
+    results = []
+    for i in range(300):
+        c = _random_chain(rng)
+        lo, hi = (INT32_MIN, INT32_MAX) if i % 2 else _random_range(rng)
+        limit = segments.SHARED_LEVELS if i % 3 else segments.LEVEL_LIMIT
+        try:
+            got = segments._local_thresholds(c, "acc", lo, hi, True, limit)
+        except Exception as e:  # the ends-first computation fails the same way
+            results.append((c, lo, hi, limit, type(e)))
+            continue
+        assert np.array_equal(got, segments._local_thresholds(c, "acc", lo, hi, False, limit))
+        results.append((c, lo, hi, limit, got))
+    used = [
+        segments._guessed_steps(c, "acc", *segments.valid_interval(c, "acc", lo, hi), b)
+        for c, lo, hi, _, got in results
+        if not isinstance(got, type) and got.size
+        for b in [segments._chain_interval(c, segments.valid_interval(c, "acc", lo, hi))]
+    ]
+    assert sum(u is not None for u in used) > len(used) // 2  # the shortcut is the common case
+    monkeypatch.setattr(segments, "_guessed_steps", lambda *a: None)
+    for c, lo, hi, limit, want in results:
+        if isinstance(want, type):
+            with pytest.raises(want):
+                segments._local_thresholds(c, "acc", lo, hi, True, limit)
+        else:
+            assert np.array_equal(segments._local_thresholds(c, "acc", lo, hi, True, limit), want)
