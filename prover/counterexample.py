@@ -9,11 +9,12 @@ smallest violating assignment in this order, so they agree exactly.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import terms as T
-from .domain import NUMPY
+from .domain import NUMPY, NUMPY_POINT, NumpyDomain
 from .errors import LiftError, ReplayMismatch
 from .inttypes import int_type
 from .lift import lift_row, row_value
@@ -41,21 +42,67 @@ def evaluate_point(ob: Obligation, assignment: Mapping[str, int]):
     Where a side is not defined its outputs are whatever the kernel computes, which
     means nothing (see `primitives` for the sides' rule).
     """
-    env = {k: np.array([int(v)], dtype=np.int64) for k, v in assignment.items()}
+    d: NumpyDomain
+    env: dict[str, Any]
+    if _point_prims(ob):  # numpy scalars: the same int64 arithmetic, without arrays
+        d = NUMPY_POINT
+        env = {k: np.int64(int(v)) for k, v in assignment.items()}
+    else:
+        d = NUMPY
+        env = {k: np.array([int(v)], dtype=np.int64) for k, v in assignment.items()}
     pre_b: list = []
     pre_a: list = []
     with np.errstate(all="ignore"):
         b = tuple(
-            int(np.asarray(T.evaluate(t, NUMPY, env, pre_b)).reshape(-1)[0])
-            for t in ob.outputs_before
+            int(np.asarray(T.evaluate(t, d, env, pre_b)).reshape(-1)[0]) for t in ob.outputs_before
         )
         a = tuple(
-            int(np.asarray(T.evaluate(t, NUMPY, env, pre_a)).reshape(-1)[0])
-            for t in ob.outputs_after
+            int(np.asarray(T.evaluate(t, d, env, pre_a)).reshape(-1)[0]) for t in ob.outputs_after
         )
-    ok_b = all(bool(np.all(p)) for p in pre_b)
-    ok_a = all(bool(np.all(p)) for p in pre_a)
+    ok_b = all(_holds(p) for p in pre_b)
+    ok_a = all(_holds(p) for p in pre_a)
     return b, a, ok_b, ok_a
+
+
+# Primitives whose numpy evaluation at one point may use numpy scalars (`NUMPY_POINT`):
+# written with the `Domain` operations and numpy's elementwise arithmetic only (the rest,
+# e.g. `dot` and the float32 elementwise kernels, get one-element arrays as before).
+POINT_PRIMS = frozenset(
+    {
+        "add",
+        "sub",
+        "add_const",
+        "mul_const",
+        "clip",
+        "saturate",
+        "wrap",
+        "requant_double",
+        "requant_single",
+        "requant_float",
+        "lut",
+        "floordiv_const",
+        "mod_const",
+    }
+)
+
+
+def _point_prims(ob: Obligation) -> bool:
+    """Whether every primitive of `ob` is in POINT_PRIMS."""
+    stack: list[T.Term] = [*ob.outputs_before, *ob.outputs_after]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, T.Op):
+            if t.prim not in POINT_PRIMS:
+                return False
+            stack.extend(t.args)
+    return True
+
+
+def _holds(p) -> bool:
+    """`bool(np.all(p))`, directly for a scalar truth value."""
+    if type(p) is np.bool_ or type(p) is bool:
+        return bool(p)
+    return bool(np.all(p))
 
 
 def undefined_at(ob: Obligation, assignment: Mapping[str, int]) -> str:

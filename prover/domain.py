@@ -115,7 +115,7 @@ class NumpyDomain(Domain):
         return np.floor_divide(np.asarray(a, dtype=np.int64), np.int64(c))
 
     def lut(self, table, index):
-        t = np.asarray(table, dtype=np.int64)
+        t = table_array(table)
         i = np.asarray(index, dtype=np.int64)
         # numpy would silently wrap a negative index; the symbolic form cannot.
         if i.size and (i.min() < 0 or i.max() >= len(t)):
@@ -130,6 +130,65 @@ class NumpyDomain(Domain):
 
     def land(self, a, b):
         return np.logical_and(a, b)
+
+
+class NumpyPointDomain(NumpyDomain):
+    """The numpy interpretation at one point: numpy int64 scalars instead of one-element
+    arrays (a counterexample's replay). numpy's scalar operators compute exactly what its
+    array ufuncs compute element by element (int64 wrapping included, float32 products
+    rounded once), without the cost of an array per call, which is most of a one-point
+    evaluation. Only for primitives built from the `Domain` operations and numpy's
+    elementwise arithmetic (`counterexample.POINT_PRIMS`); values are numpy scalars (a
+    `requant_float` gives a 0-d array)."""
+
+    def where(self, cond, a, b):
+        return np.int64(a if cond else b)
+
+    def tdiv_pow2(self, a, e):
+        a = np.int64(a)
+        q = abs(a) >> np.int64(e)  # |a| // 2^e, as a shift
+        return -q if a < 0 else q
+
+    def shr(self, a, e):
+        return np.int64(a) >> np.int64(e)
+
+    def band(self, a, mask):
+        return np.int64(a) & np.int64(mask)
+
+    def floordiv(self, a, c):
+        return np.int64(a) // np.int64(c)
+
+    def lut(self, table, index):
+        t = table_array(table)
+        i = int(np.int64(index))
+        if not 0 <= i < len(t):
+            raise KernelError(f"LUT index out of range [0, {len(t) - 1}]: {i}..{i}")
+        return t[i]
+
+    def land(self, a, b):
+        return np.bool_(bool(a) and bool(b))
+
+
+# int64 arrays of lookup tables given as tuples, by identity (the tuple is kept, so its id
+# is not reused): a term's table is converted once, not at every evaluation
+_TABLES: dict[int, tuple[tuple, np.ndarray]] = {}
+_TABLES_MAX = 64
+TABLE_CACHE_MAX = 1024  # entries; longer tables are converted at each use
+
+
+def table_array(table: Sequence[int]) -> np.ndarray:
+    """`np.asarray(table, dtype=np.int64)`, read-only, kept per tuple object."""
+    if not isinstance(table, tuple) or len(table) > TABLE_CACHE_MAX:
+        return np.asarray(table, dtype=np.int64)
+    hit = _TABLES.get(id(table))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    t = np.asarray(table, dtype=np.int64)
+    t.setflags(write=False)
+    if len(_TABLES) >= _TABLES_MAX:
+        del _TABLES[next(iter(_TABLES))]
+    _TABLES[id(table)] = (table, t)
+    return t
 
 
 class Z3Domain(Domain):
@@ -196,4 +255,5 @@ class Z3Domain(Domain):
 
 
 NUMPY = NumpyDomain()
+NUMPY_POINT = NumpyPointDomain()
 Z3 = Z3Domain()

@@ -15,6 +15,7 @@ import pytest
 from test_prover_closed_form import _random_chain, _random_range
 
 from prover import segments
+from prover import terms as T
 from prover.counterexample import rank
 from prover.domain import NUMPY, Domain, KernelError
 from prover.inttypes import INT32_MAX, INT32_MIN
@@ -168,3 +169,110 @@ def test_steps_guessed_in_one_evaluation_equal_the_ends_first_computation(monkey
                 segments._local_thresholds(c, "acc", lo, hi, True, limit)
         else:
             assert np.array_equal(segments._local_thresholds(c, "acc", lo, hi, True, limit), want)
+
+
+def _random_point_term(rng: np.random.Generator, depth: int = 0) -> T.Term:
+    """A random term over `acc` and `b` from the primitives `NUMPY_POINT` may evaluate."""
+    if depth > 3 or rng.random() < 0.15:
+        return Var("acc") if rng.random() < 0.7 else Var("b")
+    x = _random_point_term(rng, depth + 1)
+    k = int(rng.integers(0, 9))
+    if k == 0:
+        return _random_chain_over(rng, x)
+    if k == 1:
+        tbl = tuple(int(v) for v in rng.integers(-(2**40), 2**40, size=256))
+        order = ("offset", "twos_complement")[int(rng.integers(0, 2))]
+        return op("lut", x, table=tbl, in_type="int8", index_order=order)
+    if k == 2:
+        return op(("add", "sub")[int(rng.integers(0, 2))], x, _random_point_term(rng, depth + 1))
+    if k == 3:
+        return op("add_const", x, c=int(rng.integers(-(2**40), 2**40)))
+    if k == 4:
+        return op("mul_const", x, c=int(rng.integers(-(2**20), 2**20)))
+    if k == 5:
+        lo = int(rng.integers(-(2**33), 2**33))
+        return op("clip", x, lo=lo, hi=lo + int(rng.integers(0, 2**34)))
+    if k == 6:
+        return op(("saturate", "wrap")[int(rng.integers(0, 2))], x, type="int16")
+    c = int(rng.integers(1, 2**20)) if rng.random() < 0.5 else 1 << int(rng.integers(0, 40))
+    return op(("floordiv_const", "mod_const")[k - 7], x, c=c)
+
+
+def _random_chain_over(rng: np.random.Generator, x: T.Term) -> T.Term:
+    c = _random_chain(rng)
+    ops = segments._chain_ops(c)
+    t = x
+    for o in ops:  # the same ops, applied to x instead of acc
+        t = T.Op(o.prim, (t,), o.params)
+    return t
+
+
+def test_point_replay_in_numpy_scalars_equals_one_element_arrays(monkeypatch):
+    from prover import counterexample as cx
+
+    rng = np.random.default_rng(8)
+    cases = []
+    for _ in range(400):
+        b, a = _random_point_term(rng), _random_point_term(rng)
+        ob = Obligation("other", b, a, {"acc": (-(2**62), 2**62), "b": (-(2**62), 2**62)})
+        assert cx._point_prims(ob)
+        for _ in range(4):
+            mag = 1 << int(rng.integers(0, 63))
+            pt = {"acc": int(rng.integers(-mag, mag)), "b": int(rng.integers(-mag, mag))}
+            try:
+                got = cx.evaluate_point(ob, pt)
+            except Exception as e:
+                cases.append((ob, pt, type(e)))
+            else:
+                assert all(type(v) is int for v in got[0] + got[1])
+                cases.append((ob, pt, got))
+    monkeypatch.setattr(cx, "_point_prims", lambda ob: False)
+    for ob, pt, want in cases:
+        if isinstance(want, type):
+            with pytest.raises(want):
+                cx.evaluate_point(ob, pt)
+        else:
+            assert cx.evaluate_point(ob, pt) == want, (ob, pt)
+    assert sum(not isinstance(w, type) and not (w[2] and w[3]) for _, _, w in cases) > 50
+
+
+def test_obligations_with_other_primitives_replay_in_arrays():
+    from prover import counterexample as cx
+
+    d = op("dot", Var("x"), Var("y"), weights=(2, 3), x_zp=0, w_zp=0)
+    ob = Obligation("other", d, op("add", Var("x"), Var("y")), {"x": (-9, 9), "y": (-9, 9)})
+    assert not cx._point_prims(ob)
+    assert cx.evaluate_point(ob, {"x": 2, "y": 5}) == ((19,), (7,), True, True)
+
+
+def test_point_domain_operations_equal_the_array_ones():
+    from prover.domain import NUMPY_POINT
+
+    rng = np.random.default_rng(9)
+    edge = [np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 0, 1, -(2**31), 2**31 - 1]
+    xs = edge + [int(v) for v in rng.integers(-(2**63), 2**63 - 1, size=300, dtype=np.int64)]
+    xs += [int(v) >> int(rng.integers(0, 63)) for v in xs[:200]]
+    with np.errstate(all="ignore"):
+        for x in xs:
+            a1, s = np.array([x], dtype=np.int64), np.int64(x)
+            for e in (0, 1, 5, 31, 62, 63):
+                assert NUMPY_POINT.tdiv_pow2(s, e) == NUMPY.tdiv_pow2(a1, e)[0]
+                assert NUMPY_POINT.shr(s, e) == NUMPY.shr(a1, e)[0]
+            for m in (0, 1, 255, 2**31 - 1):
+                assert NUMPY_POINT.band(s, m) == NUMPY.band(a1, m)[0]
+            for c in (1, 3, 2**31 + 7):
+                assert NUMPY_POINT.floordiv(s, c) == NUMPY.floordiv(a1, c)[0]
+            for c in (True, False):
+                assert NUMPY_POINT.where(np.bool_(c), s, np.int64(7)) == NUMPY.where(
+                    np.array([c]), a1, np.int64(7)
+                )
+                assert NUMPY_POINT.land(s > 0, np.bool_(c)) == NUMPY.land(a1 > 0, c)[0]
+            assert NUMPY_POINT.clamp(s, -128, 127) == NUMPY.clamp(a1, -128, 127)[0]
+    table = tuple(range(100, 356))
+    for i in (0, 17, 255):
+        assert NUMPY_POINT.lut(table, np.int64(i)) == NUMPY.lut(table, np.array([i]))[0]
+    for i in (-1, 256):
+        with pytest.raises(KernelError):
+            NUMPY_POINT.lut(table, np.int64(i))
+        with pytest.raises(KernelError):
+            NUMPY.lut(table, np.array([i]))
