@@ -276,3 +276,26 @@ def test_point_domain_operations_equal_the_array_ones():
             NUMPY_POINT.lut(table, np.int64(i))
         with pytest.raises(KernelError):
             NUMPY.lut(table, np.array([i]))
+
+
+def test_table_arrays_are_the_tables_own_read_only_and_kept_per_object():
+    from prover import domain
+
+    a = tuple(range(-128, 128))
+    b = tuple(v + 1 for v in a)
+    ta, tb = domain.table_array(a), domain.table_array(b)
+    assert np.array_equal(ta, np.asarray(a)) and np.array_equal(tb, np.asarray(b))
+    assert ta.dtype == np.int64 and not ta.flags.writeable
+    assert domain.table_array(a) is ta  # the same object: converted once
+    assert domain.table_array(tuple(a)) is ta  # tuple(a) is a itself
+    assert domain.table_array(tuple(list(a))) is not ta  # an equal new object: its own
+    lst = list(a)
+    assert domain.table_array(lst) is not domain.table_array(lst)  # a list is not kept
+    big = tuple(range(domain.TABLE_CACHE_MAX + 1))
+    assert domain.table_array(big) is not domain.table_array(big)
+    for i in range(3 * domain._TABLES_MAX):  # bounded
+        domain.table_array(tuple(range(i, i + 4)))
+    assert len(domain._TABLES) <= domain._TABLES_MAX
+    x = np.array([-128, 0, 127], dtype=np.int64)
+    t = op("lut", Var("x"), table=b, in_type="int8", index_order="offset")
+    assert T.evaluate(t, NUMPY, {"x": x}).tolist() == [-127, 1, 128]
