@@ -49,6 +49,7 @@ from .errors import (
 from .obligation import LiftSpec, Obligation
 from .policy import Policy
 from .proofstore import ProofStore, StoredRecord
+from .reflexive import identical
 from .solver_names import ALIASES, PROCEDURE_NAMES, SOLVERS
 from .solvers import Budget
 from .verdict import Counterexample, Status, Verdict
@@ -88,16 +89,19 @@ if tuple(PROCEDURES) != PROCEDURE_NAMES:  # the CLI offers PROCEDURE_NAMES witho
 
 
 def _segments(ob: Obligation, deadline: float) -> Decision:
-    """`segments.decide`, an index map whose two sides have one closed form (`digits`:
-    each side's digits of the flat index, term by term) decided without its search."""
-    if ob.kind == "index_map":
-        t0 = time.perf_counter()
-        if same_index_maps(ob):
-            ms = (time.perf_counter() - t0) * 1000
-            return Decision(
-                HOLDS, "segments", f"numpy {np.__version__}", max_diff=0, time_ms=ms,
-                stats={"closed_form": "digits"},
-            )  # fmt: skip
+    """`segments.decide`, two cases decided without its search: sides that are the same
+    terms (`reflexive`), and an index map whose two sides have one closed form (`digits`:
+    each side's digits of the flat index, term by term)."""
+    t0 = time.perf_counter()
+    form = "identical" if identical(ob) else None
+    if form is None and ob.kind == "index_map" and same_index_maps(ob):
+        form = "digits"
+    if form is not None:
+        ms = (time.perf_counter() - t0) * 1000
+        return Decision(
+            HOLDS, "segments", f"numpy {np.__version__}", max_diff=0, time_ms=ms,
+            stats={"closed_form": form},
+        )  # fmt: skip
     return _seg.decide(ob, deadline=deadline)
 
 

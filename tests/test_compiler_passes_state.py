@@ -214,19 +214,20 @@ def test_a_per_channel_site_is_decided_with_prefetched_thresholds(monkeypatch):
 
     m = matmul_activation(K=16, N=48, M=1, per_channel=True)
     seg.clear_shared_steps()
-    # segments named: every column decided (auto proves these identities as one family)
-    r = compile_model(m, "bitwise", FLOAT, solver="segments")
+    # segments named: every column decided; the fixed-point target's epilogues are not
+    # the model's terms (float32 targets' are: decided at once, `prover.reflexive`)
+    r = compile_model(m, "bounded:1", FIXED, solver="segments")
     assert len(r.sites[0].obligations) > 1 and seg._PREFETCHED  # the gate prefetched
     monkeypatch.setattr(prove, "PREFETCHING_SOLVERS", frozenset())
     seg.clear_shared_steps()
-    alone = compile_model(m, "bitwise", FLOAT, solver="segments")
+    alone = compile_model(m, "bounded:1", FIXED, solver="segments")
     assert not seg._PREFETCHED
     assert _site_verdicts(r) == _site_verdicts(alone)
 
 
 def test_prefetch_only_for_a_batch_segments_decides():
     m = matmul_activation(K=16, N=48, M=1, per_channel=True)
-    r = compile_model(m, "bitwise", FLOAT, solver="segments")
+    r = compile_model(m, "bounded:1", FIXED, solver="segments")
     ctx = r.context
     obs = [ob for ob, _, _ in ctx.state.obligations[r.sites[0].id][1]]
     import prover.segments as seg
@@ -236,3 +237,23 @@ def test_prefetch_only_for_a_batch_segments_decides():
     z3 = Context(dataclasses.replace(ctx.config, check=CheckOptions(solver="z3")), ctx.state)
     assert prove.prefetch(obs, z3) == 0
     assert prove.prefetch(obs, ctx) > 0
+
+
+def test_prefetch_leaves_out_obligations_whose_sides_are_the_same_terms():
+    """Sides that are the same terms are decided at once (`prover.reflexive`): no
+    thresholds are computed for them; the same batch with other sides is prefetched."""
+    import prover.segments as seg
+    from prover.obligation import Obligation
+
+    m = matmul_activation(K=16, N=48, M=1, per_channel=True)
+    r = compile_model(m, "bounded:1", FIXED, solver="segments")
+    ctx = r.context
+    obs = [ob for ob, _, _ in ctx.state.obligations[r.sites[0].id][1]]
+    assert all(ob.outputs_before != ob.outputs_after for ob in obs)
+    same = [Obligation(ob.kind, ob.before, ob.before, ob.ranges, ob.policy) for ob in obs]
+    seg.clear_shared_steps()
+    assert prove.prefetch(same, ctx) == 0 and not seg._PREFETCHED
+    assert prove.prefetch(obs, ctx) > 0 and seg._PREFETCHED
+    fresh = Context(ctx.config, dataclasses.replace(ctx.state, verdicts={}))
+    v = prove.check(same[0], fresh)
+    assert v.status.value == "proven" and v.details["procedures"][0]["closed_form"] == "identical"

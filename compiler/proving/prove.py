@@ -252,8 +252,15 @@ def prefetch(obligations: Sequence[Obligation], ctx: Context) -> int:
     lowering obligations in one vectorised pass (`prover.segments.prefetch`); returns the
     chains cached. Only worth it for two or more that `segments` will decide; verdicts do
     not depend on it."""
-    epilogues = [ob for ob in obligations if ob.kind in ("epilogue", "lowering")]
-    if len(epilogues) < 2 or ctx.config.check.solver not in PREFETCHING_SOLVERS:
+    if ctx.config.check.solver not in PREFETCHING_SOLVERS:
+        return 0
+    from prover.reflexive import identical
+
+    # sides that are the same terms need no thresholds (`segments` decides them at once)
+    epilogues = [
+        ob for ob in obligations if ob.kind in ("epilogue", "lowering") and not identical(ob)
+    ]
+    if len(epilogues) < 2:
         return 0
     from prover.segments import prefetch as seg_prefetch
     from prover.segments_many import decide_many

@@ -1,4 +1,5 @@
-"""Index maps in closed form (`prover.digits`): every rule exact, never a false "equal"."""
+"""Obligations decided without a search: index maps in closed form (`prover.digits`: every
+rule exact, never a false "equal") and sides that are the same terms (`prover.reflexive`)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import random
 import numpy as np
 import pytest
 
-from prover import digits
+from prover import digits, reflexive
 from prover import terms as T
 from prover.api import check
 from prover.domain import NUMPY
-from prover.errors import NotApplicable
+from prover.errors import NotApplicable, VacuousObligation
 from prover.obligation import Obligation
 from prover.policy import Policy
 from prover.terms import Const, Var, op
@@ -177,6 +178,52 @@ def test_the_prover_decides_index_maps_by_closed_form_and_refutes_wrong_ones(rig
 def test_other_obligations_are_not_decided_by_closed_form():
     f = Var("f")
     before = (op("mod_const", op("floordiv_const", f, c=4), c=2),)
-    ob = Obligation("lowering", before, before, {"f": (0, 15)}, Policy(0))
+    after = (op("floordiv_const", op("mod_const", f, c=8), c=4),)  # equal, not the same
+    index_map = Obligation("index_map", before, after, {"f": (0, 15)}, Policy(0))
+    assert digits.same_index_maps(index_map)
+    ob = Obligation("lowering", before, after, {"f": (0, 15)}, Policy(0))
     v = check(ob)
     assert v.status == Status.PROVEN and "closed_form" not in v.details["procedures"][0]
+
+
+def _shifted(acc: T.Term) -> T.Term:
+    """A requantizer with a left shift: its input must keep acc * 2 within int32."""
+    return op("requant_double", acc, multiplier=1 << 30, shift=1, zp=0, out="int8")
+
+
+def test_identical_sides_hold_without_a_search():
+    f = Var("f")
+    ob = Obligation("epilogue", (_shifted(f),), (_shifted(f),), {"f": (-1000, 1000)}, Policy(0))
+    assert reflexive.identical(ob)
+    v = check(ob)
+    assert v.status == Status.PROVEN and v.max_diff == 0
+    assert v.details["procedures"][0].get("closed_form") == "identical"
+
+
+def test_identical_sides_undefined_at_the_corner_go_to_the_search():
+    """The reference undefined at the lower corner (acc * 2 leaves int32 there) but not
+    everywhere: the search decides it (proven where both are defined)."""
+    f = Var("f")
+    lo = -(1 << 30) - 5
+    ob = Obligation("epilogue", (_shifted(f),), (_shifted(f),), {"f": (lo, 0)}, Policy(0))
+    assert not reflexive.identical(ob)
+    v = check(ob)
+    assert v.status == Status.PROVEN and "closed_form" not in v.details["procedures"][0]
+
+
+def test_identical_sides_undefined_everywhere_stay_vacuous():
+    f = Var("f")
+    ob = Obligation(
+        "epilogue", (_shifted(f),), (_shifted(f),), {"f": (1 << 30, (1 << 30) + 9)}, Policy(0)
+    )
+    assert not reflexive.identical(ob)
+    with pytest.raises(VacuousObligation):
+        check(ob)
+
+
+def test_sides_that_differ_are_not_identical():
+    f = Var("f")
+    ob = Obligation("epilogue", (_shifted(f),), (op("add", _shifted(f), Const(0)),),
+                    {"f": (0, 9)}, Policy(0))  # fmt: skip
+    assert not reflexive.identical(ob)
+    assert "closed_form" not in check(ob).details["procedures"][0]
