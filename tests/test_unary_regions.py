@@ -20,6 +20,7 @@ from compiler.api import compile_model
 from compiler.errors import InternalError
 from compiler.frontend.ops import unary_region
 from compiler.ir.semantics import run_graph
+from compiler.ort import per_element as pe
 from compiler.ort.region_table import RegionError, region_model, region_table
 from compiler.ort.tables import session
 from npu_backend import codegen, simulator
@@ -732,3 +733,96 @@ def test_few_regions_run_a_lengths_probes_in_copies_with_the_tables_of_each_alon
     assert rt.batch_copies(merged, types, 2) == 1
     with pytest.raises(ValueError):
         rt.merged_model(blobs, [*types[:2], None], copies=2)
+
+
+def _qop_silu(x_scale: float = 0.05, b_const: np.ndarray | None = None) -> bytes:
+    """QLinearSigmoid -> QLinearMul(u, sigmoid(u)): the SiLU ORT runs for a QOperator or a
+    QDQ model. With `b_const`, the Mul's second operand is that constant instead."""
+    ms = "com.microsoft"
+    b = "s" if b_const is None else "b"
+    nodes = [
+        oh.make_node("QLinearSigmoid", ["u", "u_s", "u_z", "s_s", "s_z"], ["s"], name="sig",
+                     domain=ms),
+        oh.make_node("QLinearMul", ["u", "u_s", "u_z", b, "s_s", "s_z", "y_s", "y_z"], ["y"],
+                     name="mul", domain=ms),
+    ]  # fmt: skip
+    cs = {"u_s": np.float32(x_scale), "u_z": np.int8(0), "s_s": np.float32(1 / 256),
+          "s_z": np.int8(-128), "y_s": np.float32(1 / 64), "y_z": np.int8(-32)}  # fmt: skip
+    if b_const is not None:
+        cs["b"] = b_const
+    return region_model(
+        nodes, cs, "u", "y", "int8", 2, {"": 17, "com.microsoft": 1}
+    ).SerializeToString()
+
+
+def _counting_sessions(monkeypatch, rt) -> list[int]:
+    """Count the runs of every session the position check makes."""
+    runs: list[int] = []
+    real = rt._sessions
+
+    def counting(blob, level, threads=(0, 1)):
+        out = []
+        for s in real(blob, level, threads):
+
+            class Counted:
+                def __init__(self, inner):
+                    self.inner = inner
+
+                def get_inputs(self):
+                    return self.inner.get_inputs()
+
+                def run(self, names, feeds):
+                    runs.append(1)
+                    return self.inner.run(names, feeds)
+
+            out.append(Counted(s))
+        return out
+
+    monkeypatch.setattr(rt, "_sessions", counting)
+    return runs
+
+
+def test_a_region_of_per_element_kernels_is_its_table_in_one_run(monkeypatch):
+    """QLinearSigmoid then QLinearMul: kernels that compute every element by one function
+    (ORT's source: a table lookup, and a tail through the same vector code) are modelled, not
+    probed: one run, and the table is the one the full position check finds."""
+    rt = _fresh_cache(monkeypatch)
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    blob = _qop_silu()
+    assert pe.runs_per_element(blob, "default")
+    runs = _counting_sessions(monkeypatch, rt)
+    modelled = rt.check_alone(blob, "int8", 2, "default")
+    assert len(runs) == 1
+    monkeypatch.setattr(pe, "PER_ELEMENT", frozenset())  # no kernel modelled: probed
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    assert not pe.runs_per_element(blob, "default")
+    probed = rt.check_alone(blob, "int8", 2, "default")
+    assert len(runs) > 16000 and probed == modelled and len(set(modelled.table)) > 50
+
+
+def test_a_batch_of_per_element_regions_takes_one_run(monkeypatch):
+    rt = _fresh_cache(monkeypatch)
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    blobs = [_qop_silu(s) for s in (0.05, 0.03, 0.08)]
+    keys = [(b, "int8", 2, "default") for b in blobs]
+    runs = _counting_sessions(monkeypatch, rt)
+    assert rt.prefetch(keys) == 3 and len(runs) == 1
+    tables = [rt._TABLES[k] for k in keys]
+    assert len({t.table for t in tables}) == 3
+    monkeypatch.setattr(pe, "PER_ELEMENT", frozenset())
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    assert [rt.check_alone(*k) for k in keys] == tables  # what the probes find
+
+
+def test_regions_with_other_kernels_or_a_constant_operand_are_probed(monkeypatch):
+    rt = _fresh_cache(monkeypatch)
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    assert not pe.runs_per_element(_model_of("hardswish", 2), "default")  # float kernels
+    assert not pe.runs_per_element(_model_of("gelu_erf", 2), "default")
+    # a Mul by a two-element constant: the value depends on the position
+    vec = _qop_silu(b_const=np.array([[3], [-5]], dtype=np.int8))
+    assert not pe.runs_per_element(vec, "default")
+    scalar = _qop_silu(b_const=np.array(7, dtype=np.int8))  # one element: every position alike
+    assert pe.runs_per_element(scalar, "default")
+    with pytest.raises(RegionError):
+        rt.check_alone(vec, "int8", 2, "default")  # not one table: refused

@@ -20,24 +20,24 @@ and every evaluation of a code must give the same output. Otherwise the region i
 check would fail if a kernel's tail path or a chunk boundary computed a code differently
 (`tests/test_unary_regions.py`: a region containing a Softmax fails it).
 
-Cost: about 16,400 short runs per distinct region model (8-10 us each, about 0.15 s), so the
-probes are built once per input type and rank, the outputs compared in one pass, and the pool
-threads sleep between runs; regions that differ only in names are one model (canonical
-names) and checked once. A model's regions are checked together at the end of its build
-(`prefetch`: one merged model, every probe run once for all of them; it reads one input and
-writes one output per output type, the regions' outputs concatenated (and concatenated on the
-first axis too, which pins each region's output to the probe's shape: `Merged.rows`), because
-ORT's cost per run is mostly per tensor passed in and out: 1.9x less CPU on mobilenet_v3_small's 27 region
-models, 2.8x on efficientnet_b0's 49, than one input and output per region (32 SiLU
-regions: 5.4 s checked each alone, 2.0 s merged with an input and output each, 1.0 s now);
-where the regions have few nodes (a transformer's two GELUs), a length's probes run up to
-16 at a time in copies of the regions, copy j reading its own input (`batch_copies`);
-each `lut` is emitted with ORT's table of one run, `unchecked_table`, and given its checked
-table then);
-a region that differs in a batch is checked again alone, which names the probe, and the
-model is built again with that region on the host. Evidence is not shared
-between regions with other constants: a vector body and a scalar tail may round
-differently for some values only.
+A region ORT runs only with kernels that compute every element by one function by their
+construction (`per_element`: a SiLU's QLinearSigmoid and QLinearMul) is not probed: one
+run on every code is its table.
+
+Cost: about 16,400 short runs per distinct region model, so the probes are built once per
+input type and rank, the outputs compared in one pass, the pool threads sleep between runs,
+and regions that differ only in names are one model (canonical names). A model's regions
+are checked together at the end of its build (`prefetch`: one merged model, every probe run
+once for all; one input, and one output per output type, the regions' outputs concatenated
+on the last axis and on the first, which pins each region's output to the probe's shape:
+`Merged.rows`), as ORT's cost per run is mostly per tensor passed in and out (2.8x less CPU
+on efficientnet_b0's 49 regions than an input and output each); where the regions have few
+nodes (a transformer's two GELUs), a length's probes run up to 16 at a time in copies of
+the regions, copy j reading its own input (`batch_copies`). Each `lut` is emitted with ORT's
+table of one run (`unchecked_table`) and given its checked table then; a region that
+differs in a batch is checked again alone, which names the probe, and the model is built
+again with that region on the host. Evidence is not shared between regions with other
+constants: a vector body and a scalar tail may round differently for some values only.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from prover.verdict import ReasonCode
 
 from .errors import ort_errors
 from .options import session_options
+from .per_element import runs_per_element
 
 OFFSETS = range(17)
 LENGTHS = range(1, 65)
@@ -195,6 +196,8 @@ def _codes(in_type: str) -> tuple[np.ndarray, int]:
 def check_alone(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable:
     """The position check of one region model in sessions of its own (uncached); raises
     `RegionError` naming the first probe that differs."""
+    if runs_per_element(blob, level):  # modelled kernels: one run is the table
+        return _run_once(blob, in_type, rank, level)
     codes, lo = _codes(in_type)
     sess, single = _sessions(blob, level)
     return _check(sess, single, codes, lo, rank)
@@ -210,10 +213,7 @@ def unchecked_table(blob: bytes, in_type: str, rank: int, level: str) -> Checked
     key = (blob, in_type, rank, level)
     hit = _TABLES.get(key) or _UNCHECKED.get(key)
     if hit is None:
-        codes, _ = _codes(in_type)
-        (sess,) = _sessions(blob, level, threads=(0,))
-        out = _runner(sess)(codes.reshape((1,) * (rank - 1) + (codes.size,)))
-        hit = CheckedTable(tuple(int(v) for v in out), str(out.dtype))
+        hit = _run_once(blob, in_type, rank, level)
         _keep(_UNCHECKED, key, hit)
     return hit
 
@@ -222,20 +222,37 @@ def prefetch_unchecked(requests: Iterable[Key]) -> int:
     """`unchecked_table` of many region models in one run of their merged model."""
     done = 0
     for (in_type, rank, level), blobs in _batches(requests, _UNCHECKED):
-        codes, _ = _codes(in_type)
-        x = codes.reshape((1,) * (rank - 1) + (codes.size,))
         try:
-            merged = merged_model(blobs)
-            (sess,) = _sessions(merged.blob, level, threads=(0,))
-            ys = _split(merged, sess.run(None, {PROBE: x}), x.shape)
+            done += _one_run(merged_model(blobs), blobs, in_type, rank, level, _UNCHECKED)
         except ort_errors():  # some region ORT cannot run: each is run alone, which reports it
             continue
-        for blob, y in zip(blobs, ys, strict=True):
-            if y is not None:
-                t = CheckedTable(tuple(int(v) for v in y), str(y.dtype))
-                _keep(_UNCHECKED, (blob, in_type, rank, level), t)
-                done += 1
     return done
+
+
+def _one_run(
+    merged: Merged, blobs: Sequence[bytes], in_type: str, rank: int, level: str, into: dict
+) -> int:
+    """Each region's table from one run of `merged` (theirs) on every code, kept `into`
+    a cache; returns how many regions wrote a tensor of the probe's shape."""
+    codes, _ = _codes(in_type)
+    x = codes.reshape((1,) * (rank - 1) + (codes.size,))
+    (sess,) = _sessions(merged.blob, level, threads=(0,))
+    ys = _split(merged, sess.run(None, {PROBE: x}), x.shape)
+    for blob, y in zip(blobs, ys, strict=True):
+        if y is not None:
+            _keep(into, (blob, in_type, rank, level), _table_of(y))
+    return sum(y is not None for y in ys)
+
+
+def _table_of(y: np.ndarray) -> CheckedTable:
+    return CheckedTable(tuple(int(v) for v in y), str(y.dtype))
+
+
+def _run_once(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable:
+    """ORT's output for every code, one run in one tensor, and its type."""
+    codes, _ = _codes(in_type)
+    (sess,) = _sessions(blob, level, threads=(0,))
+    return _table_of(_runner(sess)(codes.reshape((1,) * (rank - 1) + (codes.size,))))
 
 
 def _batches(
@@ -263,12 +280,10 @@ class Merged(NamedTuple):
     # each output: its name and the regions (indices into the blobs) it holds, in order;
     # an output of several regions is their outputs concatenated on the last axis
     outputs: tuple[tuple[str, tuple[int, ...]], ...]
-    # the graph's outputs after `outputs`, one per output of several regions: the same
-    # region outputs concatenated on the first axis. ORT's Concat refuses inputs whose other
-    # axes differ, so the two together make every region's output one shape, and this
-    # one's shape says which (a region's output size is not known from a concatenation:
-    # one of twice the values beside an empty one adds up to two regions' worth); rows[g]
-    # is outputs[g]'s (the outputs of several regions come first)
+    # the graph's outputs after `outputs`: rows[g] is outputs[g]'s regions concatenated on
+    # the first axis; ORT's Concat refuses other axes that differ, so the two pin each
+    # region's output to one shape, which a concatenation's size alone does not (twice the
+    # values beside an empty one add up to two regions' worth)
     rows: tuple[str, ...] = ()
     # copies of every region, copy j reading input `probe{j}` (one copy: `probe`); an
     # output then holds its regions' outputs for copy 0, then for copy 1, ...
@@ -346,11 +361,9 @@ def merged_model(
     return Merged(m.SerializeToString(), tuple(outputs), tuple(rows), copies)
 
 
-# A length's 256 probes are run `batch_copies` at a time where the regions are few: ORT's
-# cost per run (the binding, the executor's set-up, our comparison) then dominates its cost
-# per node. bert's 2 GELU regions (14 nodes): 16,384 short runs 0.18 s of ORT alone, 8 at a
-# time 0.11 s; about 100 region nodes (efficientnet_b0's) gain nothing and pay for a larger
-# session, so the copies stay within COPY_NODES nodes.
+# A length's 256 probes run `batch_copies` at a time where the regions are few (ORT's cost
+# per run then dominates its cost per node: bert's 14 GELU nodes, 16,384 runs 0.18 s, 8 at a
+# time 0.11 s); about 100 region nodes gain nothing and pay for a larger session.
 COPY_NODES = 128
 MAX_COPIES = 16
 
@@ -414,6 +427,9 @@ def prefetch(requests: Iterable[Key]) -> int:
         codes, lo = _codes(in_type)
         try:
             merged = merged_model(blobs, types)
+            if runs_per_element(merged.blob, level):  # modelled kernels: one run is the table
+                done += _one_run(merged, blobs, in_type, rank, level, _TABLES)
+                continue
             sess, single = _sessions(merged.blob, level)
             copies = batch_copies(merged, types, rank)
             batched = None
@@ -581,9 +597,4 @@ def _check_many(
             ok[j] &= y is not None and bool(
                 np.array_equal(y.astype(np.int64), tables[j, p.long_pos])
             )
-    return [
-        CheckedTable(tuple(int(v) for v in tables[j]), str(y.dtype))
-        if ok[j] and y is not None
-        else None
-        for j, y in enumerate(y0)
-    ]
+    return [_table_of(y) if ok[j] and y is not None else None for j, y in enumerate(y0)]

@@ -1,0 +1,72 @@
+"""Region models whose ONNX Runtime kernels compute every element by one function.
+
+A unary region's table is ORT's output on every code only together with the fact that ORT
+computes each element independently of its position (`region_table`'s position check
+establishes it by probing). For some kernels the fact follows from their construction in
+ORT's source, so the kernel is modelled instead of probed: a region whose graph, as ORT's
+session runs it, holds only such kernels is its table in one run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from .errors import ort_errors
+from .options import session_options
+
+# ONNX Runtime CPU kernels that compute every output element from the same element of their
+# inputs by one function, whatever the tensor's length, offset or split over threads (facts
+# from ORT's source: `contrib_ops/cpu/quantization` and MLAS):
+# - com.microsoft QLinearSigmoid: `QLinearLookupBase` builds a 256-entry table from the
+#   scales and zero points, and `QLinearLookupTableTransform` looks each element up;
+# - com.microsoft QLinearMul: `MlasQLinearMul` computes 16 elements a step; a tail shorter
+#   than 16 is copied into a zero-padded buffer and goes through the same vector code (SSE2
+#   and NEON kernels), and the portable kernel is one loop of one formula.
+# A region whose graph as ORT runs it holds only these, reading only its input, each other's
+# outputs and one-element constants, is a function of the code by the kernels' construction
+# (the kernel is modelled, not probed): the table of one run on every code is its table.
+PER_ELEMENT = frozenset({("com.microsoft", "QLinearSigmoid"), ("com.microsoft", "QLinearMul")})
+
+
+_PER_ELEMENT: dict[tuple[bytes, str], bool] = {}  # (model, level) -> runs_per_element
+MAX_MODELS = 512
+
+
+def runs_per_element(blob: bytes, level: str) -> bool:
+    """Whether the graph ORT's session at `level` runs for model `blob` (its own rewrite
+    of it, read back) has only `PER_ELEMENT` kernels whose constant inputs hold one element
+    each (no constant varies with the position). False: the position check probes it."""
+    key = (blob, level)
+    if key not in _PER_ELEMENT:
+        if len(_PER_ELEMENT) >= MAX_MODELS:
+            _PER_ELEMENT.clear()
+        _PER_ELEMENT[key] = _runs_per_element(blob, level)
+    return _PER_ELEMENT[key]
+
+
+def _runs_per_element(blob: bytes, level: str) -> bool:
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+
+    fd, path = tempfile.mkstemp(suffix=".onnx")
+    os.close(fd)
+    try:
+        so = session_options("default" if level == "default" else "off", 1)
+        so.optimized_model_filepath = path
+        ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+        g = onnx.load(path).graph
+    except ort_errors():
+        return False
+    finally:
+        os.unlink(path)
+    sizes = {t.name: int(np.prod(t.dims)) for t in g.initializer}
+    outs = {o.name for o in g.output}
+    return all(
+        (n.domain or "", n.op_type) in PER_ELEMENT and all(sizes.get(i, 1) == 1 for i in n.input)
+        for n in g.node
+        # a merged model's own outputs: the regions' outputs side by side (`merged_model`)
+        if not (n.op_type == "Concat" and (n.domain or "") == "" and set(n.output) <= outs)
+    )
