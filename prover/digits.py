@@ -68,8 +68,8 @@ def _digit(n: int, a: int, b: int | None) -> Digit | None:
     return (a, b)
 
 
-def _single(n: int, d: Digit | None, coef: int = 1) -> _Form:
-    return _Form(n, {} if d is None else {d: coef}, 0)
+def _single(n: int, d: Digit | None) -> _Form:
+    return _Form(n, {} if d is None else {d: 1}, 0)
 
 
 def _merge(form: _Form) -> _Form:
