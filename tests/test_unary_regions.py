@@ -351,6 +351,7 @@ def test_position_check_fails_if_a_kernel_path_differs(monkeypatch, where, bad):
     caught, naming the code."""
     import compiler.ort.region_table as rt
 
+    _probed(monkeypatch)
     real = rt._sessions
 
     def fake(blob, level):
@@ -446,6 +447,13 @@ class _OneRegionPath:
             if x.size == self.length and x[self.pos] == self.code:
                 ys[0].reshape(-1)[(c * self.regions + self.j) * self.length + self.pos] += 1
         return ys
+
+
+def _probed(monkeypatch) -> None:
+    """No kernel modelled: every region goes through the position check's probes."""
+    monkeypatch.setattr(pe, "PER_ELEMENT", frozenset())
+    monkeypatch.setattr(pe, "PER_ELEMENT_X86_64", frozenset())
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
 
 
 def _fresh_cache(monkeypatch):
@@ -793,8 +801,7 @@ def test_a_region_of_per_element_kernels_is_its_table_in_one_run(monkeypatch):
     runs = _counting_sessions(monkeypatch, rt)
     modelled = rt.check_alone(blob, "int8", 2, "default")
     assert len(runs) == 1
-    monkeypatch.setattr(pe, "PER_ELEMENT", frozenset())  # no kernel modelled: probed
-    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    _probed(monkeypatch)
     assert not pe.runs_per_element(blob, "default")
     probed = rt.check_alone(blob, "int8", 2, "default")
     assert len(runs) > 16000 and probed == modelled and len(set(modelled.table)) > 50
@@ -809,16 +816,15 @@ def test_a_batch_of_per_element_regions_takes_one_run(monkeypatch):
     assert rt.prefetch(keys) == 3 and len(runs) == 1
     tables = [rt._TABLES[k] for k in keys]
     assert len({t.table for t in tables}) == 3
-    monkeypatch.setattr(pe, "PER_ELEMENT", frozenset())
-    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    _probed(monkeypatch)
     assert [rt.check_alone(*k) for k in keys] == tables  # what the probes find
 
 
 def test_regions_with_other_kernels_or_a_constant_operand_are_probed(monkeypatch):
     rt = _fresh_cache(monkeypatch)
     monkeypatch.setattr(pe, "_PER_ELEMENT", {})
-    assert not pe.runs_per_element(_model_of("hardswish", 2), "default")  # float kernels
-    assert not pe.runs_per_element(_model_of("gelu_erf", 2), "default")
+    assert not pe.runs_per_element(_model_of("gelu_erf", 2), "default")  # Erf, Div, Add
+    assert not pe.runs_per_element(_model_of("leakyrelu", 2), "default")
     # a Mul by a two-element constant: the value depends on the position
     vec = _qop_silu(b_const=np.array([[3], [-5]], dtype=np.int8))
     assert not pe.runs_per_element(vec, "default")
@@ -826,3 +832,40 @@ def test_regions_with_other_kernels_or_a_constant_operand_are_probed(monkeypatch
     assert pe.runs_per_element(scalar, "default")
     with pytest.raises(RegionError):
         rt.check_alone(vec, "int8", 2, "default")  # not one table: refused
+
+
+X86_64 = pe.modelled_kernels() == pe.PER_ELEMENT_X86_64
+
+
+@pytest.mark.skipif(not X86_64, reason="float kernels are modelled on x86-64 hosts only")
+@pytest.mark.parametrize("kind", ["hardswish", "hardsigmoid", "silu", "silu_qdq"])
+def test_a_region_of_float_per_element_kernels_is_its_table_in_one_run(monkeypatch, kind):
+    """DequantizeLinear, HardSigmoid, Sigmoid, Mul, QuantizeLinear (MobileNetV3's HardSwish,
+    an int8 QDQ SiLU as ORT runs them) are modelled on x86-64: one run, and the table is the
+    one the full position check finds on this host."""
+    rt = _fresh_cache(monkeypatch)
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    blob = _model_of(kind, 2)
+    assert pe.runs_per_element(blob, "default")
+    runs = _counting_sessions(monkeypatch, rt)
+    modelled = rt.check_alone(blob, "int8", 2, "default")
+    assert len(runs) == 1
+    _probed(monkeypatch)
+    probed = rt.check_alone(blob, "int8", 2, "default")
+    assert len(runs) > 16000 and probed == modelled and len(set(modelled.table)) > 20
+
+
+def test_float_kernels_are_modelled_on_x86_64_hosts_only():
+    assert pe.modelled_kernels("x86_64") == pe.modelled_kernels("AMD64") == pe.PER_ELEMENT_X86_64
+    assert pe.modelled_kernels("aarch64") == pe.modelled_kernels("arm64") == pe.PER_ELEMENT
+    assert ("", "Sigmoid") not in pe.PER_ELEMENT and pe.PER_ELEMENT < pe.PER_ELEMENT_X86_64
+
+
+def test_a_float16_constant_leaves_the_region_to_the_probes():
+    """A float16 scale makes DequantizeLinear's output and the float ops after it float16
+    kernels, which are not the ones modelled."""
+    nodes, consts = region("hardswish")
+    g = oh.make_graph(nodes, "g", [], [], initializer=consts)
+    assert pe._float32_constants(g)
+    g.initializer.append(onnx.numpy_helper.from_array(np.array(0.5, np.float16), "h"))
+    assert not pe._float32_constants(g)

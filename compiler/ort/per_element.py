@@ -28,6 +28,34 @@ from .options import session_options
 # (the kernel is modelled, not probed): the table of one run on every code is its table.
 PER_ELEMENT = frozenset({("com.microsoft", "QLinearSigmoid"), ("com.microsoft", "QLinearMul")})
 
+# Float kernels with the same fact on x86-64 hosts only (read for MLAS's AMD64 dispatch and
+# ORT's x86-64 build, whose portable C++ has no fused multiply-add to contract into; on
+# AArch64 a compiler may fuse a scalar tail's `a * x + b` and not the vector body's):
+# - DequantizeLinear, per tensor: `float(int32(x) - zp) * scale`, one exact conversion and
+#   one rounding, in the SSE2 kernel's vector body and its scalar tail alike;
+# - QuantizeLinear, per tensor: x / scale, clamped, rounded to nearest even, plus zp; the
+#   SSE2 kernel's tail puts each element in a vector lane through the same code, and the
+#   AVX-512F kernel's tail is the SSE2 kernel;
+# - Sigmoid: `MlasComputeLogistic`; the FMA3 kernel masks its tail (`vmaskmovps`) through the
+#   same instructions as its body, the SSE2 kernel's scalar tail repeats its multiply-adds
+#   in the same order (unfused, as its vector body);
+# - HardSigmoid: Eigen's `min(max(alpha * x + beta, 0), 1)`, a multiply then an add per
+#   element in its packets and its scalar tail;
+# - Mul: one IEEE product per element.
+# Their element type is pinned by `_float32_constants`: float32 values between 8-bit codes.
+PER_ELEMENT_X86_64 = PER_ELEMENT | frozenset(
+    ("", op) for op in ("DequantizeLinear", "QuantizeLinear", "Sigmoid", "HardSigmoid", "Mul")
+)
+_X86_64 = frozenset({"x86_64", "amd64"})
+
+
+def modelled_kernels(machine: str | None = None) -> frozenset[tuple[str, str]]:
+    """The (domain, op) kernels modelled as per-element on a host of `machine`
+    (`platform.machine()` by default)."""
+    import platform
+
+    return PER_ELEMENT_X86_64 if (machine or platform.machine()).lower() in _X86_64 else PER_ELEMENT
+
 
 _PER_ELEMENT: dict[tuple[bytes, str], bool] = {}  # (model, level) -> runs_per_element
 MAX_MODELS = 512
@@ -56,7 +84,7 @@ def _runs_per_element(blob: bytes, level: str) -> bool:
     try:
         so = session_options("default" if level == "default" else "off", 1)
         so.optimized_model_filepath = path
-        ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
         g = onnx.load(path).graph
     except ort_errors():
         return False
@@ -64,9 +92,25 @@ def _runs_per_element(blob: bytes, level: str) -> bool:
         os.unlink(path)
     sizes = {t.name: int(np.prod(t.dims)) for t in g.initializer}
     outs = {o.name for o in g.output}
-    return all(
-        (n.domain or "", n.op_type) in PER_ELEMENT and all(sizes.get(i, 1) == 1 for i in n.input)
-        for n in g.node
-        # a merged model's own outputs: the regions' outputs side by side (`merged_model`)
-        if not (n.op_type == "Concat" and (n.domain or "") == "" and set(n.output) <= outs)
+    kernels = modelled_kernels()
+    ends = {a.type for a in sess.get_inputs() + sess.get_outputs()}
+    return (
+        ends <= _CODES
+        and _float32_constants(g)
+        and all(
+            (n.domain or "", n.op_type) in kernels and all(sizes.get(i, 1) == 1 for i in n.input)
+            for n in g.node
+            # a merged model's own outputs: the regions' outputs side by side (`merged_model`)
+            if not (n.op_type == "Concat" and (n.domain or "") == "" and set(n.output) <= outs)
+        )
     )
+
+
+_CODES = frozenset({"tensor(uint8)", "tensor(int8)"})
+_CONSTANTS = frozenset({onnx.TensorProto.UINT8, onnx.TensorProto.INT8, onnx.TensorProto.FLOAT})
+
+
+def _float32_constants(g: onnx.GraphProto) -> bool:
+    """Float32 or 8-bit constants only: with 8-bit codes in and out, every value between is
+    float32 or an 8-bit code (a float16 scale would make the float kernels float16 ones)."""
+    return all(t.data_type in _CONSTANTS for t in g.initializer)
