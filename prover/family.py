@@ -248,11 +248,17 @@ class Family:
     def to_json(self) -> dict[str, Any]:
         """Canonical JSON-able form (everything that determines the members' verdicts)."""
         return {
+            "before": json.loads(T.canonical_text(self.before)),
+            "after": json.loads(T.canonical_text(self.after)),
+            **self._members_json(),
+        }
+
+    def _members_json(self) -> dict[str, Any]:
+        """`to_json` but the two templates."""
+        return {
             "format": FORMAT,
             "kind": self.kind,
             "var": self.var,
-            "before": json.loads(T.canonical_text(self.before)),
-            "after": json.loads(T.canonical_text(self.after)),
             "scale_before": self.scale_before.tolist(),
             "scale_after": self.scale_after.tolist(),
             "lo": self.lo.tolist(),
@@ -264,12 +270,36 @@ class Family:
 
     @cached_property
     def canonical(self) -> str:
-        return T.canonical(self.to_json())
+        """`T.canonical(self.to_json())`, with the templates' own canonical texts spliced in
+        (their keys sort first) rather than parsed back and encoded again."""
+        members = self._members_json()
+        texts = {k: T.canonical(v) for k, v in members.items() if not k.startswith("scale_")}
+        # a column's scale repeats across members (one per tensor, a few per channel):
+        # each distinct value is written once, as the encoder writes a float
+        texts |= {"scale_before": _floats_text(self.scale_before)}
+        texts |= {"scale_after": _floats_text(self.scale_after)}
+        texts |= {"before": T.canonical_text(self.before), "after": T.canonical_text(self.after)}
+        return "{" + ",".join(T.canonical(k) + ":" + texts[k] for k in sorted(texts)) + "}"
 
     @cached_property
     def hash(self) -> str:
         """Stable sha256 hex digest of the canonical JSON."""
         return hashlib.sha256(self.canonical.encode()).hexdigest()
+
+
+def _floats_text(values: np.ndarray) -> str:
+    """`T.canonical(values.tolist())` for a 1-D float64 array, each distinct value's text
+    built once (by bit pattern: 0.0 and -0.0 are written apart)."""
+    a = np.ascontiguousarray(values, dtype=np.float64)
+    if a.size == 0:
+        return "[]"
+    bits = a.view(np.int64)
+    order = np.argsort(bits, kind="stable")
+    first = np.concatenate(([True], bits[order][1:] != bits[order][:-1]))
+    inverse = np.empty(a.size, dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    texts = np.array([T.canonical(v) for v in a[order][first].tolist()], dtype=object)
+    return "[" + ",".join(texts[inverse].tolist()) + "]"
 
 
 def family(

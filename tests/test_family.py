@@ -12,7 +12,7 @@ from compiler.proving import prove
 from npu_backend.lowered import HostKernel, HostOnnx, NpuMatMul
 from npu_backend.target import load_target
 from prover.api import check
-from prover.family import family, fill, from_terms, matches, total_template, with_hole
+from prover.family import _floats_text, family, fill, from_terms, matches, total_template, with_hole
 from prover.policy import Policy
 from prover.terms import Var, op
 
@@ -154,6 +154,33 @@ def test_the_hash_names_the_members_and_not_the_note():
         ).hash
     )
     assert matches(a, 1, _rq(0.02), _rq(0.02)) and not matches(a, 1, _rq(0.01), _rq(0.02))
+
+
+def test_the_canonical_text_is_the_canonical_json_of_the_family():
+    """The text the hash is taken of is spliced from the templates' own texts: it equals
+    the canonical encoding of `to_json()`, so a family keeps its hash."""
+    import json
+
+    from prover import terms as T
+
+    for before, after in [
+        (_rq(0.01), _rq(0.01)),
+        (_lut(op("clip", _rq(0.0123), lo=-100, hi=100)), _lut(_rq(0.0123, zp=-3))),
+    ]:
+        tb, _ = with_hole(before)
+        ta, _ = with_hole(after)
+        fam = family(
+            "epilogue", "acc", tb, ta, [0.5, 0.25], [0.5, 0.125], [-9, 0], [9, 70000], [3, 4],
+            Policy(1), note="not hashed",
+        )  # fmt: skip
+        want = T.canonical(fam.to_json())
+        assert fam.canonical == want and json.loads(fam.canonical) == fam.to_json()
+    # the float lists as the encoder writes them, signed zeros and non-finite values too
+    values = [0.5, -0.0, 0.0, 0.5, float("nan"), float("inf"), -float("inf"), 1e-300, -0.0]
+    assert _floats_text(np.array(values)) == T.canonical(values)
+    assert _floats_text(np.array([])) == "[]"
+    many = np.random.default_rng(0).choice([0.25, 1e-7, 3.0, -0.0, 0.0], 5000)
+    assert _floats_text(many) == T.canonical(many.tolist())
 
 
 def _per_channel_matmul():
