@@ -97,7 +97,7 @@ def accumulator_range(
     if bias is not None:
         b = np.asarray(bias, dtype=np.int64)
         lo, hi = lo + b, hi + b
-    return AccRange(tuple(int(v) for v in lo), tuple(int(v) for v in hi))
+    return AccRange(tuple(lo.tolist()), tuple(hi.tolist()))  # Python ints
 
 
 def check_fits_int32(r: AccRange, what: str = "accumulator") -> None:

@@ -196,8 +196,9 @@ def float_requant_thresholds(scale: float, zp: int, out_name: str) -> tuple[int,
     return _thresholds_cached(float(np.float32(scale)), int(zp), out_name)
 
 
-def onnx_requant_scale(a_scale: float, b_scale: float, y_scale: float) -> np.float32:
-    """The float32 scale ONNX Runtime's QLinearMatMul uses: (a_scale*b_scale)/y_scale."""
+def onnx_requant_scale(a_scale: float, b_scale: Any, y_scale: float) -> Any:
+    """The float32 scale ONNX Runtime's QLinearMatMul uses: (a_scale*b_scale)/y_scale (an
+    array of them for an array `b_scale`: the same float32 operations per element)."""
     return np.float32(np.float32(np.float32(a_scale) * np.float32(b_scale)) / np.float32(y_scale))
 
 

@@ -85,3 +85,27 @@ def test_groups_are_equal_scales_in_column_order(n):
     short = {"scheme": "float", "scale": (0.5, 0.25), "zp": 0, "out": "int8"}
     with pytest.raises(IndexError):
         requant_groups(short, 3)
+
+
+def test_every_columns_scale_at_once_is_each_columns_scale_alone():
+    """The frontend computes ORT's float32 requantization scale for all columns in one
+    array operation: each equals the per-column float32 product and quotient, and a bad
+    weight scale is still named."""
+    from compiler.errors import FrontendError
+    from compiler.frontend.ops.integer_matmul import requant_scales
+    from prover.requant import onnx_requant_scale
+
+    class Ctx:
+        def bad(self, n, msg):
+            return FrontendError(msg)
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        a, y = (float(v) for v in 10.0 ** rng.uniform(-6, 1, 2))
+        bs = tuple(float(v) for v in 10.0 ** rng.uniform(-8, 2, 300))
+        got = requant_scales(Ctx(), None, a, bs, y)
+        assert got == tuple(float(onnx_requant_scale(a, b, y)) for b in bs)
+    with pytest.raises(FrontendError, match="weight scale -0.5 must be finite and positive"):
+        requant_scales(Ctx(), None, 0.1, (0.2, -0.5, float("nan")), 0.3)
+    with pytest.raises(FrontendError, match="requantization scale"):
+        requant_scales(Ctx(), None, 1e-30, (1e-30,), 1e30)  # underflows to 0 in float32

@@ -140,10 +140,12 @@ def check_acc(ctx: BuildContext, n, w, w_zp, a_type, a_zp, bias=None) -> None:
         accumulator_range(w, wz, t, int(z), bias)
         for z in ((t.min, t.max) if a_zp is None else (a_zp,))
     ]
-    r = AccRange(
-        tuple(min(v) for v in zip(*(e.lo for e in ends), strict=True)),
-        tuple(max(v) for v in zip(*(e.hi for e in ends), strict=True)),
-    )
+    r = ends[0]
+    if len(ends) > 1:
+        r = AccRange(
+            tuple(min(v) for v in zip(*(e.lo for e in ends), strict=True)),
+            tuple(max(v) for v in zip(*(e.hi for e in ends), strict=True)),
+        )
     ctx.acc_ranges[id(n)] = r
     if not r.fits():
         raise ctx.fail(
@@ -200,17 +202,20 @@ def qlinear_quant(
 
 
 def requant_scales(ctx: BuildContext, n, a_scale, b_scales, y_scale) -> tuple[float, ...]:
-    """ONNX Runtime's float32 requantization scale per output column, all finite and > 0."""
-    for what, v in (
-        ("input scale", a_scale),
-        ("output scale", y_scale),
-        *(("weight scale", b) for b in b_scales),
-    ):
+    """ONNX Runtime's float32 requantization scale per output column, all finite and > 0
+    (`onnx_requant_scale` on every column's weight scale at once)."""
+    for what, v in (("input scale", a_scale), ("output scale", y_scale)):
         f = float(np.float32(v))
         if not (np.isfinite(f) and f > 0):
             raise ctx.bad(n, f"{what} {v} must be finite and positive")
     with np.errstate(all="ignore"):
-        scales = tuple(float(onnx_requant_scale(a_scale, s, y_scale)) for s in b_scales)
-    if any(not (np.isfinite(s) and s > 0) for s in scales):
+        b = np.asarray(b_scales, dtype=np.float64).astype(np.float32)
+        bad = ~(np.isfinite(b) & (b > 0))
+        if bad.any():
+            raise ctx.bad(
+                n, f"weight scale {b_scales[int(np.argmax(bad))]} must be finite and positive"
+            )
+        q = np.asarray(onnx_requant_scale(a_scale, b, y_scale))
+    if not (np.isfinite(q) & (q > 0)).all():
         raise ctx.bad(n, "requantization scale a_scale*b_scale/y_scale must be finite and positive")
-    return scales
+    return tuple(q.astype(np.float64).tolist())
