@@ -298,7 +298,8 @@ def _floats_text(values: np.ndarray) -> str:
     first = np.concatenate(([True], bits[order][1:] != bits[order][:-1]))
     inverse = np.empty(a.size, dtype=np.intp)
     inverse[order] = np.cumsum(first) - 1
-    texts = np.array([T.canonical(v) for v in a[order][first].tolist()], dtype=object)
+    # the encoder writes the distinct values (no float's text holds a comma)
+    texts = np.array(T.canonical(a[order][first].tolist())[1:-1].split(","), dtype=object)
     return "[" + ",".join(texts[inverse].tolist()) + "]"
 
 

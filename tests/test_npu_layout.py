@@ -183,3 +183,34 @@ def test_two_npu_readers_of_one_host_tensor_share_its_gather():
     names = [s.out for s in r.lowered.steps if isinstance(s, NpuMove)]
     assert names.count("x.nhwc") == 1, names
     _equal(m, r)
+
+
+def test_a_repeated_layout_move_is_one_obligation_built_once():
+    """Every block's transposes have the same shapes: their index-map obligation is built
+    (and hashed) once and shared; it is the obligation the node itself gives, and a node
+    whose attributes are not hashable still gets its own, equal, obligation."""
+    import numpy as np
+
+    from compiler.ir.graph import Node
+    from compiler.ir.layout import move_terms
+    from compiler.proving import moves
+    from npu_backend.moves import transpose_strides
+    from prover.obligation import Obligation
+    from prover.policy import Policy
+
+    src, perm = (1, 8, 5, 5), (0, 2, 3, 1)
+    out = tuple(src[i] for i in perm)
+    st = transpose_strides(src, perm)
+    key = (src, "transpose", (("perm", perm),), out, st, 0)
+    a = moves._move_obligation(*key)
+    assert moves._move_obligation(*key) is a
+    node = Node("t", "transpose", ["x"], ["y"], {"perm": perm})
+    before, after, size = move_terms(src, node, out, st, 0)
+    own = Obligation("index_map", before, after, {"f": (0, size - 1)}, Policy(0))
+    assert a.hash == own.hash
+    odd = Node("t", "transpose", ["x"], ["y"], {"perm": np.array(perm)})
+    assert moves._hashable(odd.attrs) is None
+    assert moves._move_obligation.__wrapped__(src, odd, None, out, st, 0).hash == a.hash
+    # another permutation is another obligation
+    other = moves._move_obligation(src, "transpose", (("perm", (0, 3, 2, 1)),), out, st, 0)
+    assert other.hash != a.hash

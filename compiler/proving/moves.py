@@ -17,6 +17,7 @@ The mixin expects the lowering's attributes: `g`, `ctx`, `t`, `steps`, `moves`, 
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
 from typing import Any
 
 from onnx import helper as oh
@@ -96,10 +97,7 @@ class LayoutLowering:
         src, first, _ = move
         if tuple(self.shapes.get(src, ())) != tuple(nat_in.shape):
             return None
-        before, after, size = transpose_chain_terms(nat_in.shape, [first, perm])
-        ob = Obligation(
-            "index_map", before, after, {"f": (0, size - 1)}, Policy(0), note=f"layout {n.name}"
-        )
+        ob = _chain_obligation(tuple(nat_in.shape), tuple(first), tuple(perm))
         v = prove.check(ob, self.ctx)
         if isinstance(v, Exception) or v.status != Status.PROVEN:
             return None
@@ -174,11 +172,13 @@ class LayoutLowering:
             offset = sum(s * int(b) for s, b in zip(src, n.attrs["starts"], strict=True))
         else:  # reshape, identity: the source's row-major order under the output's shape
             strides = row_major(tuple(y.shape))
-        before, after, size = move_terms(tuple(x.shape), n, tuple(y.shape), strides, offset)
-        ob = Obligation(
-            "index_map", before, after, {"f": (0, max(size - 1, 0))}, Policy(0),
-            note=f"move {n.name}",
-        )  # fmt: skip
+        attrs = _hashable(n.attrs)
+        if attrs is None:
+            ob = _move_obligation.__wrapped__(
+                tuple(x.shape), n, None, tuple(y.shape), strides, offset
+            )
+        else:
+            ob = _move_obligation(tuple(x.shape), n.op, attrs, tuple(y.shape), strides, offset)
         v = prove.check(ob, self.ctx)
         if isinstance(v, Exception) or v.status != Status.PROVEN:
             why = v if isinstance(v, Exception) else v.reason
@@ -249,3 +249,46 @@ class LayoutLowering:
             n, ReasonCode(why.code), f"{', '.join(n.origin)} stays on the host: {why.message}"
         )
         self.steps.append(self.host_onnx(n, m))
+
+
+# A model's layout moves repeat (every block's transposes around its convs have the same
+# shapes): each distinct gather's obligation is built, and its hash taken, once. The note
+# names what the obligation is about (shapes, op), which every node sharing it has.
+
+
+@lru_cache(maxsize=1024)
+def _chain_obligation(
+    src: tuple[int, ...], first: tuple[int, ...], perm: tuple[int, ...]
+) -> Obligation:
+    before, after, size = transpose_chain_terms(src, [first, perm])
+    note = f"layout {list(src)} transposed by {list(first)} then {list(perm)}"
+    return Obligation("index_map", before, after, {"f": (0, size - 1)}, Policy(0), note=note)
+
+
+def _hashable(attrs: dict[str, Any]) -> tuple | None:
+    """The node's attributes as a cache key, None when one is not hashable."""
+    key = tuple(sorted(attrs.items()))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+@lru_cache(maxsize=1024)
+def _move_obligation(
+    src: tuple[int, ...],
+    op: Any,
+    attrs: Any,
+    out: tuple[int, ...],
+    strides: tuple[int, ...],
+    offset: int,
+) -> Obligation:
+    """The index-map obligation of layout op `op` (a Node, or its op name with `attrs` as
+    a key) from `src` to `out` against the NPU gather of `strides` and `offset`."""
+    node = op if isinstance(op, Node) else Node("out", op, ["src"], ["out"], dict(attrs))
+    before, after, size = move_terms(src, node, out, strides, offset)
+    note = f"move {node.op} {list(src)} -> {list(out)}"
+    return Obligation(
+        "index_map", before, after, {"f": (0, max(size - 1, 0))}, Policy(0), note=note
+    )
