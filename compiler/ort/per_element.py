@@ -35,7 +35,8 @@ PER_ELEMENT = frozenset({("com.microsoft", "QLinearSigmoid"), ("com.microsoft", 
 #   one rounding, in the SSE2 kernel's vector body and its scalar tail alike;
 # - QuantizeLinear, per tensor: x / scale, clamped, rounded to nearest even, plus zp; the
 #   SSE2 kernel's tail puts each element in a vector lane through the same code, and the
-#   AVX-512F kernel's tail is the SSE2 kernel;
+#   AVX-512F kernel's tail is a masked vector through its body's instructions (in older
+#   sources, the SSE2 kernel);
 # - Sigmoid: `MlasComputeLogistic`; the FMA3 kernel masks its tail (`vmaskmovps`) through the
 #   same instructions as its body, the SSE2 kernel's scalar tail repeats its multiply-adds
 #   in the same order (unfused, as its vector body);
