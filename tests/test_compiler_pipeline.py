@@ -178,3 +178,24 @@ def test_unproven_lowering_stays_on_host_with_diagnostic():
     r2 = compile_model(matmul_activation(K=64, N=16, extra_user="node"), "bitwise", FLOAT)
     kinds2 = {s.onnx_nodes: type(s) for s in r2.lowered.steps}
     assert kinds2[("mm",)] is NpuMatMul and kinds2[("act",)] in (NpuLut, HostKernel)
+
+
+def test_a_fused_nodes_column_terms_are_built_when_read():
+    """A fused node keeps its groups' epilogue terms unbuilt until the IR's evaluator reads
+    them (a check never does): per channel, one term per column would be built for nothing.
+    Read, they are each group's epilogue, and the fused graph still computes ORT's output."""
+    from compiler.ir.epilogue import epilogue_term
+    from compiler.ir.fuse import ColumnTerms
+    from prover.terms import Var
+
+    m = matmul_activation(per_channel=True)
+    r = compile_model(m, "bitwise", FLOAT)
+    (fused,) = [n for n in r.graph.nodes if n.op == "fused"]
+    terms = fused.attrs["groups"]
+    assert isinstance(terms, ColumnTerms) and terms._items is None
+    assert len(terms) == len(r.sites[0].post) > 1 and terms._items is None  # not built yet
+    want = [(tuple(g.columns), epilogue_term(g.post, Var("acc"))) for g in r.sites[0].post]
+    assert list(terms) == want and terms == want and terms != want[:-1]
+    inp = random_inputs(m, 0)
+    ref = session(m, "default").run(None, inp)[0]
+    np.testing.assert_array_equal(ref, run_graph(r.graph, inp)["y"])
