@@ -453,6 +453,7 @@ def _probed(monkeypatch) -> None:
     """No kernel modelled: every region goes through the position check's probes."""
     monkeypatch.setattr(pe, "PER_ELEMENT", frozenset())
     monkeypatch.setattr(pe, "PER_ELEMENT_X86_64", frozenset())
+    monkeypatch.setattr(pe, "PER_ELEMENT_FMA3", frozenset())
     monkeypatch.setattr(pe, "_PER_ELEMENT", {})
 
 
@@ -635,6 +636,7 @@ def test_a_batch_ort_cannot_run_is_left_to_each_check_but_our_own_bug_is_not(mon
     """A merged batch whose session ORT refuses (here a Sigmoid on int8 codes, which has no
     kernel) caches nothing and raises nothing: each region is then checked alone, which
     names the failure. An error of our own around the runs is not taken for ORT's refusal."""
+    _probed(monkeypatch)  # the probes' batching is what this tests
     rt = _fresh_cache(monkeypatch)
     bad_node = oh.make_node("Sigmoid", ["u"], ["y"])
     bad = region_model([bad_node], {}, "u", "y", "int8", 1, {"": 17}).SerializeToString()
@@ -689,6 +691,7 @@ def test_few_regions_run_a_lengths_probes_in_copies_with_the_tables_of_each_alon
     that many copies of the regions (copy j reads its own input, so every kernel reads the
     probe it reads alone); the tables and types are those each region's check alone gives.
     Many region nodes stay one copy (a larger session would cost more than the runs)."""
+    _probed(monkeypatch)  # the probes' batching is what this tests
     rt = _fresh_cache(monkeypatch)
     blobs = [_model_of_type(k, t) for k, t in (("hardswish", np.int8), ("silu", np.uint8),
              ("gelu_erf", np.int8))]  # fmt: skip
@@ -823,8 +826,8 @@ def test_a_batch_of_per_element_regions_takes_one_run(monkeypatch):
 def test_regions_with_other_kernels_or_a_constant_operand_are_probed(monkeypatch):
     rt = _fresh_cache(monkeypatch)
     monkeypatch.setattr(pe, "_PER_ELEMENT", {})
-    assert not pe.runs_per_element(_model_of("gelu_erf", 2), "default")  # Erf, Div, Add
-    assert not pe.runs_per_element(_model_of("leakyrelu", 2), "default")
+    assert not pe.runs_per_element(_model_of("leakyrelu", 2), "default")  # LeakyRelu
+    assert not pe.runs_per_element(_model_of("gelu_tanh", 2), "default")  # Tanh, Pow
     # a Mul by a two-element constant: the value depends on the position
     vec = _qop_silu(b_const=np.array([[3], [-5]], dtype=np.int8))
     assert not pe.runs_per_element(vec, "default")
@@ -834,15 +837,26 @@ def test_regions_with_other_kernels_or_a_constant_operand_are_probed(monkeypatch
         rt.check_alone(vec, "int8", 2, "default")  # not one table: refused
 
 
-X86_64 = pe.modelled_kernels() == pe.PER_ELEMENT_X86_64
+MODELLED = pe.modelled_kernels()
 
 
-@pytest.mark.skipif(not X86_64, reason="float kernels are modelled on x86-64 hosts only")
-@pytest.mark.parametrize("kind", ["hardswish", "hardsigmoid", "silu", "silu_qdq"])
-def test_a_region_of_float_per_element_kernels_is_its_table_in_one_run(monkeypatch, kind):
+@pytest.mark.parametrize(
+    "kind,kernels",
+    [
+        ("hardswish", pe.PER_ELEMENT_X86_64),
+        ("hardsigmoid", pe.PER_ELEMENT_X86_64),
+        ("silu", pe.PER_ELEMENT_X86_64),
+        ("silu_qdq", pe.PER_ELEMENT_X86_64),
+        ("gelu_erf", pe.PER_ELEMENT_FMA3),
+    ],
+)
+def test_a_region_of_float_per_element_kernels_is_its_table_in_one_run(monkeypatch, kind, kernels):
     """DequantizeLinear, HardSigmoid, Sigmoid, Mul, QuantizeLinear (MobileNetV3's HardSwish,
     an int8 QDQ SiLU as ORT runs them) are modelled on x86-64: one run, and the table is the
-    one the full position check finds on this host."""
+    one the full position check finds on this host. GELU's Erf too where MLAS runs its
+    FMA3 kernel."""
+    if not kernels <= MODELLED:
+        pytest.skip("this host's kernels are not the ones modelled for this region")
     rt = _fresh_cache(monkeypatch)
     monkeypatch.setattr(pe, "_PER_ELEMENT", {})
     blob = _model_of(kind, 2)
@@ -856,9 +870,14 @@ def test_a_region_of_float_per_element_kernels_is_its_table_in_one_run(monkeypat
 
 
 def test_float_kernels_are_modelled_on_x86_64_hosts_only():
-    assert pe.modelled_kernels("x86_64") == pe.modelled_kernels("AMD64") == pe.PER_ELEMENT_X86_64
-    assert pe.modelled_kernels("aarch64") == pe.modelled_kernels("arm64") == pe.PER_ELEMENT
+    fma3 = frozenset({"sse2", "avx", "avx2", "fma"})
+    assert pe.modelled_kernels("x86_64", fma3) == pe.modelled_kernels("AMD64", fma3)
+    assert pe.modelled_kernels("x86_64", fma3) == pe.PER_ELEMENT_FMA3
+    for flags in (frozenset({"sse2", "avx"}), frozenset({"avx2"}), frozenset()):
+        assert pe.modelled_kernels("x86_64", flags) == pe.PER_ELEMENT_X86_64  # no Erf
+    assert pe.modelled_kernels("aarch64", fma3) == pe.modelled_kernels("arm64") == pe.PER_ELEMENT
     assert ("", "Sigmoid") not in pe.PER_ELEMENT and pe.PER_ELEMENT < pe.PER_ELEMENT_X86_64
+    assert ("", "Erf") not in pe.PER_ELEMENT_X86_64 and pe.PER_ELEMENT_X86_64 < pe.PER_ELEMENT_FMA3
 
 
 def test_a_float16_constant_leaves_the_region_to_the_probes():
@@ -869,3 +888,48 @@ def test_a_float16_constant_leaves_the_region_to_the_probes():
     assert pe._float32_constants(g)
     g.initializer.append(onnx.numpy_helper.from_array(np.array(0.5, np.float16), "h"))
     assert not pe._float32_constants(g)
+
+
+def _transformer_gelu() -> bytes:
+    """GELU as ORT's default session runs a quantized transformer's (BERT, ViT, GPT-2 in the
+    zoo): DequantizeLinear, Div, Erf, QuantizeLinear, then QLinearAdd(+1) and two QLinearMul
+    (by x and by one half) with one-element constants."""
+    ms = "com.microsoft"
+    nodes = [
+        oh.make_node("DequantizeLinear", ["u", "u_s", "u_z"], ["f"], name="dq"),
+        oh.make_node("Div", ["f", "sqrt2"], ["d"], name="div"),
+        oh.make_node("Erf", ["d"], ["e"], name="erf"),
+        oh.make_node("QuantizeLinear", ["e", "e_s", "e_z"], ["eq"], name="q"),
+        oh.make_node("QLinearAdd", ["eq", "e_s", "e_z", "one", "o_s", "o_z", "a_s", "a_z"],
+                     ["a"], name="add", domain=ms),
+        oh.make_node("QLinearMul", ["u", "u_s", "u_z", "a", "a_s", "a_z", "m_s", "m_z"], ["m"],
+                     name="mul", domain=ms),
+        oh.make_node("QLinearMul", ["m", "m_s", "m_z", "half", "h_s", "h_z", "y_s", "y_z"],
+                     ["y"], name="mul_half", domain=ms),
+    ]  # fmt: skip
+    f32, i8 = np.float32, np.int8
+    cs = {"u_s": f32(0.03), "u_z": i8(3), "sqrt2": f32(np.sqrt(2.0)), "e_s": f32(1 / 127),
+          "e_z": i8(0), "one": i8(127), "o_s": f32(1 / 127), "o_z": i8(0), "a_s": f32(1 / 64),
+          "a_z": i8(-128), "m_s": f32(0.05), "m_z": i8(-20), "half": i8(100),
+          "h_s": f32(0.005), "h_z": i8(0), "y_s": f32(0.04), "y_z": i8(-10)}  # fmt: skip
+    return region_model(
+        nodes, cs, "u", "y", "int8", 2, {"": 17, "com.microsoft": 1}
+    ).SerializeToString()
+
+
+def test_a_transformers_gelu_is_its_table_in_one_run_where_erf_is_modelled(monkeypatch):
+    """The zoo's BERT/ViT/GPT-2 GELU region: one run on a host whose MLAS runs the FMA3 Erf
+    kernel (the table the full position check finds), probed elsewhere."""
+    rt = _fresh_cache(monkeypatch)
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    blob = _transformer_gelu()
+    modelled = pe.PER_ELEMENT_FMA3 <= MODELLED
+    assert pe.runs_per_element(blob, "default") == modelled
+    runs = _counting_sessions(monkeypatch, rt)
+    table = rt.check_alone(blob, "int8", 2, "default")
+    assert (len(runs) == 1) == modelled
+    monkeypatch.setattr(pe, "PER_ELEMENT_FMA3", pe.PER_ELEMENT_X86_64)  # no FMA3: probed
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    assert not pe.runs_per_element(blob, "default")
+    _probed(monkeypatch)
+    assert rt.check_alone(blob, "int8", 2, "default") == table and len(set(table.table)) > 20

@@ -42,20 +42,56 @@ PER_ELEMENT = frozenset({("com.microsoft", "QLinearSigmoid"), ("com.microsoft", 
 #   in the same order (unfused, as its vector body);
 # - HardSigmoid: Eigen's `min(max(alpha * x + beta, 0), 1)`, a multiply then an add per
 #   element in its packets and its scalar tail;
-# - Mul: one IEEE product per element.
+# - Mul, Div, Add: one IEEE product, quotient or sum per element (Eigen's array operations,
+#   or `MlasEltwiseAdd`, whose scalar tail adds as its vector body does; the MLAS
+#   `MlasEltwiseMul` that fused SiLU/QuickGelu kernels call is not this op's kernel, and a
+#   session that fuses into those runs com.microsoft ops, which stay probed).
 # Their element type is pinned by `_float32_constants`: float32 values between 8-bit codes.
 PER_ELEMENT_X86_64 = PER_ELEMENT | frozenset(
-    ("", op) for op in ("DequantizeLinear", "QuantizeLinear", "Sigmoid", "HardSigmoid", "Mul")
+    ("", op)
+    for op in ("DequantizeLinear", "QuantizeLinear", "Sigmoid", "HardSigmoid", "Mul", "Div", "Add")
 )
+
+# On x86-64 hosts where MLAS dispatches its AVX2/FMA3 kernels (the CPU has both):
+# - Erf: `MlasErfKernelFma3` runs its last 1-8 elements through its body's instructions
+#   under a mask (`vmaskmovps`); the portable kernel's scalar tail fuses its multiply-adds
+#   (`fmaf`) where its vector body does not, so without FMA3 an Erf region is probed;
+# - com.microsoft QLinearAdd: `MlasQLinearAddKernelAvx2Helper` computes every 32-element
+#   block, the last one too, by the same vector code and stores the tail's lanes.
+# A transformer's GELU as ORT runs it (DequantizeLinear, Div, Erf, QuantizeLinear,
+# QLinearAdd, QLinearMul) is then one run.
+PER_ELEMENT_FMA3 = PER_ELEMENT_X86_64 | frozenset({("", "Erf"), ("com.microsoft", "QLinearAdd")})
 _X86_64 = frozenset({"x86_64", "amd64"})
 
 
-def modelled_kernels(machine: str | None = None) -> frozenset[tuple[str, str]]:
+def modelled_kernels(
+    machine: str | None = None, cpu_flags: frozenset[str] | None = None
+) -> frozenset[tuple[str, str]]:
     """The (domain, op) kernels modelled as per-element on a host of `machine`
-    (`platform.machine()` by default)."""
+    (`platform.machine()` by default) whose CPU has `cpu_flags` (this host's by default)."""
     import platform
 
-    return PER_ELEMENT_X86_64 if (machine or platform.machine()).lower() in _X86_64 else PER_ELEMENT
+    if (machine or platform.machine()).lower() not in _X86_64:
+        return PER_ELEMENT
+    flags = host_cpu_flags() if cpu_flags is None else cpu_flags
+    return PER_ELEMENT_FMA3 if {"avx2", "fma"} <= flags else PER_ELEMENT_X86_64
+
+
+def host_cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags as Linux lists them (`/proc/cpuinfo`); empty where that
+    cannot be read (then no kernel that needs a flag is modelled)."""
+    global _FLAGS
+    if _FLAGS is None:
+        try:
+            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+                line = next((ln for ln in f if ln.startswith("flags")), "")
+        except OSError:
+            line = ""
+        _FLAGS = frozenset(line.partition(":")[2].split())
+    return _FLAGS
+
+
+_FLAGS: frozenset[str] | None = None
 
 
 _PER_ELEMENT: dict[tuple[bytes, str], bool] = {}  # (model, level) -> runs_per_element
