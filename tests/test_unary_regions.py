@@ -827,7 +827,6 @@ def test_regions_with_other_kernels_or_a_constant_operand_are_probed(monkeypatch
     rt = _fresh_cache(monkeypatch)
     monkeypatch.setattr(pe, "_PER_ELEMENT", {})
     assert not pe.runs_per_element(_model_of("leakyrelu", 2), "default")  # LeakyRelu
-    assert not pe.runs_per_element(_model_of("gelu_tanh", 2), "default")  # Tanh, Pow
     # a Mul by a two-element constant: the value depends on the position
     vec = _qop_silu(b_const=np.array([[3], [-5]], dtype=np.int8))
     assert not pe.runs_per_element(vec, "default")
@@ -848,6 +847,7 @@ MODELLED = pe.modelled_kernels()
         ("silu", pe.PER_ELEMENT_X86_64),
         ("silu_qdq", pe.PER_ELEMENT_X86_64),
         ("gelu_erf", pe.PER_ELEMENT_FMA3),
+        ("gelu_tanh", pe.PER_ELEMENT_FMA3),
     ],
 )
 def test_a_region_of_float_per_element_kernels_is_its_table_in_one_run(monkeypatch, kind, kernels):

@@ -45,22 +45,37 @@ PER_ELEMENT = frozenset({("com.microsoft", "QLinearSigmoid"), ("com.microsoft", 
 # - Mul, Div, Add: one IEEE product, quotient or sum per element (Eigen's array operations,
 #   or `MlasEltwiseAdd`, whose scalar tail adds as its vector body does; the MLAS
 #   `MlasEltwiseMul` that fused SiLU/QuickGelu kernels call is not this op's kernel, and a
-#   session that fuses into those runs com.microsoft ops, which stay probed).
+#   session that fuses into those runs com.microsoft ops, which stay probed);
+# - Pow by a one-element exponent: `x * x`, `x * x * x` or `std::pow(x, y)` per element in
+#   one `std::transform` (a vectorized loop and its remainder multiply in the same order).
 # Their element type is pinned by `_float32_constants`: float32 values between 8-bit codes.
 PER_ELEMENT_X86_64 = PER_ELEMENT | frozenset(
     ("", op)
-    for op in ("DequantizeLinear", "QuantizeLinear", "Sigmoid", "HardSigmoid", "Mul", "Div", "Add")
+    for op in (
+        "DequantizeLinear",
+        "QuantizeLinear",
+        "Sigmoid",
+        "HardSigmoid",
+        "Mul",
+        "Div",
+        "Add",
+        "Pow",
+    )
 )
 
 # On x86-64 hosts where MLAS dispatches its AVX2/FMA3 kernels (the CPU has both):
 # - Erf: `MlasErfKernelFma3` runs its last 1-8 elements through its body's instructions
 #   under a mask (`vmaskmovps`); the portable kernel's scalar tail fuses its multiply-adds
 #   (`fmaf`) where its vector body does not, so without FMA3 an Erf region is probed;
+# - Tanh: `MlasComputeTanhF32KernelFma3` masks its last 1-7 elements through its body's
+#   instructions too;
 # - com.microsoft QLinearAdd: `MlasQLinearAddKernelAvx2Helper` computes every 32-element
 #   block, the last one too, by the same vector code and stores the tail's lanes.
-# A transformer's GELU as ORT runs it (DequantizeLinear, Div, Erf, QuantizeLinear,
-# QLinearAdd, QLinearMul) is then one run.
-PER_ELEMENT_FMA3 = PER_ELEMENT_X86_64 | frozenset({("", "Erf"), ("com.microsoft", "QLinearAdd")})
+# A transformer's GELU as ORT runs it (DequantizeLinear, Div, Erf or Pow and Tanh,
+# QuantizeLinear, QLinearAdd, QLinearMul) is then one run.
+PER_ELEMENT_FMA3 = PER_ELEMENT_X86_64 | frozenset(
+    {("", "Erf"), ("", "Tanh"), ("com.microsoft", "QLinearAdd")}
+)
 _X86_64 = frozenset({"x86_64", "amd64"})
 
 
