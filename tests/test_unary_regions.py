@@ -767,30 +767,35 @@ def _qop_silu(x_scale: float = 0.05, b_const: np.ndarray | None = None) -> bytes
 
 
 def _counting_sessions(monkeypatch, rt) -> list[int]:
-    """Count the runs of every session the position check makes."""
+    """Count the runs of every session the position check makes, and of the session that
+    read a modelled region's graph back (it serves the one run)."""
     runs: list[int] = []
-    real = rt._sessions
+    real, real_read = rt._sessions, rt.read_session
 
     def counting(blob, level, threads=(0, 1)):
-        out = []
-        for s in real(blob, level, threads):
+        return [_Counted(s, runs) for s in real(blob, level, threads)]
 
-            class Counted:
-                def __init__(self, inner):
-                    self.inner = inner
-
-                def get_inputs(self):
-                    return self.inner.get_inputs()
-
-                def run(self, names, feeds):
-                    runs.append(1)
-                    return self.inner.run(names, feeds)
-
-            out.append(Counted(s))
-        return out
+    def counting_read(blob, level):
+        s = real_read(blob, level)
+        return None if s is None else _Counted(s, runs)
 
     monkeypatch.setattr(rt, "_sessions", counting)
+    monkeypatch.setattr(rt, "read_session", counting_read)
     return runs
+
+
+class _Counted:
+    """A session whose runs are counted in `runs`."""
+
+    def __init__(self, inner, runs: list[int]):
+        self.inner, self.runs = inner, runs
+
+    def get_inputs(self):
+        return self.inner.get_inputs()
+
+    def run(self, names, feeds):
+        self.runs.append(1)
+        return self.inner.run(names, feeds)
 
 
 def test_a_region_of_per_element_kernels_is_its_table_in_one_run(monkeypatch):
@@ -933,3 +938,26 @@ def test_a_transformers_gelu_is_its_table_in_one_run_where_erf_is_modelled(monke
     assert not pe.runs_per_element(blob, "default")
     _probed(monkeypatch)
     assert rt.check_alone(blob, "int8", 2, "default") == table and len(set(table.table)) > 20
+
+
+def test_a_modelled_region_is_read_back_and_run_by_one_session(monkeypatch):
+    """The session that reads a modelled region's graph back runs its codes too: one
+    session in all, given once (a second check of another region makes its own)."""
+    import onnxruntime as ort
+
+    rt = _fresh_cache(monkeypatch)
+    monkeypatch.setattr(pe, "_PER_ELEMENT", {})
+    made: list[int] = []
+    real = ort.InferenceSession
+
+    def counting(*a, **k):
+        made.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(ort, "InferenceSession", counting)
+    blob = _qop_silu()
+    table = rt.check_alone(blob, "int8", 2, "default")
+    assert len(made) == 1 and len(set(table.table)) > 50
+    assert pe.read_session(blob, "default") is None  # given once
+    other = _qop_silu(0.07)
+    assert rt.check_alone(other, "int8", 2, "default") != table and len(made) == 2

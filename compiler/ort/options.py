@@ -14,6 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 
+def session_level(level: str) -> str:
+    """The level a session for reference `level` runs at: ORT's default session rewrites
+    ("default"); any other reference runs the model's own nodes ("off")."""
+    return "default" if level == "default" else "off"
+
+
 def session_options(level: str, threads: int = 0) -> Any:
     """`onnxruntime.SessionOptions` at optimisation `level` ("default": ORT_ENABLE_ALL,
     "extended": ORT_ENABLE_EXTENDED, anything else: ORT_DISABLE_ALL) with `threads`

@@ -9,11 +9,13 @@ session runs it, holds only such kernels is its table in one run.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 
 from .errors import ort_errors
-from .options import session_options
+from .options import session_level, session_options
 
 # ONNX Runtime CPU kernels that compute every output element from the same element of their
 # inputs by one function, whatever the tensor's length, offset or split over threads (facts
@@ -110,6 +112,19 @@ _FLAGS: frozenset[str] | None = None
 
 
 _PER_ELEMENT: dict[tuple[bytes, str], bool] = {}  # (model, level) -> runs_per_element
+_READ: tuple[bytes, str, Any] | None = None  # the last session read back, until taken
+
+
+def read_session(blob: bytes, level: str) -> Any:
+    """The session `runs_per_element` last made to read back `blob`'s graph at `level`, or
+    None; given once (the one run of a modelled region uses it instead of a new one)."""
+    global _READ
+    if _READ is None or _READ[1] != level or (_READ[0] is not blob and _READ[0] != blob):
+        return None
+    sess, _READ = _READ[2], None
+    return sess
+
+
 MAX_MODELS = 512
 
 
@@ -134,7 +149,8 @@ def _runs_per_element(blob: bytes, level: str) -> bool:
     fd, path = tempfile.mkstemp(suffix=".onnx")
     os.close(fd)
     try:
-        so = session_options("default" if level == "default" else "off", 1)
+        # ORT's default thread count, as the one run's session: it serves that run too
+        so = session_options(session_level(level), 0)
         so.optimized_model_filepath = path
         sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
         g = onnx.load(path).graph
@@ -144,6 +160,8 @@ def _runs_per_element(blob: bytes, level: str) -> bool:
         os.unlink(path)
     sizes = {t.name: int(np.prod(t.dims)) for t in g.initializer}
     outs = {o.name for o in g.output}
+    global _READ
+    _READ = (blob, level, sess)
     kernels = modelled_kernels()
     ends = {a.type for a in sess.get_inputs() + sess.get_outputs()}
     return (

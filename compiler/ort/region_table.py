@@ -56,8 +56,8 @@ from prover.inttypes import int_type
 from prover.verdict import ReasonCode
 
 from .errors import ort_errors
-from .options import session_options
-from .per_element import runs_per_element
+from .options import session_level, session_options
+from .per_element import read_session, runs_per_element
 
 OFFSETS = range(17)
 LENGTHS = range(1, 65)
@@ -121,11 +121,8 @@ def _sessions(blob: bytes, level: str, threads: tuple[int, ...] = (0, 1)):
     idle pool threads sleep between the check's short runs (`options.session_options`)."""
     import onnxruntime as ort
 
-    level = "default" if level == "default" else "off"
-    return [
-        ort.InferenceSession(blob, session_options(level, t), providers=["CPUExecutionProvider"])
-        for t in threads
-    ]
+    opts = [session_options(session_level(level), t) for t in threads]
+    return [ort.InferenceSession(blob, o, providers=["CPUExecutionProvider"]) for o in opts]
 
 
 class CheckedTable(NamedTuple):
@@ -236,7 +233,7 @@ def _one_run(
     a cache; returns how many regions wrote a tensor of the probe's shape."""
     codes, _ = _codes(in_type)
     x = codes.reshape((1,) * (rank - 1) + (codes.size,))
-    (sess,) = _sessions(merged.blob, level, threads=(0,))
+    sess = read_session(merged.blob, level) or _sessions(merged.blob, level, threads=(0,))[0]
     ys = _split(merged, sess.run(None, {PROBE: x}), x.shape)
     for blob, y in zip(blobs, ys, strict=True):
         if y is not None:
@@ -251,7 +248,7 @@ def _table_of(y: np.ndarray) -> CheckedTable:
 def _run_once(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable:
     """ORT's output for every code, one run in one tensor, and its type."""
     codes, _ = _codes(in_type)
-    (sess,) = _sessions(blob, level, threads=(0,))
+    sess = read_session(blob, level) or _sessions(blob, level, threads=(0,))[0]
     return _table_of(_runner(sess)(codes.reshape((1,) * (rank - 1) + (codes.size,))))
 
 

@@ -55,9 +55,9 @@ def session(model: onnx.ModelProto | bytes, level: str = "off") -> ort.Inference
 def _session(blob: bytes, level: str = "off") -> ort.InferenceSession:
     from npu_backend.ort_logging import onnxruntime_module
 
-    from .options import session_options
+    from .options import session_level, session_options
 
-    so = session_options("default" if level == "default" else "off")
+    so = session_options(session_level(level))
     return onnxruntime_module().InferenceSession(blob, so, providers=["CPUExecutionProvider"])
 
 
