@@ -109,3 +109,39 @@ def test_every_columns_scale_at_once_is_each_columns_scale_alone():
         requant_scales(Ctx(), None, 0.1, (0.2, -0.5, float("nan")), 0.3)
     with pytest.raises(FrontendError, match="requantization scale"):
         requant_scales(Ctx(), None, 1e-30, (1e-30,), 1e30)  # underflows to 0 in float32
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "qlinear_add_bias"])
+def test_columns_built_from_the_first_ones_template_are_their_own_epilogues(bias, monkeypatch):
+    """Per channel without a bias, every column after the first gets the first one's
+    `before` with its own scale (no term built and hashed per column); with a bias each is
+    built alone. Either way each group's `before` is the one its column builds alone and
+    each scale has its own group; a fill that gave another term is caught, not proven."""
+    from models import matmul_activation
+
+    import compiler.ir.epilogue as ep
+    from compiler.errors import InternalError
+
+    t = load_target(ROOT / "npu_backend" / "targets" / "npu_float.toml")
+    m = DIGITS / "digits_matmul_qop_s8s8_pc.onnx" if bias else matmul_activation(per_channel=True)
+    r = compile_model(m, "bitwise", t, synthesis=False)
+    site = next(s for s in r.sites if s.compute.attrs.get("requant") is not None)
+    rq, view = site.compute.attrs["requant"], ep.bias_view(site)
+    assert (view is not None) == bias
+    fills: list[float] = []
+    real = ep.fill
+    monkeypatch.setattr(ep, "fill", lambda tmpl, s: fills.append(s) or real(tmpl, s))
+    groups = build_columns(site, t)
+    assert sum(len(g.columns) for g in groups) == len(rq["scale"])
+    assert len(groups) > 2
+    if not bias:  # one group per distinct scale, all but the first filled
+        assert len(groups) == len(set(rq["scale"])) and len(fills) == len(groups) - 1
+    else:
+        assert not fills
+    for g in groups:
+        for j in g.columns:
+            assert g.before == ep.chain_term(site, requant_term(Var("acc"), rq, j), j, view)
+    if not bias:
+        monkeypatch.setattr(ep, "fill", lambda tmpl, s: real(tmpl, s * 2))  # a wrong fill
+        with pytest.raises(InternalError, match="is not its scale's fill"):
+            build_columns(site, t)

@@ -27,6 +27,7 @@ from compiler.errors import InternalError
 from npu_backend.postprocess import AddParams, LutParams, PostProcess, RequantParams
 from npu_backend.target import Target, requant_from_scale
 from prover.domain import NUMPY
+from prover.family import fill, with_hole
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, LutSpec, build_lut, reorder_table
 from prover.qlinear_binary import SpanMode
@@ -374,32 +375,38 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     groups: dict[tuple[Term, PostProcess, int], list[int]] = {}
     # A column's epilogue depends on j only through its requantization scale and its bias
     # (constant, reference table): columns sharing those are built once, not once each.
-    built: dict[tuple, tuple[Term, PostProcess, int]] = {}
+    built: dict[tuple, list[int]] = {}
     per_col_table = bias is not None and bias.tables is not None and len(bias.tables) > 1
+    # Without a bias only the float scale varies: after the first column, a column's `before`
+    # is the first one's with its own scale (`prover.family.fill`), and distinct scales are
+    # distinct epilogues, so they are grouped without hashing the terms (per channel: tens
+    # of thousands of columns). Checked against the column's own build at the last one.
+    template: Term | None = None
+    filled: list[tuple[Term, PostProcess, list[int], int]] = []
     for j in range(n_cols):
         key = (
             requant_scale(c.attrs["requant"], j) if stage == -1 else None,
             None if bias is None else bias.const_of(j),
             j if per_col_table else None,
         )
-        if key in built:
-            groups[built[key]].append(j)
+        cols = built.get(key)
+        if cols is not None:
+            cols.append(j)
             continue
         acc: Term = Var("acc")
         offset = 0
+        scale = 0.0
         if stage == -1:
             rq_ir = c.attrs["requant"]
-            before = requant_term(acc, rq_ir, j)
             scale = requant_scale(rq_ir, j)
+            rq_scale = scale
             if bias is not None and not two_rounding:
-                offset, scale = folded_bias(bias, scale, j)
-                rq = requant_from_scale(scale, bias.c_zp, rq_ir["out"], caps.requant_scheme)
+                offset, rq_scale = folded_bias(bias, scale, j)
+                rq = requant_from_scale(rq_scale, bias.c_zp, rq_ir["out"], caps.requant_scheme)
             else:
                 rq = requant_from_scale(scale, rq_ir["zp"], rq_ir["out"], caps.requant_scheme)
         else:
-            before = acc
             rq = requant_params(site.chain[stage])
-        before = chain_term(site, before, j, bias)
         add_p = add_stage(bias, j, caps.add_fma) if two_rounding and bias is not None else None
         post = PostProcess(
             rq,
@@ -410,15 +417,31 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
             int(act.attrs["out_zp"]),
             add=add_p,
         )
-        # grouped by the term itself (its structural hash is kept on it): a per-channel
-        # op's groups are mostly proven as one family (`prover.family`), so no per-group
-        # canonical text is built here for obligations that are never made
-        built[key] = (before, post, offset)
-        groups.setdefault((before, post, offset), []).append(j)
+        if template is not None:
+            cols = [j]
+            filled.append((fill(template, scale), post, cols, j))
+        else:
+            first = requant_term(acc, c.attrs["requant"], j) if stage == -1 else acc
+            before = chain_term(site, first, j, bias)
+            # grouped by the term itself (its structural hash is kept on it): a per-channel
+            # op's groups are mostly proven as one family (`prover.family`), so no per-group
+            # canonical text is built here for obligations that are never made
+            cols = groups.setdefault((before, post, offset), [])
+            cols.append(j)
+            if stage == -1 and bias is None:
+                holed = with_hole(before)
+                if holed is not None and holed[1] == scale:
+                    template = holed[0]
+        built[key] = cols
+    if filled:
+        last_before, _, _, last_j = filled[-1]
+        own = chain_term(site, requant_term(Var("acc"), c.attrs["requant"], last_j), last_j, None)
+        if own != last_before:
+            raise InternalError(f"{site.id}: column {last_j}'s epilogue is not its scale's fill")
     return [
         ColumnGroup(tuple(cols), before, post, offset)
         for (before, post, offset), cols in groups.items()
-    ]
+    ] + [ColumnGroup(tuple(cols), before, post, 0) for before, post, cols, _ in filled]
 
 
 def _stage_out(site: Site, stage: int) -> str:
