@@ -159,7 +159,7 @@ class MatMul:
         """The postprocessing, with the LUT taken from table memory (`table`)."""
         if not self.post_enable:
             return acc
-        return apply_columns(with_table(self.enabled_post(), table), acc)
+        return apply_columns(_loaded(self.enabled_post(), table), acc)
 
     def enabled_post(self) -> Post:
         """The epilogue of a descriptor with `post_enable` set (ValueError if it has none)."""
@@ -378,6 +378,25 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
     if isinstance(post, PostProcess):
         return one(post)
     return tuple(one(p) for p in post)
+
+
+# `with_table`'s answers for the epilogue a MatMul runs, by the epilogue's identity and the
+# table (a per-channel epilogue's thousands of PostProcess were rebuilt for every tile and
+# every run of the ledger's programs); the epilogue is kept with its answer, so its id is not
+# reused while the entry lives
+_LOADED: dict[int, tuple[Post, tuple[int, ...] | None, Post]] = {}
+
+
+def _loaded(post: Post, table: tuple[int, ...] | None) -> Post:
+    """`with_table(post, table)`, the same object for the same epilogue and table."""
+    hit = _LOADED.get(id(post))
+    if hit is not None and hit[0] is post and (hit[1] is table or hit[1] == table):
+        return hit[2]
+    out = with_table(post, table)
+    if len(_LOADED) >= 256:
+        _LOADED.clear()
+    _LOADED[id(post)] = (post, table, out)
+    return out
 
 
 # strip_tables' answers by the epilogue's identity (codegen, the lifetime check and the

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -387,22 +387,59 @@ def apply_columns(post: Post, acc: np.ndarray) -> np.ndarray:
     if len(post) != n:
         raise ValueError(f"per-column epilogue has {len(post)} entries for {n} output columns")
     out = np.empty(acc.shape, dtype=np.int64)
+    float_groups, rest = _column_plan(post)
+    for fg in float_groups:
+        out[..., fg.cols] = _apply_float_group(fg, acc[..., fg.cols])
+    for p, cols in rest:
+        out[..., cols] = p.apply(acc[..., cols])
+    return out
+
+
+class _FloatGroup(NamedTuple):
+    """Columns whose float32 requantizers differ in scale and zero point only."""
+
+    members: list[PostProcess]
+    cols: list[int]
+    scales: np.ndarray  # float32, per column of `cols`
+    zps: np.ndarray  # int64, per column of `cols`
+
+
+# `apply_columns`' grouping of a per-column epilogue, by the epilogue's identity (a MatMul's
+# tiles and the ledger's runs apply the same one again); kept with its answer, so its id is
+# not reused while the entry lives
+_PLANS: dict[int, tuple[tuple[PostProcess, ...], Any]] = {}
+
+
+def _column_plan(
+    post: tuple[PostProcess, ...],
+) -> tuple[list[_FloatGroup], list[tuple[PostProcess, list[int]]]]:
+    """(the float32 groups, the other columns by identical PostProcess) of `post`."""
+    hit = _PLANS.get(id(post))
+    if hit is not None and hit[0] is post:
+        return hit[1]
     groups: dict[PostProcess, list[int]] = {}
     for j, p in enumerate(post):
         groups.setdefault(p, []).append(j)
-    float_groups: dict[tuple, list[PostProcess]] = {}
+    by_tail: dict[tuple, list[PostProcess]] = {}
     for p in groups:
         if p.requant.scheme == "float32":
-            float_groups.setdefault(_tail_key(p), []).append(p)
-    for members in float_groups.values():
+            by_tail.setdefault(_tail_key(p), []).append(p)
+    float_groups: list[_FloatGroup] = []
+    for members in by_tail.values():
         if len(members) < 2:
             continue
+        _check_requants(members)
         member_of_col = [k for k, p in enumerate(members) for _ in groups[p]]
         cols = [j for p in members for j in groups.pop(p)]
-        out[..., cols] = _apply_float_group(members, member_of_col, acc[..., cols])
-    for p, cols in groups.items():
-        out[..., cols] = p.apply(acc[..., cols])
-    return out
+        idx = np.asarray(member_of_col)
+        scales = np.asarray([np.float32(p.requant.scale) for p in members], dtype=np.float32)
+        zps = np.asarray([int(p.requant.zp) for p in members], dtype=np.int64)
+        float_groups.append(_FloatGroup(members, cols, scales[idx], zps[idx]))
+    plan = (float_groups, list(groups.items()))
+    if len(_PLANS) >= 256:
+        _PLANS.clear()
+    _PLANS[id(post)] = (post, plan)
+    return plan
 
 
 def _tail_key(p: PostProcess) -> tuple[str, Term]:
@@ -440,11 +477,8 @@ def _check_requants(members: list[PostProcess]) -> None:
             r.check()
 
 
-def _apply_float_group(
-    members: list[PostProcess], member_of_col: list[int], acc: np.ndarray
-) -> np.ndarray:
+def _apply_float_group(fg: _FloatGroup, acc: np.ndarray) -> np.ndarray:
     """Float32 requantization with per-column scale/zp, then the group's shared stages."""
-    _check_requants(members)
     if acc.size and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
         # the same precondition the term form checks (requant_float is defined on int32)
         bad = int(acc.max()) if acc.max() > INT32_MAX else int(acc.min())
@@ -452,11 +486,8 @@ def _apply_float_group(
             f"requant_float: precondition 'acc is int32' fails at input {bad} (out of range); "
             "the result is undefined"
         )
-    idx = np.asarray(member_of_col)
-    scales = np.asarray([np.float32(p.requant.scale) for p in members], dtype=np.float32)[idx]
-    zps = np.asarray([int(p.requant.zp) for p in members], dtype=np.int64)[idx]
-    q = requant_float_concrete(acc, scales, zps, int_type(members[0].requant.out_type))
-    return np.asarray(evaluate(_tail_term(members[0]), NUMPY, {"q": q}))
+    q = requant_float_concrete(acc, fg.scales, fg.zps, int_type(fg.members[0].requant.out_type))
+    return np.asarray(evaluate(_tail_term(fg.members[0]), NUMPY, {"q": q}))
 
 
 def tail_term(add: AddParams | None, clip: Any, lut: LutParams | None, q: Term) -> Term:

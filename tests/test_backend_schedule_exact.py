@@ -90,6 +90,16 @@ def test_grouped_epilogues_equal_column_by_column_evaluation():
     acc[0, :] = 2**31 - 1
     acc[1, :] = -(2**31)
     np.testing.assert_array_equal(apply_columns(post, acc), _one_by_one(post, acc))
+    # a tiled MatMul applies the same epilogue again: its grouping is reused, same values
+    from npu_backend import postprocess as pp
+
+    plan = pp._column_plan(post)
+    assert pp._column_plan(post) is plan
+    np.testing.assert_array_equal(apply_columns(post, acc[5:9]), _one_by_one(post, acc[5:9]))
+    # an equal epilogue that is another object gets its own grouping, with the same values
+    other = tuple(posts)
+    assert other == post and other is not post and pp._column_plan(other) is not plan
+    np.testing.assert_array_equal(apply_columns(other, acc), _one_by_one(post, acc))
 
 
 def test_large_operands_near_their_zero_point_take_the_int64_path():
