@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from prover.by_identity import ByIdentity
 from prover.conv import Window, conv_acc
 from prover.domain import NUMPY
 from prover.eltwise import EltwiseParams
@@ -380,41 +381,22 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
     return tuple(one(p) for p in post)
 
 
-# `with_table`'s answers for the epilogue a MatMul runs, by the epilogue's identity and the
-# table (a per-channel epilogue's thousands of PostProcess were rebuilt for every tile and
-# every run of the ledger's programs); the epilogue is kept with its answer, so its id is not
-# reused while the entry lives
-_LOADED: dict[int, tuple[Post, tuple[int, ...] | None, Post]] = {}
+# `with_table`'s answers by the epilogue's identity and the table: codegen, the lifetime
+# check and the program's validation each ask for every step's record (`strip_tables`),
+# and a per-channel epilogue's thousands of PostProcess would be rebuilt for every tile and
+# every run of the ledger's programs
+_LOADED: ByIdentity[Post] = ByIdentity(256)
 
 
 def _loaded(post: Post, table: tuple[int, ...] | None) -> Post:
     """`with_table(post, table)`, the same object for the same epilogue and table."""
-    hit = _LOADED.get(id(post))
-    if hit is not None and hit[0] is post and (hit[1] is table or hit[1] == table):
-        return hit[2]
-    out = with_table(post, table)
-    if len(_LOADED) >= 256:
-        _LOADED.clear()
-    _LOADED[id(post)] = (post, table, out)
-    return out
-
-
-# strip_tables' answers by the epilogue's identity (codegen, the lifetime check and the
-# program's validation each ask for every step's record, once per program generated); the
-# epilogue is kept with its answer, so its id is not reused while the entry lives
-_STRIPPED: dict[int, tuple[Post, Post]] = {}
+    hit = _LOADED.get(post, table)
+    return hit if hit is not None else _LOADED.put(post, with_table(post, table), table)
 
 
 def strip_tables(post: Post) -> Post:
     """The parameter record of an epilogue: everything but the table contents."""
-    hit = _STRIPPED.get(id(post))
-    if hit is not None and hit[0] is post:
-        return hit[1]
-    out = with_table(post, None)
-    if len(_STRIPPED) >= 256:
-        _STRIPPED.clear()
-    _STRIPPED[id(post)] = (post, out)
-    return out
+    return _loaded(post, None)
 
 
 ELTWISE_RECORD_BYTES = 32  # header, three float32 values, three zero points, flags

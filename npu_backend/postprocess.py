@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from prover.by_identity import ByIdentity
 from prover.domain import NUMPY, KernelError
 from prover.inttypes import int_type
 from prover.lut import LutSpec
@@ -405,18 +406,17 @@ class _FloatGroup(NamedTuple):
 
 
 # `apply_columns`' grouping of a per-column epilogue, by the epilogue's identity (a MatMul's
-# tiles and the ledger's runs apply the same one again); kept with its answer, so its id is
-# not reused while the entry lives
-_PLANS: dict[int, tuple[tuple[PostProcess, ...], Any]] = {}
+# tiles and the ledger's runs apply the same one again)
+_PLANS: ByIdentity[tuple[list[_FloatGroup], list[tuple[PostProcess, list[int]]]]] = ByIdentity(256)
 
 
 def _column_plan(
     post: tuple[PostProcess, ...],
 ) -> tuple[list[_FloatGroup], list[tuple[PostProcess, list[int]]]]:
     """(the float32 groups, the other columns by identical PostProcess) of `post`."""
-    hit = _PLANS.get(id(post))
-    if hit is not None and hit[0] is post:
-        return hit[1]
+    hit = _PLANS.get(post)
+    if hit is not None:
+        return hit
     groups: dict[PostProcess, list[int]] = {}
     for j, p in enumerate(post):
         groups.setdefault(p, []).append(j)
@@ -435,11 +435,7 @@ def _column_plan(
         scales = np.asarray([np.float32(p.requant.scale) for p in members], dtype=np.float32)
         zps = np.asarray([int(p.requant.zp) for p in members], dtype=np.int64)
         float_groups.append(_FloatGroup(members, cols, scales[idx], zps[idx]))
-    plan = (float_groups, list(groups.items()))
-    if len(_PLANS) >= 256:
-        _PLANS.clear()
-    _PLANS[id(post)] = (post, plan)
-    return plan
+    return _PLANS.put(post, (float_groups, list(groups.items())))
 
 
 def _tail_key(p: PostProcess) -> tuple[str, Term]:

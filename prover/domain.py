@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .by_identity import ByIdentity
 from .errors import BadInput
 from .lazy import lazy_module
 
@@ -169,10 +170,10 @@ class NumpyPointDomain(NumpyDomain):
         return np.bool_(bool(a) and bool(b))
 
 
-# int64 arrays of lookup tables given as tuples, by identity (the tuple is kept, so its id
-# is not reused): a term's table is converted once, not at every evaluation
-_TABLES: dict[int, tuple[tuple, np.ndarray]] = {}
+# int64 arrays of lookup tables given as tuples, by identity: a term's table is converted
+# once, not at every evaluation
 _TABLES_MAX = 64
+_TABLES: ByIdentity[np.ndarray] = ByIdentity(_TABLES_MAX)
 TABLE_CACHE_MAX = 1024  # entries; longer tables are converted at each use
 
 
@@ -180,15 +181,12 @@ def table_array(table: Sequence[int]) -> np.ndarray:
     """`np.asarray(table, dtype=np.int64)`, read-only, kept per tuple object."""
     if not isinstance(table, tuple) or len(table) > TABLE_CACHE_MAX:
         return np.asarray(table, dtype=np.int64)
-    hit = _TABLES.get(id(table))
-    if hit is not None and hit[0] is table:
-        return hit[1]
+    hit = _TABLES.get(table)
+    if hit is not None:
+        return hit
     t = np.asarray(table, dtype=np.int64)
     t.setflags(write=False)
-    if len(_TABLES) >= _TABLES_MAX:
-        del _TABLES[next(iter(_TABLES))]
-    _TABLES[id(table)] = (table, t)
-    return t
+    return _TABLES.put(table, t)
 
 
 class Z3Domain(Domain):
