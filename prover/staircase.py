@@ -62,8 +62,7 @@ def first_at_least(
         hit = below & above
         if hit.all():  # every guess is its level's answer (the common case): nothing to search
             return g
-        a = np.full(n, lo, dtype=np.int64)  # invariant: the answer lies in [a, b]
-        b = np.full(n, hi + 1, dtype=np.int64)
+        a, b = _whole(n, lo, hi)
         a[hit] = b[hit] = g[hit]
         right = ~above  # f(g) < q: the answer is above g
         left = above & ~below  # f(g-1) >= q: the answer is below g
@@ -71,10 +70,15 @@ def first_at_least(
         b[left] = g[left] - 1
         _gallop(f, levels, a, b, g, right, left, lo, hi)
     else:
-        a = np.full(n, lo, dtype=np.int64)
-        b = np.full(n, hi + 1, dtype=np.int64)
+        a, b = _whole(n, lo, hi)
     _bisect(f, levels, a, b)
     return a
+
+
+def _whole(n: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each of `n` answers' bounds [a, b] before any evaluation: the answer lies in
+    [lo, hi + 1] (hi + 1: no point reaches the level)."""
+    return np.full(n, lo, dtype=np.int64), np.full(n, hi + 1, dtype=np.int64)
 
 
 def _gallop(f, levels, a, b, g, right, left, lo: int, hi: int) -> None:

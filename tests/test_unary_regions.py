@@ -831,7 +831,9 @@ def test_a_batch_of_per_element_regions_takes_one_run(monkeypatch):
 def test_regions_with_other_kernels_or_a_constant_operand_are_probed(monkeypatch):
     rt = _fresh_cache(monkeypatch)
     monkeypatch.setattr(pe, "_PER_ELEMENT", {})
-    assert not pe.runs_per_element(_model_of("leakyrelu", 2), "default")  # LeakyRelu
+    leaky = _model_of("leakyrelu", 2)
+    assert not pe.runs_per_element(leaky, "default")  # LeakyRelu
+    assert pe.read_session(leaky, "default") is None  # no session kept for a probed region
     # a Mul by a two-element constant: the value depends on the position
     vec = _qop_silu(b_const=np.array([[3], [-5]], dtype=np.int8))
     assert not pe.runs_per_element(vec, "default")

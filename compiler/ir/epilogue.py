@@ -399,7 +399,6 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         if stage == -1:
             rq_ir = c.attrs["requant"]
             scale = requant_scale(rq_ir, j)
-            rq_scale = scale
             if bias is not None and not two_rounding:
                 offset, rq_scale = folded_bias(bias, scale, j)
                 rq = requant_from_scale(rq_scale, bias.c_zp, rq_ir["out"], caps.requant_scheme)

@@ -153,7 +153,7 @@ def _digest(v: Any) -> bytes:
         )
     if isinstance(v, dict):
         return b"{" + b",".join(k.encode() + b":" + _digest(v[k]) for k in sorted(v)) + b"}"
-    if isinstance(v, list | tuple | Sequence) and not isinstance(v, str | bytes):
+    if isinstance(v, Sequence) and not isinstance(v, str | bytes):  # lists, lazy ones
         return b"[" + b",".join(_digest(x) for x in v) + b"]"
     if isinstance(v, bytes):
         return hashlib.sha256(v).digest()

@@ -160,11 +160,9 @@ def _runs_per_element(blob: bytes, level: str) -> bool:
         os.unlink(path)
     sizes = {t.name: int(np.prod(t.dims)) for t in g.initializer}
     outs = {o.name for o in g.output}
-    global _READ
-    _READ = (blob, level, sess)
     kernels = modelled_kernels()
     ends = {a.type for a in sess.get_inputs() + sess.get_outputs()}
-    return (
+    modelled = (
         ends <= _CODES
         and _float32_constants(g)
         and all(
@@ -174,6 +172,10 @@ def _runs_per_element(blob: bytes, level: str) -> bool:
             if not (n.op_type == "Concat" and (n.domain or "") == "" and set(n.output) <= outs)
         )
     )
+    if modelled:  # kept for the one run; a probed region's sessions are its own
+        global _READ
+        _READ = (blob, level, sess)
+    return modelled
 
 
 _CODES = frozenset({"tensor(uint8)", "tensor(int8)"})
