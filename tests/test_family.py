@@ -388,3 +388,39 @@ def test_workers_are_not_started_early_for_columns_a_family_will_prove():
     assert prove.expected_obligations(r.context.state.original or g, None) >= 600
     assert prove.expected_obligations(r.context.state.original or g, named) >= 600
     assert prove.expected_obligations(r.context.state.original or g, ctx) < 10
+
+
+def test_a_sites_family_reads_filled_groups_by_their_scale_and_builds_none_of_them():
+    """A per-channel site's filled groups (`FilledGroup`) join its family by their scale,
+    without their `before` term being built; the family is the one their built terms give
+    (same hash), and a filled group of another template is read from its term."""
+    from types import SimpleNamespace
+
+    from compiler.ir.accumulator import acc_range
+    from compiler.ir.epilogue import ColumnGroup, FilledGroup, build_columns
+    from compiler.proving.families import site_family
+
+    t = load_target("npu_backend/targets/npu_float.toml")
+    r = compile_model(matmul_activation(K=16, N=24, per_channel=True), "bitwise", t)
+    (site,) = r.sites
+    groups = build_columns(site, t)
+    assert all(isinstance(g, FilledGroup) for g in groups[1:]) and len(groups) > 3
+    for g in groups[1:]:
+        g.__dict__.pop("before", None)  # none built yet
+    rng = acc_range(site.compute)
+    lazy = site_family(SimpleNamespace(id=site.id, post=groups), rng, Policy(0))
+    built = [k for k, g in enumerate(groups) if "before" in g.__dict__]
+    assert built == [0, len(groups) - 1]  # the first and last members are checked
+    plain = [ColumnGroup(g.columns, g.before, g.post, g.acc_offset) for g in groups]
+    whole = site_family(SimpleNamespace(id=site.id, post=plain), rng, Policy(0))
+    assert lazy is not None and whole is not None
+    assert lazy[1] == whole[1] == set(range(len(groups)))
+    assert lazy[0].hash == whole[0].hash
+    # a filled group whose template is not the first group's is read from its own term
+    other = with_hole(op("clip", groups[1].before, lo=-5, hi=5))
+    assert other is not None
+    odd = FilledGroup(groups[1].columns, post=groups[1].post, template=other[0], scale=other[1])
+    mixed = [groups[0], odd, *groups[2:]]
+    fam, covered = site_family(SimpleNamespace(id=site.id, post=mixed), rng, Policy(0))
+    assert 1 not in covered and covered == set(range(len(groups))) - {1}
+    assert "before" in odd.__dict__

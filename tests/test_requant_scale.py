@@ -134,13 +134,16 @@ def test_columns_built_from_the_first_ones_template_are_their_own_epilogues(bias
     groups = build_columns(site, t)
     assert sum(len(g.columns) for g in groups) == len(rq["scale"])
     assert len(groups) > 2
-    if not bias:  # one group per distinct scale, all but the first filled
-        assert len(groups) == len(set(rq["scale"])) and len(fills) == len(groups) - 1
+    if not bias:  # one group per distinct scale, all but the first filled, on first read
+        assert len(groups) == len(set(rq["scale"])) and fills == [groups[-1].scale]
+        assert all(isinstance(g, ep.FilledGroup) for g in groups[1:])
+        assert not any("before" in g.__dict__ for g in groups[1:-1])
     else:
         assert not fills
     for g in groups:
         for j in g.columns:
             assert g.before == ep.chain_term(site, requant_term(Var("acc"), rq, j), j, view)
+    assert len(fills) == (len(groups) - 1 if not bias else 0)
     if not bias:
         monkeypatch.setattr(ep, "fill", lambda tmpl, s: real(tmpl, s * 2))  # a wrong fill
         with pytest.raises(InternalError, match="is not its scale's fill"):

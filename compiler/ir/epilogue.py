@@ -91,6 +91,40 @@ class ColumnGroup:
         return t
 
 
+class FilledGroup(ColumnGroup):
+    """A bias-free per-channel group whose `before` is `template` with its hole filled by
+    `scale` (`prover.family.fill`), built on first read: a family proves such groups from
+    the scale alone (`compiler.proving.families.site_family`), so most are never built.
+    Built as a `ColumnGroup` (a given `before`, as `dataclasses.replace` does), it is one."""
+
+    template: Term | None
+    scale: float
+
+    def __init__(
+        self,
+        columns: tuple[int, ...],
+        before: Term | None = None,
+        post: PostProcess | None = None,
+        acc_offset: int = 0,
+        *,
+        template: Term | None = None,
+        scale: float = 0.0,
+    ) -> None:
+        assert post is not None and (before is None) != (template is None)
+        self.columns, self.post, self.acc_offset = columns, post, acc_offset
+        self.template, self.scale = template, scale
+        if before is not None:
+            self.before = before
+
+    def __getattr__(self, name: str) -> Term:
+        # only reached while `before` is not in the instance: fill it on first read
+        if name != "before" or self.template is None:
+            raise AttributeError(name)
+        before = fill(self.template, self.scale)
+        self.before = before
+        return before
+
+
 @lru_cache(maxsize=4096)
 def epilogue_term(post: PostProcess, acc: Term) -> Term:
     """`post.epilogue_term(acc)`, built once per distinct postprocessing (sites share them)."""
@@ -382,7 +416,7 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     # distinct epilogues, so they are grouped without hashing the terms (per channel: tens
     # of thousands of columns). Checked against the column's own build at the last one.
     template: Term | None = None
-    filled: list[tuple[Term, PostProcess, list[int], int]] = []
+    filled: list[tuple[Term, float, PostProcess, list[int], int]] = []
     for j in range(n_cols):
         key = (
             requant_scale(c.attrs["requant"], j) if stage == -1 else None,
@@ -418,7 +452,7 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         )
         if template is not None:
             cols = [j]
-            filled.append((fill(template, scale), post, cols, j))
+            filled.append((template, scale, post, cols, j))
         else:
             first = requant_term(acc, c.attrs["requant"], j) if stage == -1 else acc
             before = chain_term(site, first, j, bias)
@@ -432,15 +466,22 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
                 if holed is not None and holed[1] == scale:
                     template = holed[0]
         built[key] = cols
-    if filled:
-        last_before, _, _, last_j = filled[-1]
-        own = chain_term(site, requant_term(Var("acc"), c.attrs["requant"], last_j), last_j, None)
-        if own != last_before:
-            raise InternalError(f"{site.id}: column {last_j}'s epilogue is not its scale's fill")
-    return [
+    out = [
         ColumnGroup(tuple(cols), before, post, offset)
         for (before, post, offset), cols in groups.items()
-    ] + [ColumnGroup(tuple(cols), before, post, 0) for before, post, cols, _ in filled]
+    ]
+    if filled:
+        t, sc, p, cs, last_j = filled[-1]
+        last = FilledGroup(tuple(cs), post=p, template=t, scale=sc)
+        own = chain_term(site, requant_term(Var("acc"), c.attrs["requant"], last_j), last_j, None)
+        if own != last.before:
+            raise InternalError(f"{site.id}: column {last_j}'s epilogue is not its scale's fill")
+        out += [
+            FilledGroup(tuple(cols), post=p, template=t, scale=sc)
+            for t, sc, p, cols, _ in filled[:-1]
+        ]
+        out.append(last)
+    return out
 
 
 def _stage_out(site: Site, stage: int) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import InternalError
-from compiler.ir.epilogue import ColumnGroup
+from compiler.ir.epilogue import ColumnGroup, FilledGroup
 from compiler.ir.graph import Node
 from compiler.ir.semantics import requant_term
 from compiler.ir.site import Site
@@ -112,8 +112,14 @@ def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[in
     cols: list[int] = []
     member_of: list[int] = []
     first = groups[0]
+    filled_from: dict[int, bool] = {}  # a FilledGroup's template (by id): tb's own?
     for gi, grp in enumerate(groups):
-        hb = scale_in(grp.before, tb[0], pb)
+        t = grp.template if isinstance(grp, FilledGroup) else None
+        own = t is not None and filled_from.get(id(t))
+        if own is None:
+            own = filled_from[id(t)] = t is tb[0] or t == tb[0]
+        # a group filled from tb's template is its member by its scale, its term unbuilt
+        hb = float(grp.scale) if own else scale_in(grp.before, tb[0], pb)
         if hb is None:
             continue  # another shape: decided alone
         if _alike(grp, first):  # its after term is the first one's with its own scale
