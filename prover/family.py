@@ -230,7 +230,10 @@ class Family:
         )
 
     def subset(self, keep: np.ndarray) -> Family:
-        """The members where `keep` is true."""
+        """The members where `keep` is true (the family itself when that is all of them, so
+        its hash is computed once)."""
+        if bool(np.all(keep)) and np.size(keep) == len(self):
+            return self
         return Family(
             self.kind,
             self.var,
@@ -277,7 +280,9 @@ class Family:
         # a column's scale repeats across members (one per tensor, a few per channel):
         # each distinct value is written once, as the encoder writes a float
         texts |= {"scale_before": _floats_text(self.scale_before)}
-        texts |= {"scale_after": _floats_text(self.scale_after)}
+        same = np.array_equal(_bits(self.scale_before), _bits(self.scale_after))
+        # an identity's two sides have the same scales (bit for bit): written once
+        texts |= {"scale_after": texts["scale_before"] if same else _floats_text(self.scale_after)}
         texts |= {"before": T.canonical_text(self.before), "after": T.canonical_text(self.after)}
         return "{" + ",".join(T.canonical(k) + ":" + texts[k] for k in sorted(texts)) + "}"
 
@@ -287,13 +292,18 @@ class Family:
         return hashlib.sha256(self.canonical.encode()).hexdigest()
 
 
+def _bits(values: np.ndarray) -> np.ndarray:
+    """The float64 values' bit patterns (0.0 and -0.0 differ, a NaN equals itself)."""
+    return np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
+
+
 def _floats_text(values: np.ndarray) -> str:
     """`T.canonical(values.tolist())` for a 1-D float64 array, each distinct value's text
     built once (by bit pattern: 0.0 and -0.0 are written apart)."""
     a = np.ascontiguousarray(values, dtype=np.float64)
     if a.size == 0:
         return "[]"
-    bits = a.view(np.int64)
+    bits = _bits(a)
     order = np.argsort(bits, kind="stable")
     first = np.concatenate(([True], bits[order][1:] != bits[order][:-1]))
     inverse = np.empty(a.size, dtype=np.intp)

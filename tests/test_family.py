@@ -163,18 +163,25 @@ def test_the_canonical_text_is_the_canonical_json_of_the_family():
 
     from prover import terms as T
 
-    for before, after in [
+    pairs = [
         (_rq(0.01), _rq(0.01)),
         (_lut(op("clip", _rq(0.0123), lo=-100, hi=100)), _lut(_rq(0.0123, zp=-3))),
-    ]:
-        tb, _ = with_hole(before)
-        ta, _ = with_hole(after)
-        fam = family(
-            "epilogue", "acc", tb, ta, [0.5, 0.25], [0.5, 0.125], [-9, 0], [9, 70000], [3, 4],
-            Policy(1), note="not hashed",
-        )  # fmt: skip
-        want = T.canonical(fam.to_json())
-        assert fam.canonical == want and json.loads(fam.canonical) == fam.to_json()
+    ]
+    # the scales differ; are equal (an identity's, written once); differ in a zero's sign
+    scales = [([0.5, 0.25], [0.5, 0.125]), ([0.5, 0.25], [0.5, 0.25]), ([0.0, 1.0], [-0.0, 1.0])]
+    for before, after in pairs:
+        for sb, sa in scales:
+            tb, _ = with_hole(before)
+            ta, _ = with_hole(after)
+            fam = family(
+                "epilogue", "acc", tb, ta, sb, sa, [-9, 0], [9, 70000], [3, 4],
+                Policy(1), note="not hashed",
+            )  # fmt: skip
+            want = T.canonical(fam.to_json())
+            assert fam.canonical == want and json.loads(fam.canonical) == fam.to_json()
+            assert fam.subset(np.array([True, True])) is fam  # all of it: hashed once
+            part = fam.subset(np.array([False, True]))
+            assert part.columns.tolist() == [4] and part.hash != fam.hash
     # the float lists as the encoder writes them, signed zeros and non-finite values too
     values = [0.5, -0.0, 0.0, 0.5, float("nan"), float("inf"), -float("inf"), 1e-300, -0.0]
     assert _floats_text(np.array(values)) == T.canonical(values)
