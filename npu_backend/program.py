@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -95,7 +95,7 @@ class Program:
             name: f"constants/{k:04d}.npy" for k, name in enumerate(sorted(self.constants))
         }
         # encoded first: the pool's tables and blobs are what the instructions refer to
-        instructions = [_MANIFEST_TEXT(_encode_instruction(i, pool)) for i in self.instructions]
+        instructions = [_instruction_text(i, pool) for i in self.instructions]
         head: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
@@ -359,11 +359,64 @@ def _write_manifest(out: IO[bytes], head: dict[str, Any], instructions: list[str
     out.write(b"}")
 
 
-def _encode_instruction(ins: Instruction, pool: _Pool) -> dict[str, Any]:
+# a stand-in for a scale in a post's text (`_posts_text`): a subnormal no model uses
+_SCALE_MARK = 4.9406564584124654e-322
+_POSTS_MARK = "\x00per-column epilogue\x00"
+
+
+def _instruction_text(ins: Instruction, pool: _Pool) -> str:
+    """`_MANIFEST_TEXT(_encode_instruction(ins, pool))`, a per-column epilogue's list
+    written by `_posts_text` and spliced in."""
+    posts = getattr(ins, "post", None)
+    if not (isinstance(posts, tuple) and len(posts) > 1):
+        return _MANIFEST_TEXT(_encode_instruction(ins, pool))
+    body = _encode_instruction(ins, pool, keep=("post",))
+    text = _MANIFEST_TEXT({**body, "fields": {**body["fields"], "post": _POSTS_MARK}})
+    mark = _MANIFEST_TEXT(_POSTS_MARK)
+    if text.count(mark) != 1:  # a name holding the marker: written whole
+        return _MANIFEST_TEXT({**body, "fields": {**body["fields"], "post": _encode(posts, pool)}})
+    return text.replace(mark, _posts_text(posts, pool))
+
+
+def _posts_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str:
+    """`_MANIFEST_TEXT([_encode(p, pool) for p in posts])`. A per-channel epilogue has
+    thousands of columns alike but for their requantization scale: the first one's text is
+    written with a marker for the scale and the others fill it in (the encoder writes a
+    finite float as its `repr`); tables enter the pool in the same order."""
+    texts: dict[int, str] = {}  # by id: a group's columns share one object
+    templates: dict[tuple[Any, ...], str | None] = {}
+    out: list[str] = []
+    for p in posts:
+        t = texts.get(id(p))
+        if t is None:
+            t = texts[id(p)] = _post_text(p, pool, templates)
+        out.append(t)
+    return "[" + ",".join(out) + "]"
+
+
+def _post_text(p: PostProcess, pool: _Pool, templates: dict[tuple[Any, ...], str | None]) -> str:
+    rq, scale = p.requant, p.requant.scale
+    if not (isinstance(scale, float | np.floating) and np.isfinite(scale)):
+        return _MANIFEST_TEXT(_encode(p, pool))
+    key = (rq.scheme, rq.zp, rq.out_type, rq.multiplier, rq.shift, p.clip, p.function,
+           id(p.lut), p.out_type, p.out_zp, p.add)  # fmt: skip
+    if key not in templates:
+        marked = replace(p, requant=replace(rq, scale=_SCALE_MARK))
+        text = _MANIFEST_TEXT(_encode(marked, pool))
+        templates[key] = text if text.count(repr(_SCALE_MARK)) == 1 else None
+    template = templates[key]
+    if template is None:
+        return _MANIFEST_TEXT(_encode(p, pool))
+    return template.replace(repr(_SCALE_MARK), repr(float(scale)))
+
+
+def _encode_instruction(
+    ins: Instruction, pool: _Pool, keep: tuple[str, ...] = ()
+) -> dict[str, Any]:
     return {
         "op": type(ins).__name__,
         "fields": {
-            f.name: _encode(getattr(ins, f.name), pool)
+            f.name: None if f.name in keep else _encode(getattr(ins, f.name), pool)
             for f in fields(ins)
             if f.name not in _LATER_FIELDS or getattr(ins, f.name) != f.default
         },

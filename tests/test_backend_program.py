@@ -189,3 +189,45 @@ def test_a_table_reference_out_of_range_is_a_corrupt_program():
     bad = _rewrite_manifest(data, lambda m: m.update(tables=[]))
     with pytest.raises(ProgramError, match="corrupt"):
         Program.from_bytes(bad)
+
+
+def test_a_per_column_epilogue_is_written_from_one_text_per_shape_with_the_same_bytes():
+    """A per-column epilogue's posts are written from the first one's text with each
+    column's scale filled in: the manifest is byte for byte the one written post by post,
+    with mixed shapes (another table, zero point, clip, function; a fixed-point requantizer
+    without a float scale; repeated objects; extreme scales) and the tables in the same
+    order."""
+    import dataclasses
+
+    import npu_backend.program as P
+    from npu_backend.postprocess import LutParams
+
+    base = [fused_post(FLOAT, scale=s) for s in (0.003, 1e-300, 5e-324, 0.1, 3.0, 0.003)]
+    other_lut = base[0].lut
+    assert other_lut is not None
+    other = dataclasses.replace(other_lut, table=tuple(reversed(other_lut.table)))
+    assert isinstance(other, LutParams)
+    posts = (
+        base[1], base[0], base[0], base[2], base[3],
+        dataclasses.replace(base[4], lut=other), fused_post(FLOAT, scale=0.2, zp=5),
+        fused_post(FLOAT, scale=0.25, clip=(-3, 9)), fused_post(FLOAT, "tanh", scale=0.4),
+        fused_post(FIXED, scale=0.004), base[5], base[4],
+    )  # fmt: skip
+    spliced, plain = P._Pool(), P._Pool()
+    want = P._MANIFEST_TEXT([P._encode(p, plain) for p in posts])
+    assert P._posts_text(posts, spliced) == want
+    assert list(spliced.tables.items()) == list(plain.tables.items()) and len(plain.tables) == 4
+    # whole programs: the spliced instructions give the bytes of instructions written whole
+    one = [fused_post(FLOAT, scale=0.003 * (j + 1), zp=j % 3) for j in range(7)]
+    lut = one[0].lut
+    model = matmul_model(tuple(dataclasses.replace(p, lut=lut) for p in [*one, one[2]]))
+    prog = generate(model, FLOAT)
+    whole = Program(**{f.name: getattr(prog, f.name) for f in dataclasses.fields(prog)})
+    got = prog.to_bytes()
+    keep = P._instruction_text
+    try:
+        P._instruction_text = lambda ins, pool: P._MANIFEST_TEXT(P._encode_instruction(ins, pool))
+        assert whole.to_bytes() == got
+    finally:
+        P._instruction_text = keep
+    assert Program.from_bytes(got).instructions == prog.instructions
