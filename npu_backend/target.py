@@ -12,6 +12,7 @@ uses (`Schedule`: MAC array shape, DMA bandwidth per memory, latencies, overlap)
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,18 @@ def requant_from_scale(scale: float, zp: int, out_type: str, scheme: str) -> Req
         m, s = quantize_multiplier(float(scale))
         return RequantParams(scheme, int(zp), out_type, multiplier=m, shift=s)
     raise TargetError(f"unknown requantization scheme {scheme!r}; known: {REQUANT_SCHEMES}")
+
+
+def requant_from_scales(
+    scales: Sequence[float], zp: int, out_type: str, scheme: str
+) -> list[RequantParams]:
+    """`[requant_from_scale(s, zp, out_type, scheme) for s in scales]`, the float32
+    conversion made once for all of them (a per-channel op has thousands of columns)."""
+    if scheme != "float32":
+        return [requant_from_scale(s, zp, out_type, scheme) for s in scales]
+    z = int(zp)
+    f32 = np.asarray(scales, dtype=np.float64).astype(np.float32).astype(np.float64).tolist()
+    return [RequantParams("float32", z, out_type, scale=s) for s in f32]
 
 
 def onnx_requant_params(

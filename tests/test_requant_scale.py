@@ -148,3 +148,19 @@ def test_columns_built_from_the_first_ones_template_are_their_own_epilogues(bias
         monkeypatch.setattr(ep, "fill", lambda tmpl, s: real(tmpl, s * 2))  # a wrong fill
         with pytest.raises(InternalError, match="is not its scale's fill"):
             build_columns(site, t)
+
+
+@pytest.mark.parametrize("scheme", ["float32", "fixed_double", "fixed_single"])
+def test_requantizers_made_at_once_are_the_ones_made_one_by_one(scheme):
+    """`requant_from_scales` (a per-channel op's columns) gives each column the requantizer
+    `requant_from_scale` gives it alone: the same float32 rounding of each scale, bit for
+    bit, or the same fixed-point multiplier and shift."""
+    from npu_backend.target import requant_from_scale, requant_from_scales
+
+    rng = np.random.default_rng(11)
+    scales = [float(v) for v in 10.0 ** rng.uniform(-9, 1, 400)] + [1 / 3, 0.1, 2.0**-149]
+    got = requant_from_scales(scales, 3, "int8", scheme)
+    want = [requant_from_scale(s, 3, "int8", scheme) for s in scales]
+    assert got == want
+    bits = [np.float64(r.scale).view(np.int64) for r in got if r.scale is not None]
+    assert bits == [np.float64(r.scale).view(np.int64) for r in want if r.scale is not None]

@@ -20,12 +20,13 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from compiler.errors import InternalError
 from npu_backend.postprocess import AddParams, LutParams, PostProcess, RequantParams
-from npu_backend.target import Target, requant_from_scale
+from npu_backend.target import Target, requant_from_scale, requant_from_scales
 from prover.domain import NUMPY
 from prover.family import fill, with_hole
 from prover.inttypes import int_type
@@ -417,9 +418,17 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     # of thousands of columns). Checked against the column's own build at the last one.
     template: Term | None = None
     filled: list[tuple[Term, float, PostProcess, list[int], int]] = []
+    rq_ir: dict[str, Any] = c.attrs.get("requant") or {}
+    scales = _column_scales(rq_ir, n_cols) if stage == -1 else [0.0] * n_cols
+    # per channel without a folded bias: each column's requantizer, converted at once
+    rqs = (
+        requant_from_scales(scales, rq_ir["zp"], rq_ir["out"], caps.requant_scheme)
+        if stage == -1 and (bias is None or two_rounding) and _per_column(rq_ir)
+        else None
+    )
     for j in range(n_cols):
         key = (
-            requant_scale(c.attrs["requant"], j) if stage == -1 else None,
+            scales[j] if stage == -1 else None,
             None if bias is None else bias.const_of(j),
             j if per_col_table else None,
         )
@@ -429,10 +438,10 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
             continue
         acc: Term = Var("acc")
         offset = 0
-        scale = 0.0
-        if stage == -1:
-            rq_ir = c.attrs["requant"]
-            scale = requant_scale(rq_ir, j)
+        scale = scales[j]
+        if rqs is not None:
+            rq = rqs[j]
+        elif stage == -1:
             if bias is not None and not two_rounding:
                 offset, rq_scale = folded_bias(bias, scale, j)
                 rq = requant_from_scale(rq_scale, bias.c_zp, rq_ir["out"], caps.requant_scheme)
@@ -482,6 +491,18 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         ]
         out.append(last)
     return out
+
+
+def _per_column(rq: dict[str, Any]) -> bool:
+    scale = rq["scale"]
+    return isinstance(scale, tuple | list) or getattr(scale, "ndim", 0) > 0
+
+
+def _column_scales(rq: dict[str, Any], n_cols: int) -> list[float]:
+    """`[requant_scale(rq, j) for j in range(n_cols)]`, read at once."""
+    if not _per_column(rq):
+        return [requant_scale(rq)] * n_cols
+    return np.asarray(rq["scale"], dtype=np.float64).reshape(-1)[:n_cols].tolist()
 
 
 def _stage_out(site: Site, stage: int) -> str:
