@@ -20,7 +20,6 @@ Every instruction's value semantics is a kernel function or term:
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
 
 import numpy as np
 
@@ -371,10 +370,14 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
         lut = luts.get(id(p.lut))
         if lut is None:
             lut = luts[id(p.lut)] = replace(p.lut, table=table)
-        # built from its fields directly: `replace` cost most of a per-channel record's
-        # stripping
-        kw: dict[str, Any] = {f: getattr(p, f) for f in _POST_FIELDS}
-        return PostProcess(**{**kw, "lut": lut})
+        # a copy of its fields with the new LUT (`PostProcess` has no `__post_init__`):
+        # `replace`, or even the constructor, cost most of a per-channel record's stripping
+        new = object.__new__(PostProcess)
+        d = new.__dict__
+        for f in _POST_FIELDS:
+            d[f] = p.__dict__[f]
+        d["lut"] = lut
+        return new
 
     if isinstance(post, PostProcess):
         return one(post)

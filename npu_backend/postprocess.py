@@ -417,23 +417,41 @@ def _column_plan(
     hit = _PLANS.get(post)
     if hit is not None:
         return hit
-    groups: dict[PostProcess, list[int]] = {}
+    # by object first (a group's columns share one), then float32 requantizers by their tail
+    # (objects equal but apart are requantized by their own scale: the same values)
+    by_id: dict[int, list[int]] = {}
     for j, p in enumerate(post):
-        groups.setdefault(p, []).append(j)
+        cols_of = by_id.get(id(p))
+        if cols_of is None:
+            by_id[id(p)] = [j]
+        else:
+            cols_of.append(j)
+    distinct = {id(p): p for p in post}
+    tails: dict[tuple[int, ...], tuple[str, Term]] = {}  # `_tail_key` by its fields' ids
     by_tail: dict[tuple, list[PostProcess]] = {}
-    for p in groups:
-        if p.requant.scheme == "float32":
-            by_tail.setdefault(_tail_key(p), []).append(p)
+    groups: dict[PostProcess, list[int]] = {}
+    for k, p in distinct.items():
+        rq = p.requant
+        if rq.scheme != "float32":
+            groups.setdefault(p, []).extend(by_id[k])
+            continue
+        ids = (id(rq.out_type), id(p.add), id(p.clip), id(p.lut))
+        tail = tails.get(ids)
+        if tail is None:
+            tail = tails[ids] = _tail_key(p)
+        by_tail.setdefault(tail, []).append(p)
     float_groups: list[_FloatGroup] = []
     for members in by_tail.values():
-        if len(members) < 2:
+        if len(members) < 2:  # one epilogue: applied whole, with the other columns
+            groups.setdefault(members[0], []).extend(by_id[id(members[0])])
             continue
         _check_requants(members)
-        member_of_col = [k for k, p in enumerate(members) for _ in groups[p]]
-        cols = [j for p in members for j in groups.pop(p)]
+        member_of_col = [k for k, p in enumerate(members) for _ in by_id[id(p)]]
+        cols = [j for p in members for j in by_id[id(p)]]
         idx = np.asarray(member_of_col)
-        scales = np.asarray([np.float32(p.requant.scale) for p in members], dtype=np.float32)
-        zps = np.asarray([int(p.requant.zp) for p in members], dtype=np.int64)
+        n = len(members)
+        scales = np.fromiter((p.requant.scale for p in members), np.float64, n).astype(np.float32)
+        zps = np.fromiter((p.requant.zp for p in members), np.int64, n)
         float_groups.append(_FloatGroup(members, cols, scales[idx], zps[idx]))
     return _PLANS.put(post, (float_groups, list(groups.items())))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import zipfile
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
@@ -218,6 +219,9 @@ class _Pool:
     tables: dict[tuple[int, ...], int] = field(default_factory=dict)  # written: table -> index
     read: list[tuple[int, ...]] = field(default_factory=list)  # read: index -> table
     luts: dict[int, tuple[LutParams, dict[str, Any]]] = field(default_factory=dict)
+    # written: a post's text by its id (the post kept with it), `_post_text`'s templates
+    post_texts: dict[int, tuple[PostProcess, str]] = field(default_factory=dict)
+    templates: dict[tuple[Any, ...], str | None] = field(default_factory=dict)
 
     def lut_json(self, lut: LutParams) -> dict[str, Any]:
         """`lut.to_json()` with its table named by index; built once per LutParams."""
@@ -361,6 +365,7 @@ def _write_manifest(out: IO[bytes], head: dict[str, Any], instructions: list[str
 
 # a stand-in for a scale in a post's text (`_posts_text`): a subnormal no model uses
 _SCALE_MARK = 4.9406564584124654e-322
+_SCALE_MARK_TEXT = repr(_SCALE_MARK)
 _POSTS_MARK = "\x00per-column epilogue\x00"
 
 
@@ -383,31 +388,31 @@ def _posts_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str:
     thousands of columns alike but for their requantization scale: the first one's text is
     written with a marker for the scale and the others fill it in (the encoder writes a
     finite float as its `repr`); tables enter the pool in the same order."""
-    texts: dict[int, str] = {}  # by id: a group's columns share one object
-    templates: dict[tuple[Any, ...], str | None] = {}
+    texts = pool.post_texts  # by id: a group's columns share one object
     out: list[str] = []
     for p in posts:
-        t = texts.get(id(p))
-        if t is None:
-            t = texts[id(p)] = _post_text(p, pool, templates)
-        out.append(t)
+        hit = texts.get(id(p))
+        if hit is None:
+            hit = texts[id(p)] = (p, _post_text(p, pool))
+        out.append(hit[1])
     return "[" + ",".join(out) + "]"
 
 
-def _post_text(p: PostProcess, pool: _Pool, templates: dict[tuple[Any, ...], str | None]) -> str:
+def _post_text(p: PostProcess, pool: _Pool) -> str:
+    templates = pool.templates
     rq, scale = p.requant, p.requant.scale
-    if not (isinstance(scale, float | np.floating) and np.isfinite(scale)):
+    if not (isinstance(scale, float | np.floating) and math.isfinite(scale)):
         return _MANIFEST_TEXT(_encode(p, pool))
     key = (rq.scheme, rq.zp, rq.out_type, rq.multiplier, rq.shift, p.clip, p.function,
            id(p.lut), p.out_type, p.out_zp, p.add)  # fmt: skip
     if key not in templates:
         marked = replace(p, requant=replace(rq, scale=_SCALE_MARK))
         text = _MANIFEST_TEXT(_encode(marked, pool))
-        templates[key] = text if text.count(repr(_SCALE_MARK)) == 1 else None
+        templates[key] = text if text.count(_SCALE_MARK_TEXT) == 1 else None
     template = templates[key]
     if template is None:
         return _MANIFEST_TEXT(_encode(p, pool))
-    return template.replace(repr(_SCALE_MARK), repr(float(scale)))
+    return template.replace(_SCALE_MARK_TEXT, repr(float(scale)))
 
 
 def _encode_instruction(

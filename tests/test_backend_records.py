@@ -33,9 +33,13 @@ def test_with_table_changes_the_table_and_nothing_else():
         dataclasses.replace(p, requant=dataclasses.replace(p.requant, scale=0.001 * (j + 1)))
         for j in range(5)
     )
+    hash(cols[2])  # a hashed column: its copy computes its own hash
     got = with_table(cols, None)
     for q, g in zip(cols, got, strict=True):
-        assert g == dataclasses.replace(q, lut=dataclasses.replace(q.lut, table=None))
+        want = dataclasses.replace(q, lut=dataclasses.replace(q.lut, table=None))
+        assert g == want and hash(g) == hash(want) and repr(g) == repr(want)
+    # the copy is made without the constructor: right only while it checks nothing
+    assert not hasattr(PostProcess, "__post_init__")
     assert len({id(g.lut) for g in got}) == 1  # the columns share one stripped table
     assert strip_tables(cols) == got
     assert table_of(cols) == p.lut.table

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from test_backend_support import lut_params
@@ -85,6 +87,10 @@ def test_grouped_epilogues_equal_column_by_column_evaluation():
             fx = requant_from_scale(0.0007, 1, "int8", "fixed_double")
             posts.append(PostProcess(fx))
     posts[7] = posts[3]  # identical columns
+    posts[9] = dataclasses.replace(posts[1])  # equal columns, another object
+    posts[13] = posts[17] = posts[5]  # one object in three columns
+    only = PostProcess(requant_from_scale(0.0011, 0, "int8", "float32"), clip=(-9, 9))
+    posts[20] = posts[24] = only  # a float32 tail no other column has, in two columns
     post = tuple(posts)
     acc = rng.integers(-(2**22), 2**22, (33, n))
     acc[0, :] = 2**31 - 1
