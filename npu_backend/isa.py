@@ -40,6 +40,7 @@ from .postprocess import (
     RequantParams,
     apply_columns,
     posts_of,
+    record_nbytes,
     requant_for_columns,
 )
 
@@ -400,18 +401,6 @@ def _loaded(post: Post, table: tuple[int, ...] | None) -> Post:
 def strip_tables(post: Post) -> Post:
     """The parameter record of an epilogue: everything but the table contents."""
     return _loaded(post, None)
-
-
-ELTWISE_RECORD_BYTES = 32  # header, three float32 values, three zero points, flags
-
-
-def record_nbytes(post: Post | EltwiseParams) -> int:
-    """Size of a parameter record: a 16-byte header per column parameter set, plus 12
-    bytes (two float32 ratios and the constant) per post-requantization add stage; an
-    elementwise unit's record is `ELTWISE_RECORD_BYTES`."""
-    if isinstance(post, EltwiseParams):
-        return ELTWISE_RECORD_BYTES
-    return sum(16 + (12 if p.add is not None else 0) for p in posts_of(post))
 
 
 def table_of(post: Post | None) -> tuple[int, ...] | None:

@@ -30,7 +30,8 @@ from prover.errors import BadInput
 from prover.inttypes import int_type
 from prover.terms import Var, op
 
-from .codegen import CodegenError, generate, infer_specs, memory_issues, nbytes
+from .buffers import CodegenError, infer_specs, memory_issues, nbytes
+from .codegen import generate
 from .input_ranges import index_ranges
 from .isa import (
     Activation,

@@ -28,6 +28,7 @@ import numpy as np
 
 from prover.by_identity import ByIdentity
 from prover.domain import NUMPY, KernelError
+from prover.eltwise import EltwiseParams
 from prover.inttypes import int_type
 from prover.lut import LutSpec
 from prover.qlinear_binary import qladd_kernel
@@ -560,3 +561,15 @@ def requant_for_columns(rq: RequantParams | Sequence[RequantParams], n: int) -> 
     if len(rq) != n:
         raise ValueError(f"per-column requantization has {len(rq)} entries for {n} columns")
     return tuple(rq)
+
+
+ELTWISE_RECORD_BYTES = 32  # header, three float32 values, three zero points, flags
+
+
+def record_nbytes(post: Post | EltwiseParams) -> int:
+    """Size of a parameter record: a 16-byte header per column parameter set, plus 12
+    bytes (two float32 ratios and the constant) per post-requantization add stage; an
+    elementwise unit's record is `ELTWISE_RECORD_BYTES`."""
+    if isinstance(post, EltwiseParams):
+        return ELTWISE_RECORD_BYTES
+    return sum(16 + (12 if p.add is not None else 0) for p in posts_of(post))

@@ -27,9 +27,8 @@ import numpy as np
 from prover.conv import halo_rows
 from prover.inttypes import int_type
 
-from .isa import record_nbytes
 from .lowered import NpuMatMul
-from .postprocess import posts_of
+from .postprocess import posts_of, record_nbytes
 from .target import Target
 
 ALIGN = 64

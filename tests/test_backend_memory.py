@@ -7,7 +7,8 @@ import onnx
 from cli_helpers import assert_run_equals_ort, npuc
 from models import matmul_activation
 
-from npu_backend.codegen import generate, memory_issues
+from npu_backend.buffers import memory_issues
+from npu_backend.codegen import generate
 from npu_backend.isa import DmaOut
 from npu_backend.lowered import LoweredModel, NpuClip, TensorSpec
 from npu_backend.program import Program

@@ -23,7 +23,8 @@ from onnx import helper as oh
 from compiler.api import compile_model
 from compiler.ort.tables import ort_outputs
 from npu_backend import sram_plan
-from npu_backend.codegen import generate, memory_issues
+from npu_backend.buffers import memory_issues
+from npu_backend.codegen import generate
 from npu_backend.lowered import LoweredModel, NpuClip, NpuMatMul, NpuRequant, TensorSpec
 from npu_backend.postprocess import RequantParams
 from npu_backend.program import Program

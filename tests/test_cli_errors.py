@@ -45,7 +45,7 @@ TOOL_BUG = {
     "npu_backend.ledger.LedgerError",
     "npu_backend.validate.ValidationError",
     "npu_backend.host.HostError",
-    "npu_backend.codegen.CodegenError",
+    "npu_backend.buffers.CodegenError",
     "npu_backend.schedule.ScheduleError",  # codegen reports it as a CodegenError
     "npu_backend.lifetime.LifetimeError",
     "prover.errors.ProverError",

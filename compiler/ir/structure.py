@@ -35,7 +35,7 @@ from compiler.ir.fuse import fused_origin, post_of
 from compiler.ir.graph import Graph, Node
 from compiler.ir.site import Site
 from compiler.ir.strategy import DEFAULT_STRATEGY, ScheduleStrategy, parse_strategy
-from npu_backend.codegen import storage_dtype
+from npu_backend.buffers import storage_dtype
 from npu_backend.lowered import NpuMatMul
 from npu_backend.schedule import resident_fits
 

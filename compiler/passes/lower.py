@@ -44,7 +44,7 @@ from compiler.proving.eltwise_lowering import EltwiseLowering
 from compiler.proving.families import lowering_family
 from compiler.proving.moves import NPU_STEPS, LayoutLowering, one_node_step
 from compiler.proving.prove import components
-from npu_backend.codegen import memory_issues, storage_dtype
+from npu_backend.buffers import memory_issues, storage_dtype
 from npu_backend.lowered import (
     HostKernel,
     HostOnnx,

@@ -18,20 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from compiler.errors import InternalError
 from compiler.ir.graph import Graph
 from compiler.ir.site import Site
-from npu_backend.codegen import infer_specs, nbytes
-from npu_backend.isa import MatMul
+from npu_backend.buffers import infer_specs, nbytes
 from npu_backend.lowered import LoweredModel, NpuMatMul
 from npu_backend.postprocess import PostProcess, columns_of
-from npu_backend.program import Program
 from npu_backend.schedule import MatMulSchedule, ScheduleError, choose_schedule, resident_fits
 from npu_backend.target import Target
+
+if TYPE_CHECKING:  # a generated program's: a check generates none (no isa, no program)
+    from npu_backend.program import Program
 
 CHECK = "tile_columns"
 STRUCTURES = ("tiled", "grouped")  # structures whose fused epilogue is checked per tile
@@ -77,6 +78,8 @@ def planned_tiles(step: NpuMatMul, sch: MatMulSchedule) -> list[ColumnTile]:
 def emitted_tiles(program: Program, step_name: str, n_cols: int) -> list[ColumnTile]:
     """The column tiles of step `step_name` as emitted in `program` (its MatMul instructions,
     an untiled one covering all `n_cols` columns)."""
+    from npu_backend.isa import MatMul
+
     return [
         ColumnTile(ins.cols or (0, n_cols), ins.post, ins.w_zp)
         for ins in program.instructions
