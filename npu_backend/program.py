@@ -219,8 +219,7 @@ class _Pool:
     tables: dict[tuple[int, ...], int] = field(default_factory=dict)  # written: table -> index
     read: list[tuple[int, ...]] = field(default_factory=list)  # read: index -> table
     luts: dict[int, tuple[LutParams, dict[str, Any]]] = field(default_factory=dict)
-    # written: a post's text by its id (the post kept with it), `_post_text`'s templates
-    post_texts: dict[int, tuple[PostProcess, str]] = field(default_factory=dict)
+    # written: `_post_text`'s templates (a few per program)
     templates: dict[tuple[Any, ...], str | None] = field(default_factory=dict)
 
     def lut_json(self, lut: LutParams) -> dict[str, Any]:
@@ -388,13 +387,13 @@ def _posts_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str:
     thousands of columns alike but for their requantization scale: the first one's text is
     written with a marker for the scale and the others fill it in (the encoder writes a
     finite float as its `repr`); tables enter the pool in the same order."""
-    texts = pool.post_texts  # by id: a group's columns share one object
+    texts: dict[int, str] = {}  # by id: a group's columns share one object
     out: list[str] = []
     for p in posts:
-        hit = texts.get(id(p))
-        if hit is None:
-            hit = texts[id(p)] = (p, _post_text(p, pool))
-        out.append(hit[1])
+        t = texts.get(id(p))
+        if t is None:
+            t = texts[id(p)] = _post_text(p, pool)
+        out.append(t)
     return "[" + ",".join(out) + "]"
 
 
