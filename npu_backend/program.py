@@ -17,6 +17,8 @@ import io
 import json
 import math
 import zipfile
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -86,17 +88,17 @@ class Program:
 
     def write(self, f: BinaryIO) -> None:
         """Write the program file to the seekable binary file `f` (the bytes `to_bytes`
-        gives). Each instruction is encoded to its text first (the archive lists the pool's
-        blobs, which encoding fills, before the manifest), then the manifest is written piece
-        by piece: the whole manifest as Python objects, one text of it, its bytes and a copy
-        of the archive in memory were most of a per-channel CNN's compile peak (a 22 MB
-        manifest)."""
+        gives). The archive lists the host subgraphs' blobs before the manifest: they are
+        named first (`_name_blobs`), then each instruction is encoded and written into the
+        manifest in turn, and the tables its LUTs named come last (the manifest's keys are
+        sorted: "tables" follows "instructions"). Neither the manifest's text nor all the
+        instructions' texts are ever in memory at once: a per-channel CNN's instructions are
+        about 20 MB of text, most of its compile's peak."""
         pool = _Pool()
         const_entries = {
             name: f"constants/{k:04d}.npy" for k, name in enumerate(sorted(self.constants))
         }
-        # encoded first: the pool's tables and blobs are what the instructions refer to
-        instructions = [_instruction_text(i, pool) for i in self.instructions]
+        _name_blobs(self.instructions, pool)
         head: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
@@ -105,7 +107,6 @@ class Program:
             "outputs": list(self.outputs),
             "tensors": [_spec_json(s) for s in self.tensors.values()],
             "constants": const_entries,
-            "tables": [list(t) for t in pool.tables],  # in index order
         }
         if self.dynamic_batch:  # absent otherwise: older programs keep their bytes
             head["dynamic_batch"] = list(self.dynamic_batch)
@@ -115,8 +116,9 @@ class Program:
                 info = zipfile.ZipInfo(name, date_time=_DATE)
                 info.external_attr = 0o644 << 16
                 if name == "manifest.json":
+                    texts = (_instruction_text(i, pool) for i in self.instructions)
                     with z.open(info, "w") as out:
-                        _write_manifest(out, head, instructions)
+                        _write_manifest(out, head, texts, lambda: [list(t) for t in pool.tables])
                 elif name in pool.blobs:
                     z.writestr(info, pool.blobs[name])
                 else:
@@ -219,7 +221,8 @@ class _Pool:
     tables: dict[tuple[int, ...], int] = field(default_factory=dict)  # written: table -> index
     read: list[tuple[int, ...]] = field(default_factory=list)  # read: index -> table
     luts: dict[int, tuple[LutParams, dict[str, Any]]] = field(default_factory=dict)
-    # written: `_post_text`'s templates (a few per program)
+    # written: `_post_text`'s templates (a few per program); blobs named ahead (`_name_blobs`)
+    named: deque[str] = field(default_factory=deque)
     templates: dict[tuple[Any, ...], str | None] = field(default_factory=dict)
 
     def lut_json(self, lut: LutParams) -> dict[str, Any]:
@@ -272,8 +275,7 @@ def _encode(v: Any, pool: _Pool) -> Any:
             }
         }
     if isinstance(v, HostOnnx):
-        key = f"blobs/{len(pool.blobs):04d}.bin"
-        pool.blobs[key] = bytes(v.model)
+        key = pool.named.popleft() if pool.named else _blob(v, pool)
         return {
             "__host_onnx__": {
                 "name": v.name,
@@ -345,15 +347,23 @@ _LATER_FIELDS = frozenset({"cols", "tile", "w_addr", "w_stationary", "window", "
 _MANIFEST_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
-def _write_manifest(out: IO[bytes], head: dict[str, Any], instructions: list[str]) -> None:
-    """`_MANIFEST_TEXT` of `head` with `instructions` (each instruction's text) under the key
-    "instructions", written piece by piece: the same text, never whole in memory."""
-    keys = sorted([*head, "instructions"])
+def _write_manifest(
+    out: IO[bytes],
+    head: dict[str, Any],
+    instructions: Iterable[str],
+    tables: Callable[[], list[list[int]]],
+) -> None:
+    """`_MANIFEST_TEXT` of `head` with `instructions` (each instruction's text, made as it
+    is written) under the key "instructions" and `tables()` (asked for when its key comes,
+    after the instructions) under "tables", written piece by piece: the same text, never
+    whole in memory."""
+    keys = sorted([*head, "instructions", "tables"])
+    assert keys.index("tables") > keys.index("instructions")
     out.write(b"{")
     for n, k in enumerate(keys):
         out.write(f"{',' if n else ''}{_MANIFEST_TEXT(k)}:".encode())
         if k != "instructions":
-            out.write(_MANIFEST_TEXT(head[k]).encode())
+            out.write(_MANIFEST_TEXT(tables() if k == "tables" else head[k]).encode())
             continue
         out.write(b"[")
         for m, text in enumerate(instructions):
@@ -412,6 +422,31 @@ def _post_text(p: PostProcess, pool: _Pool) -> str:
     if template is None:
         return _MANIFEST_TEXT(_encode(p, pool))
     return template.replace(_SCALE_MARK_TEXT, repr(float(scale)))
+
+
+def _blob(v: HostOnnx, pool: _Pool) -> str:
+    """A new blob of the pool holding `v`'s model: its name."""
+    key = f"blobs/{len(pool.blobs):04d}.bin"
+    pool.blobs[key] = bytes(v.model)
+    return key
+
+
+def _name_blobs(instructions: Iterable[Instruction], pool: _Pool) -> None:
+    """Each host subgraph of `instructions` put in the pool in the order `_encode` meets
+    them, its name queued for `_encode` to take (the names the encoding gives alone)."""
+
+    def walk(v: Any) -> None:
+        if isinstance(v, HostOnnx):
+            pool.named.append(_blob(v, pool))
+        elif isinstance(v, tuple | list):
+            for x in v:
+                walk(x)
+
+    for ins in instructions:
+        for f in fields(ins):
+            v = getattr(ins, f.name)
+            if f.name not in _LATER_FIELDS or v != f.default:
+                walk(v)
 
 
 def _encode_instruction(

@@ -231,3 +231,50 @@ def test_a_per_column_epilogue_is_written_from_one_text_per_shape_with_the_same_
     finally:
         P._instruction_text = keep
     assert Program.from_bytes(got).instructions == prog.instructions
+
+
+def test_the_streamed_manifest_is_the_one_built_whole():
+    """The program file is written instruction by instruction, its host subgraphs named
+    first and its tables last: the manifest is the canonical JSON of the whole program
+    built at once, and each blob holds the subgraph its instruction names (two host steps,
+    one subgraph object used twice, a per-column epilogue with its table)."""
+    import dataclasses
+
+    from onnx import TensorProto, helper
+
+    import npu_backend.program as P
+    from npu_backend.isa import HostCall
+    from npu_backend.lowered import HostOnnx
+
+    def relu(name, a, b):
+        g = helper.make_graph(
+            [helper.make_node("Relu", ["a"], ["b"], name=name)],
+            name,
+            [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3])],
+            [helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])],
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+        m.ir_version = 10
+        return HostOnnx(name, m.SerializeToString(), (a,), (b,))
+
+    first = relu("r1", "a", "b")
+    twice = dataclasses.replace(first, name="r3", inputs=("c",), outputs=("d",))
+    posts = tuple(fused_post(FLOAT, scale=0.003 * (j + 1), zp=j % 3) for j in range(8))
+    lut = posts[0].lut
+    model = matmul_model(tuple(dataclasses.replace(p, lut=lut) for p in posts))
+    prog = generate(model, FLOAT)
+    host = [HostCall("h1", first), HostCall("h2", relu("r2", "b", "c")), HostCall("h3", twice)]
+    prog = dataclasses.replace(prog, instructions=[*host, *prog.instructions, host[0]])
+    pool = P._Pool()
+    whole = {
+        "format": P.FORMAT, "version": P.VERSION, "target": prog.target,
+        "inputs": [P._spec_json(s) for s in prog.inputs], "outputs": list(prog.outputs),
+        "tensors": [P._spec_json(s) for s in prog.tensors.values()],
+        "constants": {n: f"constants/{k:04d}.npy" for k, n in enumerate(sorted(prog.constants))},
+        "instructions": [P._encode_instruction(i, pool) for i in prog.instructions],
+    }  # fmt: skip
+    whole["tables"] = [list(t) for t in pool.tables]
+    z = zipfile.ZipFile(io.BytesIO(prog.to_bytes()))
+    assert z.read("manifest.json").decode() == P._MANIFEST_TEXT(whole)
+    assert len(pool.blobs) == 4 and {n: z.read(n) for n in pool.blobs} == pool.blobs
+    assert len(whole["tables"]) == 1

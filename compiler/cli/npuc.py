@@ -18,6 +18,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from compiler import heap
 from compiler.cli.common import (
     PROOFS_HELP,
     REFERENCE_PROFILES,
@@ -269,6 +270,7 @@ def _compile(args: argparse.Namespace) -> int:
         given = load_inputs(args.input)
     with phase("ledger"):
         measured = model_ledger(run.result.lowered, run.target, given, program)
+        heap.release()  # the two simulated runs' tensors, before the program file is written
     entries = [e.to_json() for e in measured.fusions]
     total = measured.total_json()
     run.report.ledger = {"fusions": entries, "total": total}
