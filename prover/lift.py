@@ -31,7 +31,7 @@ else:
 def row_value(spec, row) -> int:
     """The accumulator produced by `row`, by the kernel's vectorised `matmul.matmul_acc`."""
     a = np.asarray(row, dtype=np.int64).reshape(1, -1)
-    w = np.asarray(spec.weights, dtype=np.int64).reshape(-1, 1)
+    w = spec.weights_array.reshape(-1, 1)
     return int(matmul_acc(a, w, spec.x_zp, spec.w_zp, np.array([spec.bias]))[0, 0])
 
 
@@ -49,9 +49,10 @@ def _ceil_div(a: int, b: int) -> int:
     return -((-a) // b)
 
 
-def _greedy(coeffs: list[int], target: int, lo: int, hi: int) -> list[int] | None:
-    k = len(coeffs)
-    c_arr = np.asarray(coeffs, dtype=np.int64)
+def _greedy(c_arr: np.ndarray, target: int, lo: int, hi: int) -> list[int] | None:
+    """`u` with `sum(c_arr * u) == target`, each entry in [lo, hi] (None where the greedy
+    finds none); `c_arr`: the int64 coefficients."""
+    k = len(c_arr)
     order = np.lexsort((np.arange(k), -np.abs(c_arr))).tolist()  # |c| descending, stable
     c_sorted = c_arr[order]
     lo_terms = np.minimum(c_sorted * lo, c_sorted * hi)
@@ -64,6 +65,7 @@ def _greedy(coeffs: list[int], target: int, lo: int, hi: int) -> list[int] | Non
     if not lo <= 0 <= hi:
         return None  # the zero point lies outside x_type: leave it to the solver
     u = [0] * k
+    coeffs = c_sorted.tolist()  # the loop reads a few of them, as Python ints
     rem = target
     neg_abs = (-np.abs(c_sorted)).tolist()  # ascending, for bisect
     pos = 0
@@ -76,7 +78,7 @@ def _greedy(coeffs: list[int], target: int, lo: int, hi: int) -> list[int] | Non
             pos = j
             continue
         i = order[pos]
-        c = coeffs[i]
+        c = coeffs[pos]
         if c != 0:
             # rem - c*u must stay in [reach_lo[pos+1], reach_hi[pos+1]].
             a, b = rem - reach_hi[pos + 1], rem - reach_lo[pos + 1]
@@ -113,18 +115,19 @@ def _solve(coeffs: list[int], target: int, lo: int, hi: int, timeout_s: float) -
 
 def lift_row(spec, value: int, timeout_s: float = 5.0) -> tuple[int, ...]:
     """An input row of `spec.x_type` whose dot product gives `value`; `LiftError` if none."""
-    coeffs = [w - spec.w_zp for w in spec.weights]
+    c_arr = spec.weights_array - int(spec.w_zp)
     lo, hi = _bounds(spec)
     target = int(value) - spec.bias
-    u = _greedy(coeffs, target, lo, hi)
+    u = _greedy(c_arr, target, lo, hi)
     if u is None:
-        u = _solve(coeffs, target, lo, hi, timeout_s)
+        u = _solve(c_arr.tolist(), target, lo, hi, timeout_s)
     if u is None:
         raise LiftError(
-            f"no {spec.x_type} input row of length {len(coeffs)} gives {spec.var}={value} "
+            f"no {spec.x_type} input row of length {len(c_arr)} gives {spec.var}={value} "
             "(outside the reachable set, or the solver gave up)"
         )
-    row = tuple(x + spec.x_zp for x in u)
-    if row_value(spec, row) != int(value):
+    row_arr = np.asarray(u, dtype=np.int64) + int(spec.x_zp)
+    row = tuple(row_arr.tolist())
+    if row_value(spec, row_arr) != int(value):
         raise LiftError(f"internal: lifted row does not reproduce {spec.var}={value}")
     return row

@@ -53,3 +53,18 @@ def test_refutation_at_an_unreachable_accumulator_is_unknown():
     v = check(Obligation("epilogue", acc, rounded, {"acc": (-10, 10)}, "bitwise", spec))
     assert v.status == "unknown" and v.counterexample is None
     assert "unreachable" in v.reason
+
+
+def test_a_specs_weights_array_is_made_once_and_cannot_be_changed():
+    """The lift reads a column's weights as one int64 array kept on its spec: equal to the
+    weights, the same object every time, read-only (a spec is hashed by its weights), and
+    not part of the spec's equality or JSON."""
+    spec = LiftSpec("acc", (3, -4, 127, -128), w_zp=1, x_zp=-2)
+    a = spec.weights_array
+    assert a is spec.weights_array and a.dtype == np.int64
+    assert a.tolist() == list(spec.weights)
+    with pytest.raises(ValueError):
+        a[0] = 9
+    assert spec == LiftSpec("acc", (3, -4, 127, -128), w_zp=1, x_zp=-2)
+    assert "weights_array" not in spec.to_json()
+    assert lift_row(spec, row_value(spec, (5, 6, 7, 8))) is not None
