@@ -25,6 +25,8 @@ and the project ops are put back between the rewritten parts.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import onnx
 
 from compiler.errors import FrontendError
@@ -94,22 +96,51 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
         return m
     project = [n for n in m.graph.node if n.domain == PROJECT_DOMAIN]
     base = without_project_ops(m) if project else m
+    data = base.SerializeToString()
     try:
-        # what ORT runs with optimisations off: the graph plus the casts its CPU provider
-        # inserts at every level (float16 ops it has no kernel for run in float32)
-        off = onnx.load_from_string(ort_graph(base.SerializeToString(), "off", "QDQ groups"))
-    except FrontendError:
-        return m  # ORT cannot run it at all: the frontend names what it cannot read
-    try:
-        r = ort_integer_model(base)
-    except FrontendError as e:  # ORT's own rewrite breaks the model: no reference meaning
+        r = ort_integer_model(base, data)
+    except FrontendError as e:
+        try:
+            _graph_off(data)
+        except FrontendError:
+            return m  # ORT cannot run it at all: the frontend names what it cannot read
+        # ORT's own rewrite breaks the model: no reference meaning
         raise DefaultSessionRefusal(
             "ONNX Runtime loads the model with optimisations off but its default session "
             f"refuses it (its graph rewrite fails): {str(e).split(': ', 1)[-1]}"
         ) from None
-    if not computes_differently(off, r) and not drops_values(m, off):
-        return m
+    # Level off makes no integer kernel of a QDQ group (ORT's QDQ transformers run from
+    # level basic on): a rewrite that made more of one than the graph has computes
+    # differently from level off too, without asking it (one session fewer).
+    if not _integer_kernels_made(base, r):
+        off = _graph_off(data)
+        if not computes_differently(off, r) and not drops_values(m, off):
+            return m
     return splice_project_ops(r, m, project) if project else r
+
+
+def _graph_off(data: bytes) -> onnx.ModelProto:
+    """What ORT runs with optimisations off: the graph plus the casts its CPU provider
+    inserts at every level (float16 ops it has no kernel for run in float32)."""
+    return onnx.load_from_string(ort_graph(data, "off", "QDQ groups"))
+
+
+# the kernels ORT's QDQ transformers make of QDQ groups (its qdq_selector_action_transformer)
+_QDQ_KERNELS = frozenset({"QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"})
+
+
+def _integer_kernels_made(m: onnx.ModelProto, r: onnx.ModelProto) -> bool:
+    """Whether rewrite `r` of `m` has more of some QDQ-transformer kernel (a QLinear op,
+    QGemm, ...) than `m` has."""
+
+    def count(g: onnx.ModelProto) -> Counter[tuple[str, str]]:
+        return Counter(
+            (n.domain or "", n.op_type)
+            for n in g.graph.node
+            if n.op_type.startswith("QLinear") or n.op_type in _QDQ_KERNELS
+        )
+
+    return bool(count(r) - count(m))
 
 
 def splice_project_ops(
@@ -163,13 +194,15 @@ def _topological(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.
     return done
 
 
-def ort_integer_model(m: onnx.ModelProto) -> onnx.ModelProto:
-    """`m` after ONNX Runtime's QDQ transformers (its default-level integer kernels).
+def ort_integer_model(m: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
+    """`m` after ONNX Runtime's QDQ transformers (its default-level integer kernels);
+    `data`: `m` serialised, where the caller has it.
 
     Opset imports the rewritten graph does not use are dropped. Raises `FrontendError`
     when ONNX Runtime cannot load the model.
     """
-    r = onnx.load_from_string(ort_graph(m.SerializeToString(), "extended", "QDQ groups"))
+    data = m.SerializeToString() if data is None else data
+    r = onnx.load_from_string(ort_graph(data, "extended", "QDQ groups"))
     used = {n.domain or "" for n in r.graph.node} | {""}
     keep = [o for o in r.opset_import if (o.domain or "") in used]
     del r.opset_import[:]
