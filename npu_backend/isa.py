@@ -19,7 +19,7 @@ Every instruction's value semantics is a kernel function or term:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -357,9 +357,6 @@ OPCODES: dict[str, type] = {
 }
 
 
-_POST_FIELDS = tuple(f.name for f in fields(PostProcess))
-
-
 def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
     """The epilogue with every LUT's contents replaced by `table` (what tmem holds)."""
 
@@ -371,14 +368,8 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
         lut = luts.get(id(p.lut))
         if lut is None:
             lut = luts[id(p.lut)] = replace(p.lut, table=table)
-        # a copy of its fields with the new LUT (`PostProcess` has no `__post_init__`):
         # `replace`, or even the constructor, cost most of a per-channel record's stripping
-        new = object.__new__(PostProcess)
-        d = new.__dict__
-        for f in _POST_FIELDS:
-            d[f] = p.__dict__[f]
-        d["lut"] = lut
-        return new
+        return p.copy_with(lut=lut)
 
     if isinstance(post, PostProcess):
         return one(post)

@@ -19,6 +19,7 @@ last axis of the MatMul output); `apply_columns` evaluates such a tuple.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -320,6 +321,21 @@ class PostProcess:
         term = _acc_term(self)
         return np.asarray(evaluate(term, NUMPY, {"acc": np.asarray(acc, dtype=np.int64)}))
 
+    def copy_with(self, **changes: Any) -> PostProcess:
+        """`dataclasses.replace(self, **changes)` without the constructor: a copy of the
+        fields with `changes` (a per-channel op makes thousands; the class has no
+        `__post_init__` to skip, and the copy computes its own hash)."""
+        new = object.__new__(PostProcess)
+        d = new.__dict__
+        mine = self.__dict__
+        for f in _FIELDS:
+            d[f] = mine[f]
+        for k, v in changes.items():
+            if k not in d:
+                raise TypeError(f"PostProcess has no field {k!r}")
+            d[k] = v
+        return new
+
     def without_lut(self) -> PostProcess:
         """The requantize (+add +clip) part alone: the unfused MatMul's epilogue."""
         return PostProcess(requant=self.requant, clip=self.clip, add=self.add)
@@ -361,6 +377,8 @@ def _acc_term(post: PostProcess) -> Term:
     # building the term is most of a simulated MatMul's time; a batched run repeats it per row
     return post.epilogue_term(Var("acc"))
 
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(PostProcess))
 
 Post = PostProcess | tuple[PostProcess, ...]
 """A MatMul's epilogue: one `PostProcess` (per-tensor) or one per output column."""

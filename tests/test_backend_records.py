@@ -38,8 +38,6 @@ def test_with_table_changes_the_table_and_nothing_else():
     for q, g in zip(cols, got, strict=True):
         want = dataclasses.replace(q, lut=dataclasses.replace(q.lut, table=None))
         assert g == want and hash(g) == hash(want) and repr(g) == repr(want)
-    # the copy is made without the constructor: right only while it checks nothing
-    assert not hasattr(PostProcess, "__post_init__")
     assert len({id(g.lut) for g in got}) == 1  # the columns share one stripped table
     assert strip_tables(cols) == got
     assert table_of(cols) == p.lut.table
@@ -171,3 +169,19 @@ def test_an_add_stage_table_is_computed_once_per_distinct_stage(monkeypatch):
     assert len(made) == 2
     no_fma = dataclasses.replace(add, fma=False)
     assert no_fma.table() == real(no_fma) and len(made) == 3
+
+
+def test_a_posts_copy_with_a_field_changed_is_the_replaced_post():
+    """`PostProcess.copy_with` (a per-channel op's thousands of columns) is
+    `dataclasses.replace` without the constructor: equal, the same hash and repr, the
+    original untouched; an unknown field is refused."""
+    p = _full_post()
+    hash(p)  # a hashed post: its copy computes its own hash
+    rq = dataclasses.replace(p.requant, scale=0.125)
+    got, want = p.copy_with(requant=rq), dataclasses.replace(p, requant=rq)
+    assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+    assert p.requant.scale != 0.125 and got.requant is rq
+    with pytest.raises(TypeError, match="no field 'scale'"):
+        p.copy_with(scale=0.5)
+    # the copy is made without the constructor: right only while it checks nothing
+    assert not hasattr(PostProcess, "__post_init__")

@@ -426,6 +426,7 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         if stage == -1 and (bias is None or two_rounding) and _per_column(rq_ir)
         else None
     )
+    out_type, out_zp = act.attrs["out_type"], int(act.attrs["out_zp"])
     for j in range(n_cols):
         key = (
             scales[j] if stage == -1 else None,
@@ -450,15 +451,7 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         else:
             rq = requant_params(site.chain[stage])
         add_p = add_stage(bias, j, caps.add_fma) if two_rounding and bias is not None else None
-        post = PostProcess(
-            rq,
-            None,
-            function,
-            lut,
-            act.attrs["out_type"],
-            int(act.attrs["out_zp"]),
-            add=add_p,
-        )
+        post = PostProcess(rq, None, function, lut, out_type, out_zp, add=add_p)
         if template is not None:
             cols = [j]
             filled.append((template, scale, post, cols, j))
