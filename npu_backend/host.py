@@ -78,7 +78,7 @@ def _session(model: bytes, level: str = "off"):
         opts.intra_op_num_threads = 1
         opts.log_severity_level = ort_log_severity()
         # no arena per session: each kept its high-water mark of intermediate tensors, and a
-        # CNN's ~160 host steps' sessions (kept for the ledger's second run) held ~90 MB
+        # CNN's ~160 host steps' sessions (kept for the ledger's second run) held ~45 MB
         opts.enable_cpu_mem_arena = False
         sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         _SESSIONS[key] = sess
