@@ -20,6 +20,7 @@ is full, the resident record needed furthest in the future is evicted.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -246,6 +247,15 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     table_seq = [table_key(t) if (t := _table(st)) is not None else None for st in steps]
     schedules = _schedules(steps, specs, target)
     record_seq = [r for i, st in enumerate(steps) for r in _records(st, schedules.get(i))]
+    # records are compared by value (an equal record still resident is not loaded again):
+    # each use's record numbered by its first equal one, hashed once per use (a per-channel
+    # record is a tuple of thousands of posts, whose hash a tuple does not keep)
+    first_equal: dict[object, int] = {}
+    record_ids = [first_equal.setdefault(r, len(first_equal)) for r in record_seq]
+    uses: dict[int, list[int]] = {}  # record number -> the positions it is used at
+    for i, rid in enumerate(record_ids):
+        uses.setdefault(rid, []).append(i)
+    del first_equal
 
     sram = Allocator("sram", target.memory_size("sram"))
     tiled = frozenset(i for i, sch in schedules.items() if sch.tiled)
@@ -257,7 +267,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     in_sram: set[str] = set()
     in_dram: set[str] = {s.name for s in lowered.inputs} | const_names
     loaded_consts: set[str] = set()
-    loaded_records: dict[object, str] = {}  # resident record -> its pmem block key
+    loaded_records: dict[int, str] = {}  # resident record (its number) -> its pmem block key
     record_count = [0]
     prog: list[Instruction] = []
     graph_outputs = set(lowered.outputs)
@@ -362,14 +372,14 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
         resident record needed furthest in the future (never one needed now)."""
         pos = record_pos[0]
         record_pos[0] += 1
-        if record_seq[pos] != record:
+        if record_seq[pos] is not record and record_seq[pos] != record:
             raise CodegenError(f"record order mismatch at use {pos} (codegen bug)")
-        if record in loaded_records:
-            return pmem.blocks[loaded_records[record]][0]
+        rid = record_ids[pos]
+        if rid in loaded_records:
+            return pmem.blocks[loaded_records[rid]][0]
         n = record_nbytes(record)
         key = f"record{record_count[0]}"
         record_count[0] += 1
-        future = record_seq[pos + 1 :]
         while True:
             try:
                 addr = pmem.alloc(key, n)
@@ -378,13 +388,15 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 if not loaded_records:
                     raise
 
-                def next_use(r) -> float:
-                    return future.index(r) if r in future else math.inf
+                def next_use(r: int) -> float:
+                    at = uses[r]
+                    k = bisect.bisect_right(at, pos)
+                    return at[k] if k < len(at) else math.inf
 
                 victim = max(loaded_records, key=next_use)
                 pmem.free(loaded_records.pop(victim))
         prog.append(ParamLoad(key, addr, n, record))
-        loaded_records[record] = key
+        loaded_records[rid] = key
         return addr
 
     def to_dram(name: str) -> None:

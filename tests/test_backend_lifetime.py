@@ -69,6 +69,8 @@ def test_more_sites_than_slots_and_registers_stay_correct():
     # reuse while live: fewer loads than uses; with room for all, each value loads once
     assert len(FUNCS) < c.table_loads < len(ORDER)
     assert len(FUNCS) < c.param_loads < len(ORDER)
+    # furthest next use evicted (Belady): ORDER with 2 registers misses at uses 0, 2, 3, 5, 9
+    assert c.table_loads == c.param_loads == 5
     _, rc = run(generate(model, FLOAT), x_in())
     assert rc.table_loads == rc.param_loads == len(FUNCS)
     # Belady: consecutive uses of one value never reload it
