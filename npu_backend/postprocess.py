@@ -439,39 +439,42 @@ def _column_plan(
     # by object first (a group's columns share one), then float32 requantizers by their tail
     # (objects equal but apart are requantized by their own scale: the same values)
     by_id: dict[int, list[int]] = {}
+    distinct: list[tuple[PostProcess, list[int]]] = []
     for j, p in enumerate(post):
         cols_of = by_id.get(id(p))
         if cols_of is None:
-            by_id[id(p)] = [j]
+            by_id[id(p)] = cols_of = [j]
+            distinct.append((p, cols_of))
         else:
             cols_of.append(j)
-    distinct = {id(p): p for p in post}
     tails: dict[tuple[int, ...], tuple[str, Term]] = {}  # `_tail_key` by its fields' ids
-    by_tail: dict[tuple, list[PostProcess]] = {}
+    by_tail: dict[tuple, list[tuple[PostProcess, list[int]]]] = {}
     groups: dict[PostProcess, list[int]] = {}
-    for k, p in distinct.items():
+    for p, cols_of in distinct:
         rq = p.requant
         if rq.scheme != "float32":
-            groups.setdefault(p, []).extend(by_id[k])
+            groups.setdefault(p, []).extend(cols_of)
             continue
         ids = (id(rq.out_type), id(p.add), id(p.clip), id(p.lut))
         tail = tails.get(ids)
         if tail is None:
             tail = tails[ids] = _tail_key(p)
-        by_tail.setdefault(tail, []).append(p)
+        by_tail.setdefault(tail, []).append((p, cols_of))
     float_groups: list[_FloatGroup] = []
-    for members in by_tail.values():
-        if len(members) < 2:  # one epilogue: applied whole, with the other columns
-            groups.setdefault(members[0], []).extend(by_id[id(members[0])])
+    for pairs in by_tail.values():
+        if len(pairs) < 2:  # one epilogue: applied whole, with the other columns
+            groups.setdefault(pairs[0][0], []).extend(pairs[0][1])
             continue
+        members = [p for p, _ in pairs]
         _check_requants(members)
-        member_of_col = [k for k, p in enumerate(members) for _ in by_id[id(p)]]
-        cols = [j for p in members for j in by_id[id(p)]]
-        idx = np.asarray(member_of_col)
+        counts = [len(c) for _, c in pairs]
+        cols = [j for _, c in pairs for j in c]
         n = len(members)
         scales = np.fromiter((p.requant.scale for p in members), np.float64, n).astype(np.float32)
         zps = np.fromiter((p.requant.zp for p in members), np.int64, n)
-        float_groups.append(_FloatGroup(members, cols, scales[idx], zps[idx]))
+        float_groups.append(
+            _FloatGroup(members, cols, np.repeat(scales, counts), np.repeat(zps, counts))
+        )
     return _PLANS.put(post, (float_groups, list(groups.items())))
 
 
