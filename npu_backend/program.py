@@ -18,7 +18,7 @@ import json
 import math
 import zipfile
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -443,10 +443,17 @@ def _name_blobs(instructions: Iterable[Instruction], pool: _Pool) -> None:
                 walk(x)
 
     for ins in instructions:
-        for f in fields(ins):
-            v = getattr(ins, f.name)
-            if f.name not in _LATER_FIELDS or v != f.default:
-                walk(v)
+        for _, v in _written_fields(ins):
+            walk(v)
+
+
+def _written_fields(ins: Instruction) -> Iterator[tuple[str, Any]]:
+    """(name, value) of each field a program file holds for `ins`: a field added later with
+    a default is written only where it differs (older programs keep their bytes)."""
+    for f in fields(ins):
+        v = getattr(ins, f.name)
+        if f.name not in _LATER_FIELDS or v != f.default:
+            yield f.name, v
 
 
 def _encode_instruction(
@@ -455,9 +462,7 @@ def _encode_instruction(
     return {
         "op": type(ins).__name__,
         "fields": {
-            f.name: None if f.name in keep else _encode(getattr(ins, f.name), pool)
-            for f in fields(ins)
-            if f.name not in _LATER_FIELDS or getattr(ins, f.name) != f.default
+            name: None if name in keep else _encode(v, pool) for name, v in _written_fields(ins)
         },
     }
 

@@ -112,14 +112,19 @@ def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[in
     cols: list[int] = []
     member_of: list[int] = []
     first = groups[0]
-    filled_from: dict[int, bool] = {}  # a FilledGroup's template (by id): tb's own?
-    for gi, grp in enumerate(groups):
+    is_tb: dict[int, bool] = {}  # a FilledGroup's template (by id, kept by its groups): tb's?
+
+    def filled_from_tb(grp: ColumnGroup) -> bool:
         t = grp.template if isinstance(grp, FilledGroup) else None
-        own = t is not None and filled_from.get(id(t))
-        if own is None:
-            own = filled_from[id(t)] = t is tb[0] or t == tb[0]
+        if t is None:
+            return False
+        if id(t) not in is_tb:
+            is_tb[id(t)] = t == tb[0]
+        return is_tb[id(t)]
+
+    for gi, grp in enumerate(groups):
         # a group filled from tb's template is its member by its scale, its term unbuilt
-        hb = float(grp.scale) if own else scale_in(grp.before, tb[0], pb)
+        hb = float(grp.scale) if filled_from_tb(grp) else scale_in(grp.before, tb[0], pb)
         if hb is None:
             continue  # another shape: decided alone
         if _alike(grp, first):  # its after term is the first one's with its own scale

@@ -174,11 +174,11 @@ class LayoutLowering:
             strides = row_major(tuple(y.shape))
         attrs = _hashable(n.attrs)
         if attrs is None:
-            ob = _move_obligation.__wrapped__(
-                tuple(x.shape), n, None, tuple(y.shape), strides, offset
-            )
+            ob = _move_obligation(tuple(x.shape), n, tuple(y.shape), strides, offset)
         else:
-            ob = _move_obligation(tuple(x.shape), n.op, attrs, tuple(y.shape), strides, offset)
+            ob = _shared_move_obligation(
+                tuple(x.shape), n.op, attrs, tuple(y.shape), strides, offset
+            )
         v = prove.check(ob, self.ctx)
         if isinstance(v, Exception) or v.status != Status.PROVEN:
             why = v if isinstance(v, Exception) else v.reason
@@ -275,20 +275,32 @@ def _hashable(attrs: dict[str, Any]) -> tuple | None:
     return key
 
 
-@lru_cache(maxsize=1024)
 def _move_obligation(
     src: tuple[int, ...],
-    op: Any,
-    attrs: Any,
+    node: Node,
     out: tuple[int, ...],
     strides: tuple[int, ...],
     offset: int,
 ) -> Obligation:
-    """The index-map obligation of layout op `op` (a Node, or its op name with `attrs` as
-    a key) from `src` to `out` against the NPU gather of `strides` and `offset`."""
-    node = op if isinstance(op, Node) else Node("out", op, ["src"], ["out"], dict(attrs))
+    """The index-map obligation of layout node `node` from `src` to `out` against the NPU
+    gather of `strides` and `offset`."""
     before, after, size = move_terms(src, node, out, strides, offset)
     note = f"move {node.op} {list(src)} -> {list(out)}"
     return Obligation(
         "index_map", before, after, {"f": (0, max(size - 1, 0))}, Policy(0), note=note
     )
+
+
+@lru_cache(maxsize=1024)
+def _shared_move_obligation(
+    src: tuple[int, ...],
+    op: str,
+    attrs: tuple,
+    out: tuple[int, ...],
+    strides: tuple[int, ...],
+    offset: int,
+) -> Obligation:
+    """`_move_obligation` of a node of `op` with attributes `attrs` (a hashable key), built
+    once per distinct move."""
+    node = Node("out", op, ["src"], ["out"], dict(attrs))
+    return _move_obligation(src, node, out, strides, offset)
