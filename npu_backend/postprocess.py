@@ -20,7 +20,7 @@ last axis of the MatMul output); `apply_columns` evaluates such a tuple.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
@@ -72,6 +72,20 @@ class RequantParams:
             zp=int(self.zp),
             out=self.out_type,
         )
+
+    def with_scales(self, scales: Iterable[float]) -> list[RequantParams]:
+        """`[dataclasses.replace(self, scale=s) for s in scales]`, made at once without the
+        constructor (a per-channel op has thousands of columns)."""
+        mine = self.__dict__
+        base = {f.name: mine[f.name] for f in dataclasses.fields(RequantParams)}
+        out = []
+        for s in scales:
+            new = object.__new__(RequantParams)
+            d = new.__dict__
+            d.update(base)
+            d["scale"] = s
+            out.append(new)
+        return out
 
     def _scale(self) -> float:
         if self.scale is None:
@@ -335,6 +349,20 @@ class PostProcess:
                 raise TypeError(f"PostProcess has no field {k!r}")
             d[k] = v
         return new
+
+    def with_requants(self, requants: Iterable[RequantParams]) -> list[PostProcess]:
+        """`[self.copy_with(requant=rq) for rq in requants]`, made at once (a per-channel
+        op's columns differ only in their requantization)."""
+        mine = self.__dict__
+        base = {f: mine[f] for f in _FIELDS}
+        out = []
+        for rq in requants:
+            new = object.__new__(PostProcess)
+            d = new.__dict__
+            d.update(base)
+            d["requant"] = rq
+            out.append(new)
+        return out
 
     def without_lut(self) -> PostProcess:
         """The requantize (+add +clip) part alone: the unfused MatMul's epilogue."""

@@ -261,9 +261,8 @@ def requant_from_scales(
     conversion made once for all of them (a per-channel op has thousands of columns)."""
     if scheme != "float32":
         return [requant_from_scale(s, zp, out_type, scheme) for s in scales]
-    z = int(zp)
     f32 = np.asarray(scales, dtype=np.float64).astype(np.float32).astype(np.float64).tolist()
-    return [RequantParams("float32", z, out_type, scale=s) for s in f32]
+    return RequantParams("float32", int(zp), out_type).with_scales(f32)
 
 
 def onnx_requant_params(

@@ -185,3 +185,26 @@ def test_a_posts_copy_with_a_field_changed_is_the_replaced_post():
         p.copy_with(scale=0.5)
     # the copy is made without the constructor: right only while it checks nothing
     assert not hasattr(PostProcess, "__post_init__")
+
+
+def test_posts_and_requantizers_made_at_once_are_the_replaced_ones():
+    """`PostProcess.with_requants` and `RequantParams.with_scales` (a per-channel op's
+    columns, made without the constructor) give what `dataclasses.replace` gives, one by
+    one: equal, the same hash, repr and fields; the originals untouched."""
+    p = _full_post()
+    hash(p)
+    rqs = p.requant.with_scales([0.125, 0.5, 0.125])
+    assert rqs == [dataclasses.replace(p.requant, scale=s) for s in (0.125, 0.5, 0.125)]
+    for got, s in zip(rqs, (0.125, 0.5, 0.125), strict=True):
+        want = dataclasses.replace(p.requant, scale=s)
+        assert hash(got) == hash(want) and repr(got) == repr(want)
+        assert got.__dict__ == want.__dict__
+    posts = p.with_requants(rqs)
+    for got, rq in zip(posts, rqs, strict=True):
+        want = dataclasses.replace(p, requant=rq)
+        assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+        assert got.requant is rq and set(got.__dict__) == set(want.__dict__)
+    assert posts[0] == posts[2] != posts[1] and posts[0] is not posts[2]
+    assert p.requant.scale not in (0.125, 0.5)
+    # made without the constructor: right only while neither class checks anything there
+    assert not hasattr(RequantParams, "__post_init__")

@@ -6,6 +6,7 @@ tuple (a list would have reached the target's requantizer whole)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from compiler.api import compile_model
 from compiler.ir.epilogue import build_columns
 from compiler.ir.semantics import requant_groups, requant_scale, requant_term
-from npu_backend.target import load_target
+from npu_backend.target import load_target, requant_from_scale
 from prover.terms import Var
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,6 +145,20 @@ def test_columns_built_from_the_first_ones_template_are_their_own_epilogues(bias
         for j in g.columns:
             assert g.before == ep.chain_term(site, requant_term(Var("acc"), rq, j), j, view)
     assert len(fills) == (len(groups) - 1 if not bias else 0)
+    if not bias:  # each column's post: the first one's with the column's own requantizer
+        caps = t.compute("MatMul")
+        assert caps is not None
+        for g in groups:
+            for j in g.columns:
+                own = requant_from_scale(rq["scale"][j], rq["zp"], rq["out"], caps.requant_scheme)
+                assert g.post == dataclasses.replace(groups[0].post, requant=own)
+        # columns sharing a scale share its group, wherever they are
+        n = len(rq["scale"])
+        site.compute.attrs["requant"] = {**rq, "scale": tuple(rq["scale"][j % 5] for j in range(n))}
+        shared = build_columns(site, t)
+        assert [g.columns for g in shared] == [tuple(range(k, n, 5)) for k in range(5)]
+        assert [g.post for g in shared] == [g.post for g in groups[:5]]
+        site.compute.attrs["requant"] = rq
     if not bias:
         monkeypatch.setattr(ep, "fill", lambda tmpl, s: real(tmpl, s * 2))  # a wrong fill
         with pytest.raises(InternalError, match="is not its scale's fill"):

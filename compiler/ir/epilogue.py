@@ -428,6 +428,9 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     )
     out_type, out_zp = act.attrs["out_type"], int(act.attrs["out_zp"])
     for j in range(n_cols):
+        if template is not None and rqs is not None and bias is None:
+            filled += _filled_rest(template, scales, rqs, built, j, groups)
+            break
         key = (
             scales[j] if stage == -1 else None,
             None if bias is None else bias.const_of(j),
@@ -484,6 +487,34 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         ]
         out.append(last)
     return out
+
+
+def _filled_rest(
+    template: Term,
+    scales: list[float],
+    rqs: list[RequantParams],
+    built: dict[tuple, list[int]],
+    start: int,
+    groups: dict[tuple[Term, PostProcess, int], list[int]],
+) -> list[tuple[Term, float, PostProcess, list[int], int]]:
+    """`build_columns`' filled entries for columns `start`.. of a bias-free per-channel op
+    once the first column gave `template`: only the scale varies, so a column joins the
+    columns of its scale (`built`, keyed by it) or is filled from the template, its post the
+    first group's with its own requantizer (made at once, not per column)."""
+    by_scale = {k[0]: cols for k, cols in built.items()}
+    firsts: list[int] = []
+    for j in range(start, len(scales)):
+        cols = by_scale.get(scales[j])
+        if cols is None:
+            by_scale[scales[j]] = [j]
+            firsts.append(j)
+        else:
+            cols.append(j)
+    proto = next(iter(groups))[1]
+    posts = proto.with_requants([rqs[j] for j in firsts])
+    return [
+        (template, scales[j], p, by_scale[scales[j]], j) for j, p in zip(firsts, posts, strict=True)
+    ]
 
 
 def _per_column(rq: dict[str, Any]) -> bool:
