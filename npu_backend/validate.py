@@ -335,12 +335,15 @@ def _posts_issues(
         return list(hit[2])
     out: list[ValidationIssue] = []
     posts = posts_of(step.post)
-    distinct = list(dict.fromkeys(posts))
+    # distinct objects first (an equality key hashes every field of thousands of columns)
+    distinct = list({id(p): p for p in posts}.values())
     # every requantizer valid float32 on a float32 unit: no column has a requantization
     # issue (`_requant_issues` finds none), decided at once instead of per column
     rq_fine = caps.requant_scheme == "float32" and float32_requants_valid(
         [p.requant for p in distinct]
     )
+    if not rq_fine:  # each distinct post's requantization issues, once
+        distinct = list(dict.fromkeys(distinct))
     lut_memo: dict[tuple[int, str | None], tuple[LutParams, list[ValidationIssue]]] = {}
     stages: dict[tuple[Any, ...], list[ValidationIssue]] = {}  # by `_stage_key`
     for p in distinct:

@@ -19,7 +19,7 @@ no pass and decides nothing.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -78,22 +78,33 @@ def lowering_family(
     return fam
 
 
-# what `_alike` compares: all of a PostProcess but its requantization's scale
+# what `_alike_to` compares: all of a PostProcess but its requantization's scale
 _POST_REST = attrgetter(*(f.name for f in dataclasses.fields(PostProcess) if f.name != "requant"))
 _REQUANT_REST = attrgetter(
     *(f.name for f in dataclasses.fields(RequantParams) if f.name != "scale")
 )
 
 
-def _alike(grp: ColumnGroup, first: ColumnGroup) -> bool:
-    """Whether `grp`'s postprocessing is `first`'s but for its requantization scale (then its
-    `after(acc)` is `first`'s with that scale: `PostProcess.epilogue_term`)."""
-    p, q = grp.post, first.post
-    if grp.acc_offset != first.acc_offset or p.requant.scale is None:
-        return False
-    # the fields' tuples (a per-channel site has thousands of groups; a copy with the first
-    # one's scale, compared whole, cost most of the family's building)
-    return _POST_REST(p) == _POST_REST(q) and _REQUANT_REST(p.requant) == _REQUANT_REST(q.requant)
+def _alike_to(first: ColumnGroup) -> Callable[[ColumnGroup], bool]:
+    """Whether a group's postprocessing is `first`'s but for its requantization scale (then
+    its `after(acc)` is `first`'s with that scale: `PostProcess.epilogue_term`). `first`'s
+    fields are read once: a per-channel site has thousands of groups."""
+    post_rest, rq_rest, offset = (
+        _POST_REST(first.post),
+        _REQUANT_REST(first.post.requant),
+        first.acc_offset,
+    )
+
+    def alike(grp: ColumnGroup) -> bool:
+        p = grp.post
+        rq = p.requant
+        if grp.acc_offset != offset or rq.scale is None:
+            return False
+        # the fields' tuples (a copy with the first one's scale, compared whole, cost most of
+        # the family's building)
+        return _POST_REST(p) == post_rest and _REQUANT_REST(rq) == rq_rest
+
+    return alike
 
 
 def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[int]] | None:
@@ -122,22 +133,29 @@ def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[in
             is_tb[id(t)] = t == tb[0]
         return is_tb[id(t)]
 
+    alike = _alike_to(first)
     for gi, grp in enumerate(groups):
         # a group filled from tb's template is its member by its scale, its term unbuilt
         hb = float(grp.scale) if filled_from_tb(grp) else scale_in(grp.before, tb[0], pb)
         if hb is None:
             continue  # another shape: decided alone
-        if _alike(grp, first):  # its after term is the first one's with its own scale
+        if alike(grp):  # its after term is the first one's with its own scale
             ha = grp.post.requant.scale
         else:
             ha = scale_in(grp.after(acc), ta[0], pa)
         if ha is None:
             continue
         n = len(grp.columns)
-        sb += [hb] * n
-        sa += [ha] * n
-        cols += grp.columns
-        member_of += [gi] * n
+        if n == 1:
+            sb.append(hb)
+            sa.append(ha)
+            cols.append(grp.columns[0])
+            member_of.append(gi)
+        else:
+            sb += [hb] * n
+            sa += [ha] * n
+            cols += grp.columns
+            member_of += [gi] * n
     if not cols:
         return None
     for gi in {member_of[0], member_of[-1]}:  # built alike: the first and the last say so
