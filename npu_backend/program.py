@@ -223,7 +223,7 @@ class _Pool:
     luts: dict[int, tuple[LutParams, dict[str, Any]]] = field(default_factory=dict)
     # written: `_post_text`'s templates (a few per program); blobs named ahead (`_name_blobs`)
     named: deque[str] = field(default_factory=deque)
-    templates: dict[tuple[Any, ...], str | None] = field(default_factory=dict)
+    templates: dict[tuple[Any, ...], tuple[str, str] | None] = field(default_factory=dict)
 
     def lut_json(self, lut: LutParams) -> dict[str, Any]:
         """`lut.to_json()` with its table named by index; built once per LutParams."""
@@ -408,20 +408,23 @@ def _posts_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str:
 
 
 def _post_text(p: PostProcess, pool: _Pool) -> str:
-    templates = pool.templates
     rq, scale = p.requant, p.requant.scale
     if not (isinstance(scale, float | np.floating) and math.isfinite(scale)):
         return _MANIFEST_TEXT(_encode(p, pool))
     key = (rq.scheme, rq.zp, rq.out_type, rq.multiplier, rq.shift, p.clip, p.function,
            id(p.lut), p.out_type, p.out_zp, p.add)  # fmt: skip
-    if key not in templates:
+    parts = pool.templates.get(key, _UNSEEN)
+    if parts is _UNSEEN:
         marked = replace(p, requant=replace(rq, scale=_SCALE_MARK))
         text = _MANIFEST_TEXT(_encode(marked, pool))
-        templates[key] = text if text.count(_SCALE_MARK_TEXT) == 1 else None
-    template = templates[key]
-    if template is None:
+        split = text.split(_SCALE_MARK_TEXT)
+        parts = pool.templates[key] = (split[0], split[1]) if len(split) == 2 else None
+    if parts is None:
         return _MANIFEST_TEXT(_encode(p, pool))
-    return template.replace(_SCALE_MARK_TEXT, repr(float(scale)))
+    return parts[0] + repr(float(scale)) + parts[1]
+
+
+_UNSEEN = object()
 
 
 def _blob(v: HostOnnx, pool: _Pool) -> str:
