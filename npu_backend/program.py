@@ -413,8 +413,8 @@ def _post_text(p: PostProcess, pool: _Pool) -> str:
         return _MANIFEST_TEXT(_encode(p, pool))
     key = (rq.scheme, rq.zp, rq.out_type, rq.multiplier, rq.shift, p.clip, p.function,
            id(p.lut), p.out_type, p.out_zp, p.add)  # fmt: skip
-    parts = pool.templates.get(key, _UNSEEN)
-    if parts is _UNSEEN:
+    parts = pool.templates.get(key)
+    if parts is None and key not in pool.templates:
         marked = replace(p, requant=replace(rq, scale=_SCALE_MARK))
         text = _MANIFEST_TEXT(_encode(marked, pool))
         split = text.split(_SCALE_MARK_TEXT)
@@ -422,9 +422,6 @@ def _post_text(p: PostProcess, pool: _Pool) -> str:
     if parts is None:
         return _MANIFEST_TEXT(_encode(p, pool))
     return parts[0] + repr(float(scale)) + parts[1]
-
-
-_UNSEEN = object()
 
 
 def _blob(v: HostOnnx, pool: _Pool) -> str:
