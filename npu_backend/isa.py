@@ -373,7 +373,14 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
 
     if isinstance(post, PostProcess):
         return one(post)
-    return tuple(one(p) for p in post)
+    made: dict[int, PostProcess] = {}  # a column group's columns share one post: one copy
+    out = []
+    for p in post:
+        q = made.get(id(p))
+        if q is None:
+            q = made[id(p)] = one(p)
+        out.append(q)
+    return tuple(out)
 
 
 # `with_table`'s answers by the epilogue's identity and the table: codegen, the lifetime

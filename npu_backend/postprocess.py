@@ -341,9 +341,8 @@ class PostProcess:
         `__post_init__` to skip, and the copy computes its own hash)."""
         new = object.__new__(PostProcess)
         d = new.__dict__
-        mine = self.__dict__
-        for f in _FIELDS:
-            d[f] = mine[f]
+        d.update(self.__dict__)
+        d.pop("_hash", None)  # the one attribute besides the fields (`__hash__` keeps it)
         for k, v in changes.items():
             if k not in d:
                 raise TypeError(f"PostProcess has no field {k!r}")

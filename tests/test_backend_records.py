@@ -181,6 +181,10 @@ def test_a_posts_copy_with_a_field_changed_is_the_replaced_post():
     got, want = p.copy_with(requant=rq), dataclasses.replace(p, requant=rq)
     assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
     assert p.requant.scale != 0.125 and got.requant is rq
+    # the hashed original's kept hash is not copied (the copy's fields differ)
+    assert set(p.copy_with(requant=rq).__dict__) == {
+        f.name for f in dataclasses.fields(PostProcess)
+    }
     with pytest.raises(TypeError, match="no field 'scale'"):
         p.copy_with(scale=0.5)
     # the copy is made without the constructor: right only while it checks nothing
