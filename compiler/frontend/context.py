@@ -378,22 +378,25 @@ class BuildContext:
         data-propagated inference, else measured in ONNX Runtime."""
         from compiler.ort.host import NAME_OF, infer_host_outputs
 
-        try:
-            info = infer_host_outputs(
-                members, {i: self.values[i] for i in ext}, consts, self.opsets
-            )
-        except Exception as e:  # noqa: BLE001
-            raise self.fail(n, f"shape inference failed: {one_line(e)}") from None
         # the whole model's inference reads overridable initializers as constants: not here
         overridden = any(i in self.overridable for m in members for i in m.input)
         # only ONNX's own schemas are inferred there (a graph output's declared type is not)
         schemas = all(onnx.defs.has(m.op_type, m.domain or "") for m in members)
-        if name not in info and name in self.inferred and schemas and not overridden:
-            tt = self.inferred[name].type.tensor_type
-            static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
-            if tt.elem_type and static:
-                t = NAME_OF.get(tt.elem_type) or type_name(tt.elem_type)
-                info[name] = (t, tuple(int(d.dim_value) for d in tt.shape.dim))
+        whole = self._whole_model_type(name) if schemas and not overridden else None
+        info: dict[str, tuple[str, tuple[int, ...]]] = {}
+        if whole is not None and self.naming and name not in self.graph_outputs:
+            # a build whose IR is discarded: the whole model's strict inference gives what
+            # the nodes' own would (a model's value with one type and shape), at no cost
+            info[name] = whole
+        else:
+            try:
+                info = infer_host_outputs(
+                    members, {i: self.values[i] for i in ext}, consts, self.opsets
+                )
+            except Exception as e:  # noqa: BLE001
+                raise self.fail(n, f"shape inference failed: {one_line(e)}") from None
+        if name not in info and whole is not None:
+            info[name] = whole
         if name not in info:
             why = next((i for m in members for i in m.input if i in self.overridable), None)
             tail = f": it depends on overridable initializer '{why}'" if why else ""
@@ -408,6 +411,21 @@ class BuildContext:
                 f"(host values: {', '.join(sorted(NAME_OF.values()))})",
             )
         return info[name]
+
+    def _whole_model_type(self, name: str) -> tuple[str, tuple[int, ...]] | None:
+        """Element type and static shape of `name` in the whole model's inference, if it
+        gives both."""
+        from compiler.ort.host import NAME_OF
+
+        vi = self.inferred.get(name)
+        if vi is None:
+            return None
+        tt = vi.type.tensor_type
+        static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+        if not (tt.elem_type and static):
+            return None
+        t = NAME_OF.get(tt.elem_type) or type_name(tt.elem_type)
+        return t, tuple(int(d.dim_value) for d in tt.shape.dim)
 
     def fold_known(
         self,
