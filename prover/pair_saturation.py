@@ -39,13 +39,14 @@ _CHUNK_PAIRS = 64  # pairs per vectorised step (bounds the [M, pairs, N] tempora
 _MAX_CANDIDATES = 1 << 20  # accumulator values tried per witness shape
 
 
-def _padded_pairs(w: np.ndarray) -> np.ndarray:
-    """Raw weights [K, N] as [K/2 (rounded up), 2, N], padded with a zero row for odd K."""
-    w64 = np.asarray(w, dtype=np.int64)
+def _padded_pairs(w: np.ndarray, dtype: type[np.signedinteger] = np.int64) -> np.ndarray:
+    """Raw weights [K, N] as [K/2 (rounded up), 2, N] of `dtype`, padded with a zero row for
+    odd K."""
+    w64 = np.asarray(w, dtype=dtype)
     if w64.ndim != 2:
         raise KernelError(f"weights must be [K, N], got shape {w64.shape}")
     if w64.shape[0] % 2:
-        w64 = np.concatenate([w64, np.zeros((1, w64.shape[1]), dtype=np.int64)])
+        w64 = np.concatenate([w64, np.zeros((1, w64.shape[1]), dtype=w64.dtype)])
     return w64.reshape(w64.shape[0] // 2, 2, w64.shape[1])
 
 
@@ -86,9 +87,13 @@ def pair_saturating_acc(
 
 def pair_bounds(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Exact [lo, hi] of every raw pair sum over uint8 inputs: two [pairs, N] arrays."""
-    wp = _padded_pairs(w)
-    hi = U8_MAX * np.maximum(wp, 0).sum(axis=1)
-    lo = U8_MAX * np.minimum(wp, 0).sum(axis=1)
+    w = np.asarray(w)
+    # weights of at most 16 bits: 255 times a pair's sum fits int32 (a large conv's weights
+    # are millions of entries: a quarter of int64's memory traffic)
+    dt = np.int32 if w.dtype.kind in "iu" and w.dtype.itemsize <= 2 else np.int64
+    wp = _padded_pairs(w, dt)
+    hi = U8_MAX * np.maximum(wp, 0).sum(axis=1, dtype=dt)
+    lo = U8_MAX * np.minimum(wp, 0).sum(axis=1, dtype=dt)
     return lo, hi
 
 

@@ -124,3 +124,26 @@ def test_rejects_non_u8s8_operands():
         pair_saturating_acc(np.array([[-1, 3]]), np.array([[1], [2]]))
     with pytest.raises(KernelError):
         pair_saturating_acc(np.array([[1, 3]]), np.array([[200], [2]]))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int64"])
+@pytest.mark.parametrize("k", [1, 6, 7])
+def test_pair_bounds_in_narrow_types_are_the_int64_ones(dtype, k):
+    """`pair_bounds` computes 8- and 16-bit weights in int32: the bounds (and the columns
+    that can saturate) are the int64 computation's, the type's extremes included."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(k)
+    lo_v, hi_v = max(int(info.min), -40000), min(int(info.max), 40000)
+    w = rng.integers(lo_v, hi_v, size=(k, 40), endpoint=True).astype(dtype)
+    w[:, 0], w[:, 1] = (
+        info.max if info.max < 1 << 20 else hi_v,
+        info.min if info.min > -(1 << 20) else lo_v,
+    )
+    w64 = w.astype(np.int64)
+    padded = np.vstack([w64, np.zeros((k % 2, 40), dtype=np.int64)]).reshape(-1, 2, 40)
+    want_hi = 255 * np.maximum(padded, 0).sum(axis=1)
+    want_lo = 255 * np.minimum(padded, 0).sum(axis=1)
+    lo, hi = pair_bounds(w)
+    assert np.array_equal(lo, want_lo) and np.array_equal(hi, want_hi)
+    want = ((want_hi > 32767) | (want_lo < -32768)).any(axis=0)
+    assert np.array_equal(reachable_columns(w), want)
