@@ -11,6 +11,7 @@ Each issue carries a DESIGN.md reason code and a message saying what to do.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -318,23 +319,25 @@ def validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
     return out
 
 
-# _posts_issues' answers by the epilogue's identity (and the step's name, unit and target):
-# the steps of every program generated from one lowering share their epilogues, and a
-# per-channel one has thousands of columns; the epilogue is kept with its answer, so its id
-# is not reused while the entry lives (the target is held weakly, as by `_VALIDATED`)
-_POSTS: dict[tuple[int, int, str, str], tuple[Any, Any, list[ValidationIssue]]] = {}
+# _posts_issues' answers by the epilogue's posts (the same objects, in order) and the step's
+# name, unit and target: the steps of every program generated from one lowering share their
+# epilogues, a check validates a fused step in legality and again once lowered (another
+# tuple of the same posts), and a per-channel one has thousands of columns; the posts are
+# kept with the answer, so their ids are not reused while the entry lives (the target is
+# held weakly, as by `_VALIDATED`)
+_POSTS: dict[tuple[int, int, int, str, str], tuple[Any, Any, list[ValidationIssue]]] = {}
 
 
 def _posts_issues(
     step: NpuMatMul, caps: ComputeCaps, target: Target, op_name: str
 ) -> list[ValidationIssue]:
     """Issues of the step's epilogue: each distinct column's postprocessing, one table."""
-    key = (id(step.post), id(target), op_name, step.name)
+    posts = posts_of(step.post)
+    key = (id(posts[0]) if posts else 0, len(posts), id(target), op_name, step.name)
     hit = _POSTS.get(key)
-    if hit is not None and hit[0] is step.post and hit[1]() is target:
+    if hit is not None and hit[1]() is target and all(map(operator.is_, hit[0], posts)):
         return list(hit[2])
     out: list[ValidationIssue] = []
-    posts = posts_of(step.post)
     # distinct objects first (an equality key hashes every field of thousands of columns)
     distinct = list({id(p): p for p in posts}.values())
     # every requantizer valid float32 on a float32 unit: no column has a requantization
@@ -366,7 +369,7 @@ def _posts_issues(
         )
     if len(_POSTS) >= 256:
         _POSTS.clear()
-    _POSTS[key] = (step.post, weakref.ref(target), list(out))
+    _POSTS[key] = (posts, weakref.ref(target), list(out))
     return out
 
 

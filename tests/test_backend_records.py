@@ -212,3 +212,43 @@ def test_posts_and_requantizers_made_at_once_are_the_replaced_ones():
     assert p.requant.scale not in (0.125, 0.5)
     # made without the constructor: right only while neither class checks anything there
     assert not hasattr(RequantParams, "__post_init__")
+
+
+def test_an_epilogues_validation_is_kept_for_the_same_posts_in_another_tuple(monkeypatch):
+    """A check validates a fused step in legality and again once lowered, each with its own
+    tuple of the same posts: the second is answered from the first. Another post object
+    (even an equal one), another order or another step name is validated again."""
+    import npu_backend.validate as v
+    from npu_backend.lowered import NpuMatMul
+
+    made: list[str] = []
+    real = v._stage_issues
+
+    def counted(p, step, *a, **k):
+        made.append(step.name)
+        return real(p, step, *a, **k)
+
+    monkeypatch.setattr(v, "_stage_issues", counted)
+    p = dataclasses.replace(_full_post(), clip=(5, -5))  # an issue to name the step by
+    cols = p.requant.with_scales([0.01 * (j + 1) for j in range(6)])
+    posts = p.with_requants(cols)
+
+    def step(post, name="mm"):
+        return NpuMatMul(name=name, a="x", w="w", out="y", a_zp=0, w_zp=0, bias=None,
+                         a_type="int8", w_type="int8", post=post, onnx_nodes=("n",))  # fmt: skip
+
+    caps = FLOAT.compute("MatMul")
+    assert caps is not None
+    first = v._posts_issues(step(tuple(posts)), caps, FLOAT, "MatMul")
+    assert made == ["mm"]  # the columns share every stage: one stage check
+    assert first and all(i.step == "mm" for i in first)
+    again = v._posts_issues(step(tuple(posts)), caps, FLOAT, "MatMul")
+    assert again == first and made == ["mm"]
+    # negative: an equal post that is another object, another order, another name
+    twin = list(posts)
+    twin[3] = dataclasses.replace(posts[3])
+    v._posts_issues(step(tuple(twin)), caps, FLOAT, "MatMul")
+    v._posts_issues(step(tuple(reversed(posts))), caps, FLOAT, "MatMul")
+    named = v._posts_issues(step(tuple(posts), "other"), caps, FLOAT, "MatMul")
+    assert made == ["mm", "mm", "mm", "other"]
+    assert [i.step for i in named] == ["other"] * len(first)
