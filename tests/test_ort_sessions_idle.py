@@ -56,7 +56,6 @@ def test_every_session_with_a_pool_in_a_check_does_not_spin(monkeypatch):
     assert [s for s in pooled if s[2] != "0"] == []
     makers = {name for name, _, _ in pooled}
     assert {"tables.py", "region_table.py", "f16_context.py"} <= makers, seen
-    assert sum(name == "tables.py" for name, _, _ in pooled) >= 10, seen
 
 
 def test_an_unset_entry_reads_as_unset_so_the_check_above_can_fail():

@@ -582,9 +582,14 @@ def _side_by_side(a: onnx.ModelProto, b: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def test_the_build_that_only_names_errors_checks_no_region(monkeypatch):
-    """A QDQ model is read twice: as written (only so that its errors name its own nodes;
-    that IR is discarded) and as ORT's default session rewrites it. Only the second build's
-    regions are position-checked; the first takes ORT's table of each unchecked."""
+    """A QDQ model is read as ORT's default session rewrites it, and as written only where
+    that is needed (float16 values, or a failure to name by the user's nodes; that IR is
+    discarded). Only ORT's graph's regions are position-checked; the model as written takes
+    ORT's table of each unchecked."""
+    from compiler.frontend.checked import validate
+    from compiler.frontend.reader import _read_as_written
+    from prover.reference import ONNX as ONNX_REF
+
     rt = _fresh_cache(monkeypatch)
     monkeypatch.setattr(rt, "_UNCHECKED", {})
     checked, unchecked = [], []
@@ -603,11 +608,13 @@ def test_the_build_that_only_names_errors_checks_no_region(monkeypatch):
     m = qdq_conv_region("silu")
     r = compile_model(m, "bitwise", FLOAT)
     assert len(checked) == 1  # the region of ORT's graph, once
-    assert len(set(unchecked)) == 2 and checked[0] in unchecked  # both builds' placeholders
+    assert len(set(unchecked)) == 1 and checked[0] in unchecked  # its placeholder
     assert [k[0] for k in rt._TABLES] == checked
     (site,) = r.sites
     assert site.verdict == "proven"
     _equal_ort_default(m, r)
+    _read_as_written(validate(m).proto, ONNX_REF)  # the model as written (no float16)
+    assert len(checked) == 1 and len(set(unchecked)) == 2  # its region: a placeholder only
 
 
 def test_every_lut_of_a_build_carries_its_checked_table(monkeypatch):

@@ -353,9 +353,12 @@ def _to_ir(
     `compiler.frontend.batch`). Ops of any domain the frontend does not lower run on the host.
     Under a reference whose `qdq_reading` is integer, QDQ groups are read as the integer
     kernels ONNX Runtime's default level runs (`compiler.frontend.qdq_reading`); the returned model
-    is then that rewritten graph (what the reference runs). The user's own model is read
-    first either way, so its errors name its own nodes (that build's IR is discarded, so its
-    unary regions take ORT's tables without the position check: `BuildContext.naming`).
+    is then that rewritten graph (what the reference runs). The user's own model is then read
+    too (`_read_as_written`), before ORT's graph when it has float16 values (a float16 QDQ
+    group ORT computes differently at levels default and off is refused there) and else only
+    when reading ORT's graph fails, so that the error names the user's own nodes (that
+    build's IR is discarded, so its unary regions take ORT's tables without the position
+    check: `BuildContext.naming`).
     """
     with phase("load"):
         m = load_model(model)
@@ -374,10 +377,42 @@ def _to_ir(
             dyn = dynamic_inputs(m)
             _Builder(with_batch(m, dyn, 1) if dyn else m, reference, naming=True).run()
             raise FrontendError(str(refusal)) from None
-    if r is not m:  # ORT's graph is read; the user's own is read first, to name its nodes
-        dyn = dynamic_inputs(m)
-        _Builder(with_batch(m, dyn, 1) if dyn else m, reference, naming=True).run()
-        m = validate_ort_graph(r).proto
+    if r is m:
+        return _built(m, user, reference, batch)
+    if _has_float16(m):
+        _read_as_written(m, reference)
+    try:
+        return _built(validate_ort_graph(r).proto, user, reference, batch)
+    except FrontendError:
+        _read_as_written(m, reference)  # its own error first, naming the user's nodes
+        raise
+
+
+def _read_as_written(m: onnx.ModelProto, reference: ReferenceProfile) -> None:
+    """Read the user's own model `m` where ORT's rewrite of it is what the IR is built
+    from: its errors (`FrontendError`) name its own nodes; its IR is discarded."""
+    dyn = dynamic_inputs(m)
+    _Builder(with_batch(m, dyn, 1) if dyn else m, reference, naming=True).run()
+
+
+def _has_float16(m: onnx.ModelProto) -> bool:
+    """Whether the (shape-inferred) model has a float16 value, initializer or constant."""
+    f16 = TensorProto.FLOAT16
+    g = m.graph
+    if any(vi.type.tensor_type.elem_type == f16 for vi in [*g.input, *g.value_info, *g.output]):
+        return True
+    if any(i.data_type == f16 for i in g.initializer):
+        return True
+    return any(
+        a.t.data_type == f16 or (a.name == "to" and a.i == f16) for n in g.node for a in n.attribute
+    )
+
+
+def _built(
+    m: onnx.ModelProto, user: onnx.ModelProto, reference: ReferenceProfile, batch: int | None
+) -> tuple[Graph, onnx.ModelProto]:
+    """`_to_ir`'s IR of the model it reads, `m` (the user's own model `user`, or ORT's
+    rewrite of it): built at `batch` once its rows are shown independent."""
     dynamic = dynamic_inputs(m)
     built: dict[int, Graph] = {}  # batch size -> the IR built at it (each built once)
     if dynamic:
