@@ -368,8 +368,8 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
         lut = luts.get(id(p.lut))
         if lut is None:
             lut = luts[id(p.lut)] = replace(p.lut, table=table)
-        # `replace`, or even the constructor, cost most of a per-channel record's stripping
-        return p.copy_with(lut=lut)
+        # `replace` cost most of a per-channel record's stripping
+        return p.with_lut(lut)
 
     if isinstance(post, PostProcess):
         return one(post)

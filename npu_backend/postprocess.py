@@ -362,6 +362,13 @@ class PostProcess:
             _SET(new, k, v)
         return new
 
+    def with_lut(self, lut: LutParams | None) -> PostProcess:
+        """`dataclasses.replace(self, lut=lut)`, by the constructor's positional form (a
+        per-channel op's records copy thousands)."""
+        return PostProcess(
+            self.requant, self.clip, self.function, lut, self.out_type, self.out_zp, self.add
+        )
+
     def with_requants(self, requants: Iterable[RequantParams]) -> list[PostProcess]:
         """`[self.copy_with(requant=rq) for rq in requants]`, made at once (a per-channel
         op's columns differ only in their requantization)."""
@@ -369,7 +376,7 @@ class PostProcess:
 
     def without_lut(self) -> PostProcess:
         """The requantize (+add +clip) part alone: the unfused MatMul's epilogue."""
-        return PostProcess(requant=self.requant, clip=self.clip, add=self.add)
+        return PostProcess(self.requant, self.clip, None, None, None, None, self.add)
 
     def requant_only(self) -> PostProcess:
         """The requantization alone (a MatMul whose add, clip and table run as separate ops)."""
@@ -410,6 +417,8 @@ def _acc_term(post: PostProcess) -> Term:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(PostProcess))
+if _FIELDS != ("requant", "clip", "function", "lut", "out_type", "out_zp", "add"):
+    raise ImportError("PostProcess.with_lut/without_lut call the constructor in another order")
 _FIELD_SET = frozenset(_FIELDS)
 _RQ_FIELDS = tuple(f.name for f in dataclasses.fields(RequantParams))
 
@@ -618,6 +627,12 @@ def requant_for_columns(rq: RequantParams | Sequence[RequantParams], n: int) -> 
 
 
 ELTWISE_RECORD_BYTES = 32  # header, three float32 values, three zero points, flags
+
+
+def column_record_nbytes(posts: Iterable[PostProcess]) -> int:
+    """`max(record_nbytes(p) for p in posts)` (one column's record at most), read at once:
+    every column's record is 16 bytes, 28 with an add stage."""
+    return 16 + (12 if any(p.add is not None for p in posts) else 0)
 
 
 def record_nbytes(post: Post | EltwiseParams) -> int:

@@ -28,7 +28,7 @@ from prover.conv import halo_rows
 from prover.inttypes import int_type
 
 from .lowered import NpuMatMul
-from .postprocess import posts_of, record_nbytes
+from .postprocess import column_record_nbytes, posts_of, record_nbytes
 from .target import Target
 
 ALIGN = 64
@@ -93,7 +93,7 @@ def staging_sizes(step: NpuMatMul) -> _Sizes:
     out_t = posts[0].output_type if posts else "int32"
     per_col = fixed = 0
     if isinstance(step.post, tuple):
-        per_col = max(record_nbytes(p) for p in posts)
+        per_col = column_record_nbytes(posts)
     elif posts:
         fixed = record_nbytes(posts[0])
     return _Sizes(

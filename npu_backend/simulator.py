@@ -62,15 +62,24 @@ from .isa import (
     Requant,
     TableLoad,
     strip_tables,
+    table_of,
     with_table,
 )
 from .lowered import HostKernel, HostOnnx, dtype_name, numpy_dtype
-from .postprocess import apply_columns
+from .postprocess import Post, apply_columns
 from .program import Program
 from .schedule import ACC_BYTES
 from .target import Schedule, Target
 
 TABLE_ENTRY_BYTES = 1  # table entries are int8/uint8
+
+
+def _own_table(post: Post) -> tuple[int, ...] | None:
+    """The one table `post` uses (`table_of`), or None (none, or several)."""
+    try:
+        return table_of(post)
+    except ValueError:
+        return None
 
 
 class SimulatorError(RuntimeError):
@@ -476,8 +485,11 @@ class Machine:
         self.c.read("pmem", 16 * (len(rec) if isinstance(rec, tuple) else 1))
         return rec
 
-    def _post_state(self, ins: MatMul, acc_size: int) -> tuple[Any, tuple[int, ...] | None]:
-        """The parameter record (checked against the descriptor) and table of a MatMul."""
+    def _applied_post(self, ins: MatMul, acc_size: int) -> Post:
+        """The epilogue a MatMul applies: its parameter record (checked against the
+        descriptor) with the table read from table memory. Where that table is the
+        descriptor's own, the record with it is the descriptor's epilogue, which is applied
+        (a per-channel epilogue's thousands of columns are not copied for it)."""
         post = ins.enabled_post()
         record = self._record(ins.param_addr, ins.name)
         if record != strip_tables(post):
@@ -486,7 +498,9 @@ class Machine:
         if ins.table_slot is not None:
             table = self.table(ins.table_slot, ins.name)
             self.c.read("tmem", acc_size * TABLE_ENTRY_BYTES)
-        return record, table
+        if table is not None and _own_table(post) == table:
+            return post
+        return with_table(record, table)
 
     def _a_zp(self, ins: MatMul) -> int:
         """The MatMul's input zero point: the descriptor's, or read from dram at run time."""
@@ -510,10 +524,7 @@ class Machine:
         c.read("sram", a.nbytes)
         c.read("wmem", w.nbytes + (0 if bias is None else bias.nbytes))
         acc = ins.accumulate(a, w, bias, self._a_zp(ins))
-        table = None
-        if ins.post_enable:
-            _, table = self._post_state(ins, acc.size)
-        out = ins.epilogue(acc, table)
+        out = apply_columns(self._applied_post(ins, acc.size), acc) if ins.post_enable else acc
         self.put(ins.out, out, self.program.tensors[ins.out].dtype, ins.name)
         rows = acc.size // max(1, w.shape[-1])  # output rows (a conv's: output positions)
         sch = self.schedule
@@ -543,10 +554,9 @@ class Machine:
         width = n1 - n0
         w_cols = w[:, n0:n1]
         b_cols = None if bias is None else np.asarray(bias)[n0:n1]
-        post = table = None
+        post = None
         if ins.post_enable:
-            record, table = self._post_state(ins, rows * width)
-            post = with_table(record, table)
+            post = self._applied_post(ins, rows * width)
         dtype = self.program.tensors[ins.out].dtype
         out_b = np.dtype(dtype).itemsize
         out, done = self.partial.get(ins.out) or (
@@ -637,11 +647,10 @@ class Machine:
             raise SimulatorError(f"{ins.name}: {e}") from None
         width = n1 - n0
         b_cols = None if bias is None else np.asarray(bias)[n0:n1].astype(np.int64)
-        post = table = None
+        post = None
         positions = a.shape[0] * int(np.prod(out_sp))
         if ins.post_enable:
-            record, table = self._post_state(ins, positions * width)
-            post = with_table(record, table)
+            post = self._applied_post(ins, positions * width)
         dtype = self.program.tensors[ins.out].dtype
         out_shape = (a.shape[0], *out_sp, n)
         out, done = self.partial.get(ins.out) or (

@@ -252,3 +252,20 @@ def test_an_epilogues_validation_is_kept_for_the_same_posts_in_another_tuple(mon
     named = v._posts_issues(step(tuple(posts), "other"), caps, FLOAT, "MatMul")
     assert made == ["mm", "mm", "mm", "other"]
     assert [i.step for i in named] == ["other"] * len(first)
+
+
+def test_a_posts_lut_replaced_or_dropped_and_the_largest_column_record():
+    """`with_lut` and `without_lut` (the constructor called positionally) are the replaced
+    posts; `column_record_nbytes` is the largest column's record, 28 bytes only where some
+    column has an add stage."""
+    from npu_backend.postprocess import column_record_nbytes, record_nbytes
+
+    p = _full_post()
+    assert p.lut is not None
+    other = dataclasses.replace(p.lut, table=None)
+    assert p.with_lut(other) == dataclasses.replace(p, lut=other)
+    assert p.without_lut() == PostProcess(requant=p.requant, clip=p.clip, add=p.add)
+    plain = dataclasses.replace(p, add=None)
+    for posts in ([plain], [p], [plain, plain, p], [plain] * 3):
+        assert column_record_nbytes(posts) == max(record_nbytes(q) for q in posts)
+    assert column_record_nbytes([plain]) == 16 and column_record_nbytes([plain, p]) == 28
