@@ -3,6 +3,8 @@ vectorised, members equal to the per-column obligations, and the lowering pass u
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from models import matmul_activation
@@ -431,3 +433,52 @@ def test_a_sites_family_reads_filled_groups_by_their_scale_and_builds_none_of_th
     fam, covered = site_family(SimpleNamespace(id=site.id, post=mixed), rng, Policy(0))
     assert 1 not in covered and covered == set(range(len(groups))) - {1}
     assert "before" in odd.__dict__
+
+
+def test_a_run_of_filled_groups_is_read_at_once_where_it_stands_as_made(monkeypatch):
+    """`build_columns` records the groups it filled from one template (`FilledRun`); the
+    site's family reads such a run at once, and it is the family its groups give one by
+    one (same hash and groups), columns sharing a scale included. A run whose groups no
+    longer stand as made (one replaced), or whose first group is another object, is read
+    group by group."""
+    from types import SimpleNamespace
+
+    import compiler.proving.families as fams
+    from compiler.ir.accumulator import acc_range
+    from compiler.ir.epilogue import ColumnGroup, build_columns
+
+    t = load_target("npu_backend/targets/npu_float.toml")
+    r = compile_model(matmul_activation(K=16, N=24, per_channel=True), "bitwise", t)
+    (site,) = r.sites
+    rq = site.compute.attrs["requant"]
+    rng = acc_range(site.compute)
+    runs: list[int] = []
+    real = fams._add_run
+
+    def counted(run, at, *a):
+        runs.append(at)
+        return real(run, at, *a)
+
+    monkeypatch.setattr(fams, "_add_run", counted)
+
+    def both(groups):
+        runs.clear()
+        got = fams.site_family(SimpleNamespace(id=site.id, post=groups), rng, Policy(0))
+        read = list(runs)
+        plain = [ColumnGroup(g.columns, g.before, g.post, g.acc_offset) for g in groups]
+        want = fams.site_family(SimpleNamespace(id=site.id, post=plain), rng, Policy(0))
+        assert got is not None and want is not None
+        assert got[0].hash == want[0].hash and got[1] == want[1]
+        return read
+
+    n = len(rq["scale"])
+    for scales in (rq["scale"], tuple(rq["scale"][j % 5] for j in range(n))):
+        site.compute.attrs["requant"] = {**rq, "scale": scales}
+        groups = build_columns(site, t)
+        assert both(groups) == [1]  # the run after the first group, at once
+    site.compute.attrs["requant"] = rq
+    groups = build_columns(site, t)
+    replaced = [*groups[:3], dataclasses.replace(groups[3]), *groups[4:]]
+    assert both(replaced) == []
+    first = ColumnGroup(groups[0].columns, groups[0].before, groups[0].post.copy_with(), 0)
+    assert both([first, *groups[1:]]) == []

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -100,6 +100,7 @@ class FilledGroup(ColumnGroup):
 
     template: Term | None
     scale: float
+    run: FilledRun | None = None  # the groups `build_columns` filled with this one
 
     def __init__(
         self,
@@ -110,12 +111,15 @@ class FilledGroup(ColumnGroup):
         *,
         template: Term | None = None,
         scale: float = 0.0,
+        run: FilledRun | None = None,
     ) -> None:
         assert post is not None and (before is None) != (template is None)
         self.columns, self.post, self.acc_offset = columns, post, acc_offset
         self.template, self.scale = template, scale
         if before is not None:
             self.before = before
+        if run is not None:
+            self.run = run
 
     def __getattr__(self, name: str) -> Term:
         # only reached while `before` is not in the instance: fill it on first read
@@ -124,6 +128,22 @@ class FilledGroup(ColumnGroup):
         before = fill(self.template, self.scale)
         self.before = before
         return before
+
+
+@dataclass(eq=False)
+class FilledRun:
+    """The groups `build_columns` filled from one template, in order, as it made them, where
+    every post is `proto` but for its float32 requantizer's scale: each group's `scale`
+    (`fill_scales`), its post's requantization scale (`after_scales`) and its columns
+    (`compiler.proving.families.site_family` reads a run at once where its groups still
+    stand in a site's list as made)."""
+
+    template: Term
+    proto: PostProcess
+    fill_scales: list[float]
+    after_scales: list[float]
+    columns: list[tuple[int, ...]]
+    groups: list[FilledGroup] = field(default_factory=list)
 
 
 @lru_cache(maxsize=4096)
@@ -427,9 +447,11 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         else None
     )
     out_type, out_zp = act.attrs["out_type"], int(act.attrs["out_zp"])
+    bulk = False
     for j in range(n_cols):
         if template is not None and rqs is not None and bias is None:
             filled += _filled_rest(template, scales, rqs, built, j, groups)
+            bulk = True
             break
         key = (
             scales[j] if stage == -1 else None,
@@ -476,16 +498,26 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         for (before, post, offset), cols in groups.items()
     ]
     if filled:
-        t, sc, p, cs, last_j = filled[-1]
-        last = FilledGroup(tuple(cs), post=p, template=t, scale=sc)
+        run = None
+        cols_of = [tuple(cs) for _, _, _, cs, _ in filled]
+        if bulk and template is not None and caps.requant_scheme == "float32":
+            # float32 requantizers (`requant_from_scales`): only their scales differ, all set
+            after = cast(list[float], [p.requant.scale for _, _, p, _, _ in filled])
+            proto = next(iter(groups))[1]
+            run = FilledRun(template, proto, [sc for _, sc, _, _, _ in filled], after, cols_of)
+        t, sc, p, _, last_j = filled[-1]
+        last = FilledGroup(cols_of[-1], post=p, template=t, scale=sc, run=run)
         own = chain_term(site, requant_term(Var("acc"), c.attrs["requant"], last_j), last_j, None)
         if own != last.before:
             raise InternalError(f"{site.id}: column {last_j}'s epilogue is not its scale's fill")
-        out += [
-            FilledGroup(tuple(cols), post=p, template=t, scale=sc)
-            for t, sc, p, cols, _ in filled[:-1]
+        made = [
+            FilledGroup(cols, post=p, template=t, scale=sc, run=run)
+            for (t, sc, p, _, _), cols in zip(filled[:-1], cols_of, strict=False)
         ]
-        out.append(last)
+        made.append(last)
+        if run is not None:
+            run.groups = made
+        out += made
     return out
 
 

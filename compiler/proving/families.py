@@ -19,6 +19,7 @@ no pass and decides nothing.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import InternalError
-from compiler.ir.epilogue import ColumnGroup, FilledGroup
+from compiler.ir.epilogue import ColumnGroup, FilledGroup, FilledRun
 from compiler.ir.graph import Node
 from compiler.ir.semantics import requant_term
 from compiler.ir.site import Site
@@ -107,6 +108,40 @@ def _alike_to(first: ColumnGroup) -> Callable[[ColumnGroup], bool]:
     return alike
 
 
+def _whole_run(run: FilledRun, groups: Sequence[ColumnGroup], at: int, first: ColumnGroup) -> bool:
+    """Whether `groups[at:]` starts with `run`'s groups (the same objects) and each one's
+    after term is `first`'s with its own requantization scale (`_alike_to`: the run's
+    posts are `first`'s but for that scale, and its offsets, 0, are `first`'s)."""
+    n = len(run.groups)
+    return (
+        run.proto is first.post
+        and first.acc_offset == 0
+        and run.proto.requant.scale is not None
+        and n > 0
+        and all(map(operator.is_, groups[at : at + n], run.groups))
+    )
+
+
+def _add_run(
+    run: FilledRun, at: int, sb: list[float], sa: list[float], cols: list[int], member_of: list[int]
+) -> int:
+    """Append `run`'s members (its groups at `at`..) to the family's lists; the index after."""
+    n = len(run.groups)
+    if all(len(c) == 1 for c in run.columns):
+        sb += run.fill_scales
+        sa += run.after_scales
+        cols += [c[0] for c in run.columns]
+        member_of += range(at, at + n)
+    else:
+        for k, c in enumerate(run.columns):
+            m = len(c)
+            sb += [run.fill_scales[k]] * m
+            sa += [run.after_scales[k]] * m
+            cols += c
+            member_of += [at + k] * m
+    return at + n
+
+
 def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[int]] | None:
     """(the family of `site`'s epilogue groups that are identities, the indices of those
     groups in `site.post`), or None when no group is one."""
@@ -134,7 +169,15 @@ def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[in
         return is_tb[id(t)]
 
     alike = _alike_to(first)
-    for gi, grp in enumerate(groups):
+    gi = 0
+    while gi < len(groups):
+        grp = groups[gi]
+        run = getattr(grp, "run", None)  # a FilledGroup's
+        if run is not None and _whole_run(run, groups, gi, first) and filled_from_tb(grp):
+            # the run's groups, still as made: members by their scales, read at once
+            gi = _add_run(run, gi, sb, sa, cols, member_of)
+            continue
+        gi += 1
         # a group filled from tb's template is its member by its scale, its term unbuilt
         hb = float(grp.scale) if filled_from_tb(grp) else scale_in(grp.before, tb[0], pb)
         if hb is None:
@@ -146,16 +189,10 @@ def site_family(site: Site, r: AccRange, policy: Policy) -> tuple[Family, set[in
         if ha is None:
             continue
         n = len(grp.columns)
-        if n == 1:
-            sb.append(hb)
-            sa.append(ha)
-            cols.append(grp.columns[0])
-            member_of.append(gi)
-        else:
-            sb += [hb] * n
-            sa += [ha] * n
-            cols += grp.columns
-            member_of += [gi] * n
+        sb += [hb] * n
+        sa += [ha] * n
+        cols += grp.columns
+        member_of += [gi - 1] * n
     if not cols:
         return None
     for gi in {member_of[0], member_of[-1]}:  # built alike: the first and the last say so
