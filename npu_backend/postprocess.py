@@ -478,6 +478,9 @@ def _column_plan(
     hit = _PLANS.get(post)
     if hit is not None:
         return hit
+    one = _one_float_group(post)
+    if one is not None:
+        return _PLANS.put(post, ([one], []))
     # by object first (a group's columns share one), then float32 requantizers by their tail
     # (objects equal but apart are requantized by their own scale: the same values)
     by_id: dict[int, list[int]] = {}
@@ -518,6 +521,35 @@ def _column_plan(
             _FloatGroup(members, cols, np.repeat(scales, counts), np.repeat(zps, counts))
         )
     return _PLANS.put(post, (float_groups, list(groups.items())))
+
+
+def _one_float_group(post: tuple[PostProcess, ...]) -> _FloatGroup | None:
+    """`_column_plan`'s answer where it is one float32 group of every column in order (and
+    no other columns): distinct posts, each with a float32 requantizer, sharing their later
+    stages and requantized type (the same objects: a per-channel op's columns as made);
+    None otherwise, without deciding more."""
+    n = len(post)
+    if n < 2:
+        return None
+    p0 = post[0]
+    ot, add, clip, lut = p0.requant.out_type, p0.add, p0.clip, p0.lut
+    for p in post:
+        rq = p.requant
+        if (
+            rq.scheme != "float32"
+            or p.lut is not lut
+            or p.add is not add
+            or p.clip is not clip
+            or rq.out_type is not ot
+        ):
+            return None
+    if len({id(p) for p in post}) != n:
+        return None
+    members = list(post)
+    _check_requants(members)
+    scales = np.fromiter((p.requant.scale for p in members), np.float64, n).astype(np.float32)
+    zps = np.fromiter((p.requant.zp for p in members), np.int64, n)
+    return _FloatGroup(members, list(range(n)), scales, zps)
 
 
 def _tail_key(p: PostProcess) -> tuple[str, Term]:

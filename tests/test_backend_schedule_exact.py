@@ -108,6 +108,39 @@ def test_grouped_epilogues_equal_column_by_column_evaluation():
     np.testing.assert_array_equal(apply_columns(other, acc), _one_by_one(post, acc))
 
 
+def test_a_per_channel_epilogue_as_made_is_one_float_group_of_its_columns_in_order(monkeypatch):
+    """Distinct posts with float32 requantizers sharing their later stages (the same
+    objects: `with_requants`) are planned at once as one float32 group, the grouping the
+    general plan gives; a shared object, or an equal stage that is another object, takes
+    the general plan. The values equal column-by-column evaluation either way."""
+    from npu_backend import postprocess as pp
+
+    rng = np.random.default_rng(5)
+    n = 64
+    p = PostProcess(requant_from_scale(0.001, 1, "int8", "float32"), (-60, 90), "sigmoid",
+                    lut_params(FLOAT, "sigmoid"))  # fmt: skip
+    scales = [float(np.float32(v)) for v in 0.0004 * (1 + 3 * rng.random(n))]
+    post = tuple(p.with_requants(p.requant.with_scales(scales)))
+    acc = rng.integers(-(2**20), 2**20, (17, n))
+    one = pp._one_float_group
+    fast = one(post)
+    assert fast is not None and fast.cols == list(range(n)) and fast.members == list(post)
+    np.testing.assert_array_equal(apply_columns(post, acc), _one_by_one(post, acc))
+    (planned,), others = pp._column_plan(post)  # planned at once, kept by identity
+    assert others == [] and planned.cols == fast.cols and planned.members == fast.members
+    monkeypatch.setattr(pp, "_one_float_group", lambda post: None)  # the general grouping
+    (whole,), rest = pp._column_plan(tuple(list(post)))  # another tuple: planned again
+    assert rest == [] and whole.cols == fast.cols and whole.members == fast.members
+    assert np.array_equal(whole.scales, fast.scales) and np.array_equal(whole.zps, fast.zps)
+    shared = (*post[:5], post[3], *post[6:])  # one object in two columns
+    assert one(shared) is None
+    np.testing.assert_array_equal(apply_columns(shared, acc), _one_by_one(shared, acc))
+    twin = dataclasses.replace(post[7], lut=dataclasses.replace(post[7].lut))
+    apart = (*post[:7], twin, *post[8:])  # an equal table that is another object
+    assert one(apart) is None
+    np.testing.assert_array_equal(apply_columns(apart, acc), _one_by_one(apart, acc))
+
+
 def test_large_operands_near_their_zero_point_take_the_int64_path():
     """|a - a_zp| <= 1 but a and a_zp are beyond 2^53: float64 would round both to 2^60."""
     a = np.array([[2**60 + 1, 2**60 + 3]], dtype=np.int64)
