@@ -79,6 +79,20 @@ class RequantParams:
     multiplier: int | None = None
     shift: int | None = None
 
+    def __hash__(self) -> int:
+        """The dataclass's hash (of the fields), computed once: a per-channel op's columns
+        each have one, hashed with their post wherever that is a key (codegen's parameter
+        records, of copies sharing it). Not pickled or copied (a str hash is per process)."""
+        h = getattr(self, "_hash", None)  # not `self.__dict__`: see `prover.terms._memo`
+        if h is None:
+            h = hash((self.scheme, self.zp, self.out_type, self.scale, self.multiplier,
+                      self.shift))  # fmt: skip
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def term(self, x: Term) -> Term:
         """The requantization as a kernel term over `x`."""
         if self.scheme == "float32":

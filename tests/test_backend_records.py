@@ -269,3 +269,26 @@ def test_a_posts_lut_replaced_or_dropped_and_the_largest_column_record():
     for posts in ([plain], [p], [plain, plain, p], [plain] * 3):
         assert column_record_nbytes(posts) == max(record_nbytes(q) for q in posts)
     assert column_record_nbytes([plain]) == 16 and column_record_nbytes([plain, p]) == 28
+
+
+def test_a_requantizers_kept_hash_is_its_fields_and_is_not_copied():
+    """`RequantParams` keeps its hash (a per-channel op's records hash thousands of posts
+    sharing them): the hash of its fields, equal for equal requantizers, and neither a
+    replaced copy, a copy made at once nor a pickled one carries it over."""
+    import pickle
+
+    rq = RequantParams("float32", 1, "int8", 0.5)
+    assert hash(rq) == hash(("float32", 1, "int8", 0.5, None, None))
+    assert hash(rq) == hash(RequantParams("float32", 1, "int8", 0.5))
+    hashed = dataclasses.replace(rq, scale=0.25)
+    hash(hashed)
+    assert "_hash" in vars(hashed)
+    for copy in (
+        dataclasses.replace(hashed),
+        hashed.with_scales([0.25])[0],
+        pickle.loads(pickle.dumps(hashed)),
+    ):
+        assert "_hash" not in vars(copy)
+        assert hash(copy) == hash(("float32", 1, "int8", 0.25, None, None)) != hash(rq)
+    fixed = RequantParams("fixed_double", 0, "int8", multiplier=1 << 30, shift=-3)
+    assert hash(fixed) == hash(("fixed_double", 0, "int8", None, 1 << 30, -3))
