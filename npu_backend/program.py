@@ -397,6 +397,9 @@ def _posts_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str:
     thousands of columns alike but for their requantization scale: the first one's text is
     written with a marker for the scale and the others fill it in (the encoder writes a
     finite float as its `repr`); tables enter the pool in the same order."""
+    alike = _alike_text(posts, pool)
+    if alike is not None:
+        return alike
     texts: dict[int, str] = {}  # by id: a group's columns share one object
     out: list[str] = []
     for p in posts:
@@ -407,10 +410,52 @@ def _posts_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str:
     return "[" + ",".join(out) + "]"
 
 
+def _alike_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str | None:
+    """`_posts_text` where every post is the first one but for its requantization's scale
+    (all other fields the same objects: a per-channel op's columns as made) and each scale
+    a finite float: the first one's template filled with each scale at once; else None."""
+    p0 = posts[0]
+    r0 = p0.requant
+    for p in posts:
+        rq = p.requant
+        if not (
+            p.lut is p0.lut
+            and p.add is p0.add
+            and p.clip is p0.clip
+            and p.function is p0.function
+            and p.out_type is p0.out_type
+            and p.out_zp is p0.out_zp
+            and rq.scheme is r0.scheme
+            and rq.zp is r0.zp
+            and rq.out_type is r0.out_type
+            and rq.multiplier is r0.multiplier
+            and rq.shift is r0.shift
+        ):
+            return None
+    scales = [p.requant.scale for p in posts]
+    if not all(type(v) is float and math.isfinite(v) for v in scales):
+        return None
+    parts = _template(p0, pool)
+    if parts is None:
+        return None
+    head, tail = parts
+    return "[" + ",".join([head + repr(v) + tail for v in scales]) + "]"
+
+
 def _post_text(p: PostProcess, pool: _Pool) -> str:
-    rq, scale = p.requant, p.requant.scale
+    scale = p.requant.scale
     if not (isinstance(scale, float | np.floating) and math.isfinite(scale)):
         return _MANIFEST_TEXT(_encode(p, pool))
+    parts = _template(p, pool)
+    if parts is None:
+        return _MANIFEST_TEXT(_encode(p, pool))
+    return parts[0] + repr(float(scale)) + parts[1]
+
+
+def _template(p: PostProcess, pool: _Pool) -> tuple[str, str] | None:
+    """The text of `p` but its requantization scale, as the two parts around that scale
+    (None where its text does not hold it once), made once per shape in the pool."""
+    rq = p.requant
     key = (rq.scheme, rq.zp, rq.out_type, rq.multiplier, rq.shift, p.clip, p.function,
            id(p.lut), p.out_type, p.out_zp, p.add)  # fmt: skip
     parts = pool.templates.get(key)
@@ -419,9 +464,7 @@ def _post_text(p: PostProcess, pool: _Pool) -> str:
         text = _MANIFEST_TEXT(_encode(marked, pool))
         split = text.split(_SCALE_MARK_TEXT)
         parts = pool.templates[key] = (split[0], split[1]) if len(split) == 2 else None
-    if parts is None:
-        return _MANIFEST_TEXT(_encode(p, pool))
-    return parts[0] + repr(float(scale)) + parts[1]
+    return parts
 
 
 def _blob(v: HostOnnx, pool: _Pool) -> str:

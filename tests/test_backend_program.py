@@ -233,6 +233,35 @@ def test_a_per_column_epilogue_is_written_from_one_text_per_shape_with_the_same_
     assert Program.from_bytes(got).instructions == prog.instructions
 
 
+def test_a_per_channel_epilogue_as_made_is_written_at_once_with_the_same_bytes(monkeypatch):
+    """Posts alike but for their requantization scale (the other fields the same objects:
+    `with_requants`) are written from one template at once, extreme scales included: the
+    text written post by post. A post whose scale is not a finite float, or one field of
+    another object, is written post by post (the general path)."""
+    import dataclasses
+
+    import npu_backend.program as P
+
+    p = fused_post(FLOAT, scale=0.003, clip=(-7, 90))
+    scales = [0.003, 1e-300, 5e-324, 0.1, 3.0, 0.003, 2.0**-126]
+    posts = tuple(p.with_requants(p.requant.with_scales(scales)))
+    calls: list[int] = []
+    real = P._post_text
+    monkeypatch.setattr(P, "_post_text", lambda q, pool: calls.append(1) or real(q, pool))
+    for case in (
+        posts,
+        (*posts[:3], dataclasses.replace(posts[3], clip=tuple([-7, 90])), *posts[4:]),
+        (*posts[:2], posts[2].copy_with(requant=posts[2].requant.with_scales([float("inf")])[0]),
+         *posts[3:]),
+    ):  # fmt: skip
+        calls.clear()
+        spliced, plain = P._Pool(), P._Pool()
+        want = P._MANIFEST_TEXT([P._encode(q, plain) for q in case])
+        assert P._posts_text(case, spliced) == want
+        assert list(spliced.tables.items()) == list(plain.tables.items())
+        assert (calls == []) == (case is posts)  # only the posts as made are written at once
+
+
 def test_the_streamed_manifest_is_the_one_built_whole():
     """The program file is written instruction by instruction, its host subgraphs named
     first and its tables last: the manifest is the canonical JSON of the whole program
