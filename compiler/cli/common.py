@@ -211,13 +211,16 @@ def check_model_file(
         for t, loc, offset, to_end in pending:
             assert read is not None
             read.add_external(loc, offset, to_end, t.raw_data)
+    # the file's own bytes are the model where no external tensor was read into it: the
+    # checker and the shape inference take them instead of the model serialised again
+    raw = None if locations else data
     try:
-        check_structure(model)
+        check_structure(model if raw is None else raw)
     except (onnx.checker.ValidationError, ValueError, RuntimeError) as e:
         # ValueError covers UnicodeDecodeError: the checker decodes names and strings
         # of a corrupt file as UTF-8 before it can say anything about them.
         raise UsageError(f"invalid ONNX model {path}: {one_line(e)}") from None
-    return infer(model)
+    return infer(model, raw)
 
 
 def _tensors(model: Any) -> Any:

@@ -31,18 +31,20 @@ def one_line(e: BaseException) -> str:
     return " ".join(lines)[:400] if lines else type(e).__name__
 
 
-def check_structure(m: onnx.ModelProto) -> None:
-    """The ONNX checker without shape inference; raises ONNX's own errors."""
+def check_structure(m: onnx.ModelProto | bytes) -> None:
+    """The ONNX checker without shape inference (of a model or its serialised bytes);
+    raises ONNX's own errors."""
     onnx.checker.check_model(m)
 
 
-def infer(m: onnx.ModelProto) -> CheckedModel:
+def infer(m: onnx.ModelProto, data: bytes | None = None) -> CheckedModel:
     """`m` (already through `check_structure`) with strictly inferred shapes, types checked
     (what the checker's `full_check` adds), or FrontendError; also a FrontendError for a
-    model ONNX Runtime refuses although the checker accepts it (`ort_refusals`)."""
+    model ONNX Runtime refuses although the checker accepts it (`ort_refusals`). `data`:
+    `m` serialised, where the caller has it."""
     try:
         inferred = onnx.shape_inference.infer_shapes(
-            m, check_type=True, strict_mode=True, data_prop=True
+            m if data is None else data, check_type=True, strict_mode=True, data_prop=True
         )
     except Exception as e:  # noqa: BLE001 - any inference failure is bad input
         raise FrontendError(f"model fails ONNX validation: {one_line(e)}") from None
