@@ -374,8 +374,7 @@ def _to_ir(
         try:
             r = (integer_reading if integer else float_reading)(m)
         except DefaultSessionRefusal as refusal:  # the model's own errors are named first
-            dyn = dynamic_inputs(m)
-            _Builder(with_batch(m, dyn, 1) if dyn else m, reference, naming=True).run()
+            _read_as_written(m, reference)
             raise FrontendError(str(refusal)) from None
     if r is m:
         return _built(m, user, reference, batch)
