@@ -19,9 +19,8 @@ no pass and decides nothing.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable, Sequence
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Any
 
 import numpy as np
@@ -118,7 +117,7 @@ def _whole_run(run: FilledRun, groups: Sequence[ColumnGroup], at: int, first: Co
         and first.acc_offset == 0
         and run.proto.requant.scale is not None
         and n > 0
-        and all(map(operator.is_, groups[at : at + n], run.groups))
+        and all(map(is_, groups[at : at + n], run.groups))
     )
 
 
