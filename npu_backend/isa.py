@@ -160,7 +160,12 @@ class MatMul:
         """The postprocessing, with the LUT taken from table memory (`table`)."""
         if not self.post_enable:
             return acc
-        return apply_columns(_loaded(self.enabled_post(), table), acc)
+        return apply_columns(self.loaded_post(table), acc)
+
+    def loaded_post(self, table: tuple[int, ...] | None) -> Post:
+        """The epilogue with every LUT holding `table` (what table memory holds): the
+        descriptor's own where that is its table."""
+        return _loaded(self.enabled_post(), table)
 
     def enabled_post(self) -> Post:
         """The epilogue of a descriptor with `post_enable` set (ValueError if it has none)."""
@@ -358,7 +363,12 @@ OPCODES: dict[str, type] = {
 
 
 def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
-    """The epilogue with every LUT's contents replaced by `table` (what tmem holds)."""
+    """The epilogue with every LUT's contents replaced by `table` (what tmem holds); `post`
+    itself where every LUT holds it already (a descriptor run with its own table: a
+    per-channel epilogue's thousands of columns are not copied for it)."""
+    held = {id(p.lut): p.lut for p in posts_of(post) if p.lut is not None}
+    if all(lut.table == table for lut in held.values()):
+        return post
 
     luts: dict[int, LutParams] = {}  # per-channel columns share one LutParams: one copy
 

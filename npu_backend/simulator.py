@@ -62,24 +62,14 @@ from .isa import (
     Requant,
     TableLoad,
     strip_tables,
-    table_of,
-    with_table,
 )
 from .lowered import HostKernel, HostOnnx, dtype_name, numpy_dtype
-from .postprocess import Post, apply_columns
+from .postprocess import apply_columns
 from .program import Program
 from .schedule import ACC_BYTES
 from .target import Schedule, Target
 
 TABLE_ENTRY_BYTES = 1  # table entries are int8/uint8
-
-
-def _own_table(post: Post) -> tuple[int, ...] | None:
-    """The one table `post` uses (`table_of`), or None (none, or several)."""
-    try:
-        return table_of(post)
-    except ValueError:
-        return None
 
 
 class SimulatorError(RuntimeError):
@@ -485,22 +475,18 @@ class Machine:
         self.c.read("pmem", 16 * (len(rec) if isinstance(rec, tuple) else 1))
         return rec
 
-    def _applied_post(self, ins: MatMul, acc_size: int) -> Post:
-        """The epilogue a MatMul applies: its parameter record (checked against the
-        descriptor) with the table read from table memory. Where that table is the
-        descriptor's own, the record with it is the descriptor's epilogue, which is applied
-        (a per-channel epilogue's thousands of columns are not copied for it)."""
-        post = ins.enabled_post()
+    def _table_state(self, ins: MatMul, acc_size: int) -> tuple[int, ...] | None:
+        """The table a MatMul reads from table memory, its parameter record checked against
+        the descriptor (the epilogue it applies is then the descriptor's with that table:
+        `MatMul.loaded_post`)."""
         record = self._record(ins.param_addr, ins.name)
-        if record != strip_tables(post):
+        if record != strip_tables(ins.enabled_post()):
             raise SimulatorError(f"{ins.name}: parameter record does not match the descriptor")
         table = None
         if ins.table_slot is not None:
             table = self.table(ins.table_slot, ins.name)
             self.c.read("tmem", acc_size * TABLE_ENTRY_BYTES)
-        if table is not None and _own_table(post) == table:
-            return post
-        return with_table(record, table)
+        return table
 
     def _a_zp(self, ins: MatMul) -> int:
         """The MatMul's input zero point: the descriptor's, or read from dram at run time."""
@@ -524,7 +510,8 @@ class Machine:
         c.read("sram", a.nbytes)
         c.read("wmem", w.nbytes + (0 if bias is None else bias.nbytes))
         acc = ins.accumulate(a, w, bias, self._a_zp(ins))
-        out = apply_columns(self._applied_post(ins, acc.size), acc) if ins.post_enable else acc
+        table = self._table_state(ins, acc.size) if ins.post_enable else None
+        out = ins.epilogue(acc, table)
         self.put(ins.out, out, self.program.tensors[ins.out].dtype, ins.name)
         rows = acc.size // max(1, w.shape[-1])  # output rows (a conv's: output positions)
         sch = self.schedule
@@ -556,7 +543,7 @@ class Machine:
         b_cols = None if bias is None else np.asarray(bias)[n0:n1]
         post = None
         if ins.post_enable:
-            post = self._applied_post(ins, rows * width)
+            post = ins.loaded_post(self._table_state(ins, rows * width))
         dtype = self.program.tensors[ins.out].dtype
         out_b = np.dtype(dtype).itemsize
         out, done = self.partial.get(ins.out) or (
@@ -650,7 +637,7 @@ class Machine:
         post = None
         positions = a.shape[0] * int(np.prod(out_sp))
         if ins.post_enable:
-            post = self._applied_post(ins, positions * width)
+            post = ins.loaded_post(self._table_state(ins, positions * width))
         dtype = self.program.tensors[ins.out].dtype
         out_shape = (a.shape[0], *out_sp, n)
         out, done = self.partial.get(ins.out) or (
