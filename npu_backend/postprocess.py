@@ -525,45 +525,61 @@ def _column_plan(
             groups.setdefault(pairs[0][0], []).extend(pairs[0][1])
             continue
         members = [p for p, _ in pairs]
-        _check_requants(members)
         counts = [len(c) for _, c in pairs]
-        cols = [j for _, c in pairs for j in c]
-        n = len(members)
-        scales = np.fromiter((p.requant.scale for p in members), np.float64, n).astype(np.float32)
-        zps = np.fromiter((p.requant.zp for p in members), np.int64, n)
-        float_groups.append(
-            _FloatGroup(members, cols, np.repeat(scales, counts), np.repeat(zps, counts))
-        )
+        float_groups.append(_float_group(members, [j for _, c in pairs for j in c], counts))
     return _PLANS.put(post, (float_groups, list(groups.items())))
 
 
 def _one_float_group(post: tuple[PostProcess, ...]) -> _FloatGroup | None:
     """`_column_plan`'s answer where it is one float32 group of every column in order (and
-    no other columns): distinct posts, each with a float32 requantizer, sharing their later
-    stages and requantized type (the same objects: a per-channel op's columns as made);
-    None otherwise, without deciding more."""
+    no other columns): distinct posts with float32 requantizers, alike but for their scale
+    (`alike_but_scale`: a per-channel op's columns as made); None otherwise, without
+    deciding more."""
     n = len(post)
-    if n < 2:
+    if n < 2 or post[0].requant.scheme != "float32" or not alike_but_scale(post):
         return None
-    p0 = post[0]
-    ot, add, clip, lut = p0.requant.out_type, p0.add, p0.clip, p0.lut
-    for p in post:
-        rq = p.requant
-        if (
-            rq.scheme != "float32"
-            or p.lut is not lut
-            or p.add is not add
-            or p.clip is not clip
-            or rq.out_type is not ot
-        ):
-            return None
     if len({id(p) for p in post}) != n:
         return None
-    members = list(post)
+    return _float_group(list(post), list(range(n)), None)
+
+
+def _float_group(
+    members: list[PostProcess], cols: list[int], counts: list[int] | None
+) -> _FloatGroup:
+    """The float32 group of `members` (checked), whose columns `cols` are `counts[k]` of
+    member k's in turn (one each without `counts`)."""
     _check_requants(members)
+    n = len(members)
     scales = np.fromiter((p.requant.scale for p in members), np.float64, n).astype(np.float32)
     zps = np.fromiter((p.requant.zp for p in members), np.int64, n)
-    return _FloatGroup(members, list(range(n)), scales, zps)
+    if counts is None:
+        return _FloatGroup(members, cols, scales, zps)
+    return _FloatGroup(members, cols, np.repeat(scales, counts), np.repeat(zps, counts))
+
+
+def alike_but_scale(posts: Sequence[PostProcess]) -> bool:
+    """Whether every post is the first one but for its requantization's scale: every other
+    field, and every other field of its requantizer, the same object (a per-channel op's
+    columns as made: `PostProcess.with_requants` of `RequantParams.with_scales`)."""
+    p0 = posts[0]
+    r0 = p0.requant
+    for p in posts:
+        rq = p.requant
+        if not (
+            p.lut is p0.lut
+            and p.add is p0.add
+            and p.clip is p0.clip
+            and p.function is p0.function
+            and p.out_type is p0.out_type
+            and p.out_zp is p0.out_zp
+            and rq.scheme is r0.scheme
+            and rq.zp is r0.zp
+            and rq.out_type is r0.out_type
+            and rq.multiplier is r0.multiplier
+            and rq.shift is r0.shift
+        ):
+            return False
+    return True
 
 
 def _tail_key(p: PostProcess) -> tuple[str, Term]:
@@ -675,16 +691,20 @@ def requant_for_columns(rq: RequantParams | Sequence[RequantParams], n: int) -> 
 ELTWISE_RECORD_BYTES = 32  # header, three float32 values, three zero points, flags
 
 
+def _column_record_nbytes(add: bool) -> int:
+    """One column parameter set's record: a 16-byte header, plus 12 bytes (two float32
+    ratios and the constant) with a post-requantization add stage."""
+    return 16 + (12 if add else 0)
+
+
 def column_record_nbytes(posts: Iterable[PostProcess]) -> int:
-    """`max(record_nbytes(p) for p in posts)` (one column's record at most), read at once:
-    every column's record is 16 bytes, 28 with an add stage."""
-    return 16 + (12 if any(p.add is not None for p in posts) else 0)
+    """`max(record_nbytes(p) for p in posts)` (one column's record at most), read at once."""
+    return _column_record_nbytes(any(p.add is not None for p in posts))
 
 
 def record_nbytes(post: Post | EltwiseParams) -> int:
-    """Size of a parameter record: a 16-byte header per column parameter set, plus 12
-    bytes (two float32 ratios and the constant) per post-requantization add stage; an
-    elementwise unit's record is `ELTWISE_RECORD_BYTES`."""
+    """Size of a parameter record: each column parameter set's (`_column_record_nbytes`);
+    an elementwise unit's record is `ELTWISE_RECORD_BYTES`."""
     if isinstance(post, EltwiseParams):
         return ELTWISE_RECORD_BYTES
-    return sum(16 + (12 if p.add is not None else 0) for p in posts_of(post))
+    return sum(_column_record_nbytes(p.add is not None) for p in posts_of(post))

@@ -33,7 +33,7 @@ from prover.terms import to_json as term_to_json
 
 from .isa import OPCODES, Instruction
 from .lowered import ORT_LEVELS, HostKernel, HostOnnx, TensorSpec
-from .postprocess import LutParams, PostProcess, RequantParams
+from .postprocess import LutParams, PostProcess, RequantParams, alike_but_scale
 
 FORMAT = "npu-program"
 VERSION = 2  # 2: each distinct LUT table once, in "tables" (`_Pool`)
@@ -412,30 +412,14 @@ def _posts_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str:
 
 def _alike_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str | None:
     """`_posts_text` where every post is the first one but for its requantization's scale
-    (all other fields the same objects: a per-channel op's columns as made) and each scale
-    a finite float: the first one's template filled with each scale at once; else None."""
-    p0 = posts[0]
-    r0 = p0.requant
-    for p in posts:
-        rq = p.requant
-        if not (
-            p.lut is p0.lut
-            and p.add is p0.add
-            and p.clip is p0.clip
-            and p.function is p0.function
-            and p.out_type is p0.out_type
-            and p.out_zp is p0.out_zp
-            and rq.scheme is r0.scheme
-            and rq.zp is r0.zp
-            and rq.out_type is r0.out_type
-            and rq.multiplier is r0.multiplier
-            and rq.shift is r0.shift
-        ):
-            return None
+    (`alike_but_scale`: a per-channel op's columns as made) and each scale a finite float:
+    the first one's template filled with each scale at once; else None."""
+    if not alike_but_scale(posts):
+        return None
     scales = [p.requant.scale for p in posts]
     if not all(type(v) is float and math.isfinite(v) for v in scales):
         return None
-    parts = _template(p0, pool)
+    parts = _template(posts[0], pool)
     if parts is None:
         return None
     head, tail = parts
