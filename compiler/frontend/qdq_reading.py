@@ -109,13 +109,13 @@ def integer_reading(m: onnx.ModelProto) -> onnx.ModelProto:
             "ONNX Runtime loads the model with optimisations off but its default session "
             f"refuses it (its graph rewrite fails): {str(e).split(': ', 1)[-1]}"
         ) from None
-    # Level off makes no integer kernel of a QDQ group (ORT's QDQ transformers run from
-    # level basic on): a rewrite that made more of one than the graph has computes
-    # differently from level off too, without asking it (one session fewer).
     if not computes_differently(base, r):
         # Level off sits between the two: the casts it inserts and the Constant nodes it
         # makes initializers, the default level makes too, so it runs these kernels as well.
         return m
+    # Level off makes no integer kernel of a QDQ group (ORT's QDQ transformers run from
+    # level basic on): a rewrite that made more of one than the graph has computes
+    # differently from level off too, without asking it (one session fewer).
     if not _integer_kernels_made(base, r):
         off = _graph_off(data)
         if not computes_differently(off, r) and not drops_values(m, off):
