@@ -30,7 +30,7 @@ from .lowered import (
     Step,
     TensorSpec,
 )
-from .postprocess import posts_of
+from .postprocess import per_column, posts_but_scale
 from .schedule import aligned, smallest_tile_fits, tiling_allowed
 from .target import Target
 from .validate import ValidationIssue
@@ -181,14 +181,14 @@ def infer_specs(model: LoweredModel) -> dict[str, TensorSpec | None]:
                     raise CodegenError(f"{st.name}: {e}") from None
             elif len(w.shape) != 2 or a.shape[-1] != w.shape[0]:
                 raise CodegenError(f"{st.name}: a {a.shape} and w {w.shape} do not multiply")
-            if isinstance(st.post, tuple) and len(st.post) != n:
+            if per_column(st.post) and len(st.post) != n:
                 raise CodegenError(f"{st.name}: {len(st.post)} column epilogues for {n} columns")
             if isinstance(st.w_zp, tuple) and len(st.w_zp) != n:
                 raise CodegenError(f"{st.name}: {len(st.w_zp)} weight zero points for {n} columns")
             if st.bias is not None and need(st.bias, st).shape != (n,):
                 raise CodegenError(f"{st.name}: bias must have shape ({n},)")
             _check_operands(st, a, model.constants, w)
-            out_t = posts_of(st.post)[0].output_type if st.post is not None else "int32"
+            out_t = posts_but_scale(st.post)[0].output_type if st.post is not None else "int32"
             specs[st.out] = TensorSpec(st.out, storage_dtype(out_t), out_lead + (n,))
         elif isinstance(st, NpuLut):
             x = need(st.x, st)

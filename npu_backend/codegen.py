@@ -23,8 +23,9 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -68,7 +69,14 @@ from .lowered import (
     step_reads,
     step_writes,
 )
-from .postprocess import Post, PostProcess, columns_of, posts_of
+from .postprocess import (
+    ColumnPosts,
+    Post,
+    PostProcess,
+    alike_key,
+    columns_of,
+    posts_but_scale,
+)
 from .program import Program
 from .schedule import (
     ALIGN,
@@ -199,6 +207,22 @@ def _records(st: Step, sch: MatMulSchedule | None) -> list[object]:
     return []
 
 
+def _record_keys(records: list[object]) -> list[object]:
+    """Keys equal exactly for equal records: a record itself, but a `ColumnPosts` (and a
+    tuple of as many posts, which may equal one) by its `alike_key`, hashed without making
+    its posts."""
+    lens = {len(r) for r in records if isinstance(r, ColumnPosts)}
+    if not lens:
+        return records
+    out: list[object] = []
+    for r in records:
+        k = None
+        if isinstance(r, ColumnPosts) or (isinstance(r, tuple) and len(r) in lens):
+            k = alike_key(cast(Sequence[PostProcess], r))
+        out.append(r if k is None else k)
+    return out
+
+
 def check_column_tiles(step: NpuMatMul, sch: MatMulSchedule, emitted: list[MatMul]) -> None:
     """The invariant of a tiled MatMul: its instructions partition the N columns into
     ranges of at most `tn`, and each carries the epilogue and weight zero points of
@@ -251,7 +275,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
     # each use's record numbered by its first equal one, hashed once per use (a per-channel
     # record is a tuple of thousands of posts, whose hash a tuple does not keep)
     first_equal: dict[object, int] = {}
-    record_ids = [first_equal.setdefault(r, len(first_equal)) for r in record_seq]
+    record_ids = [first_equal.setdefault(k, len(first_equal)) for k in _record_keys(record_seq)]
     uses: dict[int, list[int]] = {}  # record number -> the positions it is used at
     for i, rid in enumerate(record_ids):
         uses.setdefault(rid, []).append(i)
@@ -430,7 +454,7 @@ def generate(lowered: LoweredModel, target: Target) -> Program:
                 table_addr=None, intermediate_type=None, out_type="int32", out_zp=0,
             )  # fmt: skip
         param_addr = load_record(strip_tables(post))
-        first = posts_of(post)[0]
+        first = posts_but_scale(post)[0]
         table = table_of(post)
         slot, taddr = load_table(i, table) if table is not None else (None, None)
         return dict(

@@ -34,12 +34,13 @@ from .exact_matmul import exact_matmul
 from .lowered import HostKernel, HostOnnx
 from .moves import gather
 from .postprocess import (
+    ColumnPosts,
     LutParams,
     Post,
     PostProcess,
     RequantParams,
     apply_columns,
-    posts_of,
+    posts_but_scale,
     record_nbytes,
     requant_for_columns,
 )
@@ -366,7 +367,7 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
     """The epilogue with every LUT's contents replaced by `table` (what tmem holds); `post`
     itself where every LUT holds it already (a descriptor run with its own table: a
     per-channel epilogue's thousands of columns are not copied for it)."""
-    held = {id(p.lut): p.lut for p in posts_of(post) if p.lut is not None}
+    held = {id(p.lut): p.lut for p in posts_but_scale(post) if p.lut is not None}
     if all(lut.table == table for lut in held.values()):
         return post
 
@@ -383,6 +384,8 @@ def with_table(post: Post, table: tuple[int, ...] | None) -> Post:
 
     if isinstance(post, PostProcess):
         return one(post)
+    if isinstance(post, ColumnPosts):  # the columns share every field but the scale
+        return post.like(one(post.first))
     made: dict[int, PostProcess] = {}  # a column group's columns share one post: one copy
     out = []
     for p in post:
@@ -415,7 +418,7 @@ def table_of(post: Post | None) -> tuple[int, ...] | None:
     """The single table an epilogue uses (None without a LUT)."""
     # per distinct LutParams first: per-channel columns share one (a table's hash is not
     # kept, and hashing it once per column cost more than the rest of the record)
-    luts = {id(p.lut): p.lut for p in posts_of(post) if p.lut is not None}
+    luts = {id(p.lut): p.lut for p in posts_but_scale(post) if p.lut is not None}
     tables = {lut.table for lut in luts.values()}
     if not tables:
         return None

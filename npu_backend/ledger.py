@@ -55,7 +55,7 @@ from .lowered import (
     TensorSpec,
     unfuse,
 )
-from .postprocess import posts_of
+from .postprocess import posts_but_scale, posts_of
 from .program import Program
 from .simulator import Counters, InstructionCost, SimulatorInputError, execute
 from .target import Target
@@ -221,6 +221,8 @@ def unfuse_with_add(step: NpuMatMul) -> tuple[list[Step], dict[str, np.ndarray]]
 
     Returns the steps and the constants they add (the column index of each element).
     """
+    if not any(p.add is not None for p in posts_but_scale(step.post)):
+        return unfuse(step), {}  # no add stage
     posts = posts_of(step.post)
     adds = [p.add for p in posts if p.add is not None]
     if not step.fused or not adds or len(adds) != len(posts):

@@ -36,7 +36,14 @@ from prover.conv import Window
 from prover.eltwise import EltwiseParams
 from prover.terms import Term
 
-from .postprocess import LutParams, Post, PostProcess, RequantParams, posts_of
+from .postprocess import (
+    ColumnPosts,
+    LutParams,
+    Post,
+    PostProcess,
+    RequantParams,
+    posts_but_scale,
+)
 
 STRUCTURES = ("plain", "grouped", "tiled")
 
@@ -114,7 +121,7 @@ class NpuMatMul:
         """True when any column's epilogue carries a LUT or an activation function."""
         if self.post is None:
             return False
-        posts = self.post if isinstance(self.post, tuple) else (self.post,)
+        posts = posts_but_scale(self.post)
         return any(p.lut is not None or p.function is not None for p in posts)
 
     def w_zp_columns(self, n0: int, n1: int) -> int | tuple[int, ...]:
@@ -349,18 +356,20 @@ def unfuse(step: NpuMatMul) -> list[Step]:
     """
     if not step.fused:
         return [step]
-    posts = posts_of(step.post)
+    posts = posts_but_scale(step.post)
     luts = {(p.lut, p.function) for p in posts}
     if len(luts) != 1:
         raise ValueError(f"{step.name}: per-column LUTs differ; cannot split into one activation")
     lut, function = next(iter(luts))
     if lut is None:
         raise ValueError(f"{step.name}: activation {function!r} without a LUT cannot be split")
-    inner: Post = (
-        tuple(p.without_lut() for p in posts)
-        if isinstance(step.post, tuple)
-        else posts[0].without_lut()
-    )
+    inner: Post
+    if isinstance(step.post, ColumnPosts):
+        inner = step.post.like(step.post.first.without_lut())
+    elif isinstance(step.post, tuple):
+        inner = tuple(p.without_lut() for p in posts)
+    else:
+        inner = posts[0].without_lut()
     mid = f"{step.out}.pre_act"
     mm = replace(step, out=mid, post=inner)
     act = NpuLut.from_params(f"{step.name}.act", mid, step.out, lut, function, step.onnx_nodes)

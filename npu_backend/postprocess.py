@@ -14,16 +14,19 @@ value with a constant (a quantized bias), computed in float32 as MLAS does it.
 
 Per-channel parameters: a `PostProcess` holds scalar parameters only. A
 per-channel epilogue is a tuple of `PostProcess`, one per output column (the
-last axis of the MatMul output); `apply_columns` evaluates such a tuple.
+last axis of the MatMul output), or a `ColumnPosts` (columns alike but for their
+float32 scale, held as one post and the scales); `apply_columns` evaluates either.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Any, NamedTuple
+from operator import attrgetter
+from typing import Any, NamedTuple, TypeGuard, overload
 
 import numpy as np
 
@@ -436,15 +439,173 @@ if _FIELDS != ("requant", "clip", "function", "lut", "out_type", "out_zp", "add"
 _FIELD_SET = frozenset(_FIELDS)
 _RQ_FIELDS = tuple(f.name for f in dataclasses.fields(RequantParams))
 
-Post = PostProcess | tuple[PostProcess, ...]
-"""A MatMul's epilogue: one `PostProcess` (per-tensor) or one per output column."""
+# what `ColumnPosts` columns share: all of a PostProcess but its requantization's scale
+_POST_REST = attrgetter(*(f for f in _FIELDS if f != "requant"))
+_REQUANT_REST = attrgetter(*(f for f in _RQ_FIELDS if f != "scale"))
 
 
-def posts_of(post: Post | None) -> tuple[PostProcess, ...]:
+class ColumnPosts(Sequence[PostProcess]):
+    """A per-channel epilogue whose columns are `first` but for their float32 requantizer's
+    scale: column j's postprocessing is `first` with scale `scales[j]` (a per-channel op's
+    columns as `build_columns` makes them).
+
+    It is the tuple of those posts: equal to it, hashed as it, read as it (columns of one
+    scale share one post). The posts are made only when one is first read, all at once;
+    the readers that know this form (validation, the simulator's plan, codegen's records,
+    the program file, the ledger's unfused form) read `first` and the scales instead, so a
+    check of a model with tens of thousands of columns makes none."""
+
+    __slots__ = ("first", "scales", "_items", "_hash")
+
+    def __init__(self, first: PostProcess, scales: Sequence[float]) -> None:
+        if first.requant.scheme != "float32" or not len(scales):
+            raise ValueError("ColumnPosts holds float32 requantizers of one or more columns")
+        self.first = first
+        self.scales: tuple[float, ...] = tuple(scales)
+        self._items: tuple[PostProcess, ...] | None = None
+        self._hash: int | None = None
+
+    def items(self) -> tuple[PostProcess, ...]:
+        """The posts, one per column (made on the first call)."""
+        if self._items is None:
+            first = self.first
+            # by the scale's bits: 0.0 and -0.0 (both invalid, reported as given) stay apart
+            made: dict[tuple[float, bool], PostProcess] = {}
+            keys = [(s, math.copysign(1.0, s) < 0) for s in self.scales]
+            own = first.requant.scale
+            if own is not None:
+                made[(own, math.copysign(1.0, own) < 0)] = first
+            rest = [k for k in dict.fromkeys(keys) if k not in made]
+            rqs = first.requant.with_scales(s for s, _ in rest)
+            made.update(zip(rest, first.with_requants(rqs), strict=True))
+            self._items = tuple(map(made.__getitem__, keys))
+        return self._items
+
+    def requants_valid(self) -> bool:
+        """`float32_requants_valid` of every column's requantizer, from the scales at once."""
+        if not float32_requants_valid([self.first.requant]):
+            return False
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = np.asarray(self.scales, dtype=np.float32)
+        return bool((np.isfinite(s) & (s > 0)).all())
+
+    def distinct_count(self) -> int:
+        """How many distinct posts `items()` holds (one per distinct scale)."""
+        if self._items is not None:
+            return len({id(p) for p in self._items})
+        keys = {(s, math.copysign(1.0, s) < 0) for s in self.scales}
+        return len(keys)
+
+    def float32_scales(self) -> np.ndarray:
+        """The columns' scales as float32 (the requantizer's own values)."""
+        return np.asarray(self.scales, dtype=np.float64).astype(np.float32)
+
+    def post(self, j: int) -> PostProcess:
+        """Column j's post, made alone where the posts are not made."""
+        if self._items is not None:
+            return self._items[j]
+        s, own = self.scales[j], self.first.requant.scale
+        if own is not None and (s, math.copysign(1.0, s)) == (own, math.copysign(1.0, own)):
+            return self.first
+        return self.first.with_requants(self.first.requant.with_scales([s]))[0]
+
+    def columns(self, n0: int, n1: int) -> ColumnPosts:
+        """Columns [n0, n1) alone."""
+        return ColumnPosts(self.first, self.scales[n0:n1])
+
+    def key(self) -> tuple[Any, ...]:
+        """`alike_key`'s key of these columns (hashed without making the posts)."""
+        return _alike_key(self.first, self.scales)
+
+    def like(self, first: PostProcess) -> ColumnPosts:
+        """These columns' scales over another `first` (its own scale is replaced)."""
+        return ColumnPosts(first, self.scales)
+
+    def rest_is(self, other: ColumnPosts) -> bool:
+        """Whether `other`'s columns share this one's fields but the scale, by value."""
+        return same_but_scale(self.first, other.first)
+
+    def __len__(self) -> int:
+        return len(self.scales)
+
+    @overload
+    def __getitem__(self, i: int) -> PostProcess: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[PostProcess, ...]: ...
+    def __getitem__(self, i: int | slice) -> PostProcess | tuple[PostProcess, ...]:
+        return self.items()[i]
+
+    def __iter__(self) -> Iterator[PostProcess]:
+        return iter(self.items())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ColumnPosts):
+            return self.scales == other.scales and self.rest_is(other)
+        if isinstance(other, tuple):  # by value, without making these posts
+            return len(other) == len(self.scales) and alike_key(other) == self.key()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self.items())
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"ColumnPosts({self.first!r}, <{len(self.scales)} scales>)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ColumnPosts, (self.first, self.scales))
+
+
+Post = PostProcess | tuple[PostProcess, ...] | ColumnPosts
+"""A MatMul's epilogue: one `PostProcess` (per-tensor) or one per output column (a tuple,
+or a `ColumnPosts`)."""
+
+
+def same_but_scale(a: PostProcess, b: PostProcess) -> bool:
+    """Whether `a` and `b` are equal but for their requantization's scale."""
+    return _POST_REST(a) == _POST_REST(b) and _REQUANT_REST(a.requant) == _REQUANT_REST(b.requant)
+
+
+def _alike_key(first: PostProcess, scales: tuple[Any, ...]) -> tuple[Any, ...]:
+    return ("columns", _POST_REST(first), _REQUANT_REST(first.requant), scales)
+
+
+def alike_key(posts: Sequence[PostProcess]) -> tuple[Any, ...] | None:
+    """A key of a per-column epilogue whose columns are the first one's but for their
+    requantization's scale (by value), equal for equal epilogues whatever their form (a
+    tuple or a `ColumnPosts`); None for a tuple whose columns differ otherwise."""
+    if isinstance(posts, ColumnPosts):
+        return posts.key()
+    if not posts or not all(isinstance(p, PostProcess) for p in posts):
+        return None
+    p0 = posts[0]
+    rest, rq_rest = _POST_REST(p0), _REQUANT_REST(p0.requant)
+    for p in posts:
+        if p is not p0 and (_POST_REST(p) != rest or _REQUANT_REST(p.requant) != rq_rest):
+            return None
+    return _alike_key(p0, tuple(p.requant.scale for p in posts))
+
+
+def per_column(post: object) -> TypeGuard[tuple[PostProcess, ...] | ColumnPosts]:
+    """Whether `post` is a per-column epilogue (a tuple of posts or a `ColumnPosts`)."""
+    return isinstance(post, tuple | ColumnPosts)
+
+
+def posts_but_scale(post: Post | None) -> Sequence[PostProcess]:
+    """Posts holding between them every field of the epilogue's columns but their
+    requantization scale (for a reader of the other fields): a `ColumnPosts`'s first one
+    alone, else `posts_of`."""
+    if isinstance(post, ColumnPosts):
+        return (post.first,)
+    return posts_of(post)
+
+
+def posts_of(post: Post | None) -> Sequence[PostProcess]:
     """The distinct-or-not list of PostProcess objects of an epilogue (empty for None)."""
     if post is None:
         return ()
-    return post if isinstance(post, tuple) else (post,)
+    return (post,) if isinstance(post, PostProcess) else post
 
 
 def apply_columns(post: Post, acc: np.ndarray) -> np.ndarray:
@@ -474,7 +635,7 @@ def apply_columns(post: Post, acc: np.ndarray) -> np.ndarray:
 class _FloatGroup(NamedTuple):
     """Columns whose float32 requantizers differ in scale and zero point only."""
 
-    members: list[PostProcess]
+    members: list[PostProcess]  # the first one's stages after requantization are every one's
     cols: list[int]
     scales: np.ndarray  # float32, per column of `cols`
     zps: np.ndarray  # int64, per column of `cols`
@@ -486,12 +647,18 @@ _PLANS: ByIdentity[tuple[list[_FloatGroup], list[tuple[PostProcess, list[int]]]]
 
 
 def _column_plan(
-    post: tuple[PostProcess, ...],
+    post: Sequence[PostProcess],
 ) -> tuple[list[_FloatGroup], list[tuple[PostProcess, list[int]]]]:
-    """(the float32 groups, the other columns by identical PostProcess) of `post`."""
+    """(the float32 groups, the other columns by identical PostProcess) of `post`; a
+    `ColumnPosts` of valid requantizers is one group, read from its scales."""
     hit = _PLANS.get(post)
     if hit is not None:
         return hit
+    if isinstance(post, ColumnPosts) and post.requants_valid():
+        n = len(post)
+        zps = np.full(n, int(post.first.requant.zp), dtype=np.int64)
+        whole = _FloatGroup([post.first], list(range(n)), post.float32_scales(), zps)
+        return _PLANS.put(post, ([whole], []))
     one = _one_float_group(post)
     if one is not None:
         return _PLANS.put(post, ([one], []))
@@ -530,7 +697,7 @@ def _column_plan(
     return _PLANS.put(post, (float_groups, list(groups.items())))
 
 
-def _one_float_group(post: tuple[PostProcess, ...]) -> _FloatGroup | None:
+def _one_float_group(post: Sequence[PostProcess]) -> _FloatGroup | None:
     """`_column_plan`'s answer where it is one float32 group of every column in order (and
     no other columns): distinct posts with float32 requantizers, alike but for their scale
     (`alike_but_scale`: a per-channel op's columns as made); None otherwise, without
@@ -660,6 +827,8 @@ def columns_of(post: Post, n0: int, n1: int) -> Post:
         return post
     if not 0 <= n0 < n1 <= len(post):
         raise ValueError(f"columns [{n0}, {n1}) outside a {len(post)}-column epilogue")
+    if isinstance(post, ColumnPosts):
+        return post if (n0, n1) == (0, len(post)) else post.columns(n0, n1)
     return tuple(post[n0:n1])
 
 
@@ -707,4 +876,6 @@ def record_nbytes(post: Post | EltwiseParams) -> int:
     an elementwise unit's record is `ELTWISE_RECORD_BYTES`."""
     if isinstance(post, EltwiseParams):
         return ELTWISE_RECORD_BYTES
+    if isinstance(post, ColumnPosts):
+        return len(post) * _column_record_nbytes(post.first.add is not None)
     return sum(_column_record_nbytes(p.add is not None) for p in posts_of(post))

@@ -18,7 +18,7 @@ import json
 import math
 import zipfile
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -33,7 +33,14 @@ from prover.terms import to_json as term_to_json
 
 from .isa import OPCODES, Instruction
 from .lowered import ORT_LEVELS, HostKernel, HostOnnx, TensorSpec
-from .postprocess import LutParams, PostProcess, RequantParams, alike_but_scale
+from .postprocess import (
+    ColumnPosts,
+    LutParams,
+    PostProcess,
+    RequantParams,
+    alike_but_scale,
+    per_column,
+)
 
 FORMAT = "npu-program"
 VERSION = 2  # 2: each distinct LUT table once, in "tables" (`_Pool`)
@@ -197,7 +204,7 @@ class Program:
 
 
 def _short(v: Any) -> str:
-    if isinstance(v, tuple) and len(v) > 4:
+    if isinstance(v, tuple | ColumnPosts) and len(v) > 4:
         return f"({v[0]}, ... {len(v)} items)"
     return repr(v)
 
@@ -288,7 +295,7 @@ def _encode(v: Any, pool: _Pool) -> Any:
                 **({"ort_level": v.ort_level} if v.ort_level != "off" else {}),
             }
         }
-    if isinstance(v, tuple | list):
+    if isinstance(v, tuple | list | ColumnPosts):
         return [_encode(x, pool) for x in v]
     raise TypeError(f"cannot encode {type(v).__name__} in a program file")
 
@@ -382,7 +389,7 @@ def _instruction_text(ins: Instruction, pool: _Pool) -> str:
     """`_MANIFEST_TEXT(_encode_instruction(ins, pool))`, a per-column epilogue's list
     written by `_posts_text` and spliced in."""
     posts = getattr(ins, "post", None)
-    if not (isinstance(posts, tuple) and len(posts) > 1):
+    if not (per_column(posts) and len(posts) > 1):
         return _MANIFEST_TEXT(_encode_instruction(ins, pool))
     body = _encode_instruction(ins, pool, keep=("post",))
     text = _MANIFEST_TEXT({**body, "fields": {**body["fields"], "post": _POSTS_MARK}})
@@ -392,12 +399,16 @@ def _instruction_text(ins: Instruction, pool: _Pool) -> str:
     return text.replace(mark, _posts_text(posts, pool))
 
 
-def _posts_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str:
+def _posts_text(posts: Sequence[PostProcess], pool: _Pool) -> str:
     """`_MANIFEST_TEXT([_encode(p, pool) for p in posts])`. A per-channel epilogue has
     thousands of columns alike but for their requantization scale: the first one's text is
     written with a marker for the scale and the others fill it in (the encoder writes a
     finite float as its `repr`); tables enter the pool in the same order."""
-    alike = _alike_text(posts, pool)
+    alike = (
+        _scales_text(posts.first, posts.scales, pool)
+        if isinstance(posts, ColumnPosts)
+        else _alike_text(posts, pool)
+    )
     if alike is not None:
         return alike
     texts: dict[int, str] = {}  # by id: a group's columns share one object
@@ -410,16 +421,21 @@ def _posts_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str:
     return "[" + ",".join(out) + "]"
 
 
-def _alike_text(posts: tuple[PostProcess, ...], pool: _Pool) -> str | None:
+def _alike_text(posts: Sequence[PostProcess], pool: _Pool) -> str | None:
     """`_posts_text` where every post is the first one but for its requantization's scale
     (`alike_but_scale`: a per-channel op's columns as made) and each scale a finite float:
     the first one's template filled with each scale at once; else None."""
     if not alike_but_scale(posts):
         return None
-    scales = [p.requant.scale for p in posts]
+    return _scales_text(posts[0], [p.requant.scale for p in posts], pool)
+
+
+def _scales_text(first: PostProcess, scales: Sequence[Any], pool: _Pool) -> str | None:
+    """`_posts_text` of columns that are `first` but for their scales `scales`, where each
+    is a finite float: `first`'s template filled with each scale; else None."""
     if not all(type(v) is float and math.isfinite(v) for v in scales):
         return None
-    parts = _template(posts[0], pool)
+    parts = _template(first, pool)
     if parts is None:
         return None
     head, tail = parts

@@ -28,7 +28,7 @@ from prover.conv import halo_rows
 from prover.inttypes import int_type
 
 from .lowered import NpuMatMul
-from .postprocess import column_record_nbytes, posts_of, record_nbytes
+from .postprocess import column_record_nbytes, per_column, posts_but_scale, record_nbytes
 from .target import Target
 
 ALIGN = 64
@@ -89,10 +89,10 @@ class _Sizes:
 
 def staging_sizes(step: NpuMatMul) -> _Sizes:
     """Element and record sizes that decide a MatMul's staging buffers."""
-    posts = posts_of(step.post)
+    posts = posts_but_scale(step.post)  # what the sizes read: all but the scale
     out_t = posts[0].output_type if posts else "int32"
     per_col = fixed = 0
-    if isinstance(step.post, tuple):
+    if per_column(step.post):
         per_col = column_record_nbytes(posts)
     elif posts:
         fixed = record_nbytes(posts[0])

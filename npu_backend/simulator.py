@@ -64,7 +64,7 @@ from .isa import (
     strip_tables,
 )
 from .lowered import HostKernel, HostOnnx, dtype_name, numpy_dtype
-from .postprocess import apply_columns
+from .postprocess import apply_columns, per_column
 from .program import Program
 from .schedule import ACC_BYTES
 from .target import Schedule, Target
@@ -472,7 +472,7 @@ class Machine:
         if addr not in self.pmem:
             raise SimulatorError(f"{who}: parameter record at pmem {addr} was never loaded")
         rec = self.pmem[addr]
-        self.c.read("pmem", 16 * (len(rec) if isinstance(rec, tuple) else 1))
+        self.c.read("pmem", 16 * (len(rec) if per_column(rec) else 1))
         return rec
 
     def _table_state(self, ins: MatMul, acc_size: int) -> tuple[int, ...] | None:

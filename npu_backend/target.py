@@ -261,8 +261,12 @@ def requant_from_scales(
     conversion made once for all of them (a per-channel op has thousands of columns)."""
     if scheme != "float32":
         return [requant_from_scale(s, zp, out_type, scheme) for s in scales]
-    f32 = np.asarray(scales, dtype=np.float64).astype(np.float32).astype(np.float64).tolist()
-    return RequantParams("float32", int(zp), out_type).with_scales(f32)
+    return RequantParams("float32", int(zp), out_type).with_scales(float32_scales(scales))
+
+
+def float32_scales(scales: Sequence[float]) -> list[float]:
+    """`requant_from_scale`'s float32 scale (as a float) of each of `scales`, at once."""
+    return np.asarray(scales, dtype=np.float64).astype(np.float32).astype(np.float64).tolist()
 
 
 def onnx_requant_params(

@@ -38,10 +38,12 @@ from .lowered import (
 )
 from .postprocess import (
     AddParams,
+    ColumnPosts,
     LutParams,
     PostProcess,
     RequantParams,
     float32_requants_valid,
+    per_column,
     posts_of,
 )
 from .target import ComputeCaps, Target
@@ -332,6 +334,10 @@ def _posts_issues(
     step: NpuMatMul, caps: ComputeCaps, target: Target, op_name: str
 ) -> list[ValidationIssue]:
     """Issues of the step's epilogue: each distinct column's postprocessing, one table."""
+    if isinstance(step.post, ColumnPosts) and caps.requant_scheme == "float32":
+        alike = _column_posts_issues(step.post, step, caps, target, op_name)
+        if alike is not None:
+            return alike
     posts = posts_of(step.post)
     key = (id(posts[0]) if posts else 0, len(posts), id(target), op_name, step.name)
     hit = _POSTS.get(key)
@@ -373,6 +379,19 @@ def _posts_issues(
     return out
 
 
+def _column_posts_issues(
+    post: ColumnPosts, step: NpuMatMul, caps: ComputeCaps, target: Target, op_name: str
+) -> list[ValidationIssue] | None:
+    """`_posts_issues` of columns alike but for their scale, read from the first post and
+    the scales, where every requantizer is a valid float32 one (None otherwise: read column
+    by column). Every column's stage issues are then the first one's (`_stage_key` reads all
+    but the scale), listed once per distinct post as the general reading lists them; they
+    share one table."""
+    if not post.requants_valid():
+        return None
+    return _stage_issues(post.first, step, caps, target, op_name) * post.distinct_count()
+
+
 def _validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
     op_name = step.compute
     caps = target.compute(op_name)
@@ -398,7 +417,7 @@ def _validate_matmul(step: NpuMatMul, target: Target) -> list[ValidationIssue]:
             )
         )
     if step.w_input and (
-        step.structure != "plain" or step.window is not None or isinstance(step.post, tuple)
+        step.structure != "plain" or step.window is not None or per_column(step.post)
     ):
         out.append(
             ValidationIssue(
@@ -685,7 +704,7 @@ def _tile_issue(ins, consts) -> str | None:
     if min(tm, tn, tk) <= 0 or n is None or not 0 <= n0 < n1 <= n or n1 - n0 > tn:
         return f"column range {ins.cols} / tile {ins.tile} invalid for its weights"
     width = n1 - n0
-    if isinstance(ins.post, tuple) and len(ins.post) != width:
+    if per_column(ins.post) and len(ins.post) != width:
         return f"{len(ins.post)} column epilogues for the {width} columns {ins.cols}"
     if isinstance(ins.w_zp, tuple) and len(ins.w_zp) != width:
         return f"{len(ins.w_zp)} weight zero points for the {width} columns {ins.cols}"

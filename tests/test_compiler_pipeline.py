@@ -184,7 +184,7 @@ def test_a_fused_nodes_column_terms_are_built_when_read():
     """A fused node keeps its groups' epilogue terms unbuilt until the IR's evaluator reads
     them (a check never does): per channel, one term per column would be built for nothing.
     Read, they are each group's epilogue, and the fused graph still computes ORT's output."""
-    from compiler.ir.epilogue import epilogue_term
+    from compiler.ir.column_group import epilogue_term
     from compiler.ir.fuse import ColumnTerms
     from prover.terms import Var
 

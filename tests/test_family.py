@@ -269,7 +269,7 @@ def test_a_tampered_family_record_is_refused(tmp_path):
 
 
 def _group(cols, scale, post_scale=None, clip=None):
-    from compiler.ir.epilogue import ColumnGroup
+    from compiler.ir.column_group import ColumnGroup
     from npu_backend.postprocess import PostProcess, RequantParams
 
     before = _rq(scale) if clip is None else op("clip", _rq(scale), lo=clip[0], hi=clip[1])
@@ -406,7 +406,8 @@ def test_a_sites_family_reads_filled_groups_by_their_scale_and_builds_none_of_th
     from types import SimpleNamespace
 
     from compiler.ir.accumulator import acc_range
-    from compiler.ir.epilogue import ColumnGroup, FilledGroup, build_columns
+    from compiler.ir.column_group import ColumnGroup, FilledGroup
+    from compiler.ir.epilogue import build_columns
     from compiler.proving.families import site_family
 
     t = load_target("npu_backend/targets/npu_float.toml")
@@ -445,7 +446,8 @@ def test_a_run_of_filled_groups_is_read_at_once_where_it_stands_as_made(monkeypa
 
     import compiler.proving.families as fams
     from compiler.ir.accumulator import acc_range
-    from compiler.ir.epilogue import ColumnGroup, build_columns
+    from compiler.ir.column_group import ColumnGroup
+    from compiler.ir.epilogue import build_columns
 
     t = load_target("npu_backend/targets/npu_float.toml")
     r = compile_model(matmul_activation(K=16, N=24, per_channel=True), "bitwise", t)

@@ -120,6 +120,7 @@ def test_columns_built_from_the_first_ones_template_are_their_own_epilogues(bias
     each scale has its own group; a fill that gave another term is caught, not proven."""
     from models import matmul_activation
 
+    import compiler.ir.column_group as cg
     import compiler.ir.epilogue as ep
     from compiler.errors import InternalError
 
@@ -130,14 +131,14 @@ def test_columns_built_from_the_first_ones_template_are_their_own_epilogues(bias
     rq, view = site.compute.attrs["requant"], ep.bias_view(site)
     assert (view is not None) == bias
     fills: list[float] = []
-    real = ep.fill
-    monkeypatch.setattr(ep, "fill", lambda tmpl, s: fills.append(s) or real(tmpl, s))
+    real = cg.fill
+    monkeypatch.setattr(cg, "fill", lambda tmpl, s: fills.append(s) or real(tmpl, s))
     groups = build_columns(site, t)
     assert sum(len(g.columns) for g in groups) == len(rq["scale"])
     assert len(groups) > 2
     if not bias:  # one group per distinct scale, all but the first filled, on first read
         assert len(groups) == len(set(rq["scale"])) and fills == [groups[-1].scale]
-        assert all(isinstance(g, ep.FilledGroup) for g in groups[1:])
+        assert all(isinstance(g, cg.FilledGroup) for g in groups[1:])
         assert not any("before" in g.__dict__ for g in groups[1:-1])
     else:
         assert not fills
@@ -160,7 +161,7 @@ def test_columns_built_from_the_first_ones_template_are_their_own_epilogues(bias
         assert [g.post for g in shared] == [g.post for g in groups[:5]]
         site.compute.attrs["requant"] = rq
     if not bias:
-        monkeypatch.setattr(ep, "fill", lambda tmpl, s: real(tmpl, s * 2))  # a wrong fill
+        monkeypatch.setattr(cg, "fill", lambda tmpl, s: real(tmpl, s * 2))  # a wrong fill
         with pytest.raises(InternalError, match="is not its scale's fill"):
             build_columns(site, t)
 

@@ -182,7 +182,7 @@ def test_group_post_term_is_kept_for_its_post_and_accumulator():
     a replaced `post` or another accumulator term."""
     import dataclasses
 
-    from compiler.ir.epilogue import epilogue_term
+    from compiler.ir.column_group import epilogue_term
 
     r = compile_model(two_sites(), "bitwise", FLOAT)
     grp = r.context.state.sites[0].post[0]

@@ -18,22 +18,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
 from compiler.errors import InternalError
-from npu_backend.postprocess import AddParams, LutParams, PostProcess, RequantParams
-from npu_backend.target import Target, requant_from_scale, requant_from_scales
+from npu_backend.postprocess import AddParams, ColumnPosts, LutParams, PostProcess, RequantParams
+from npu_backend.target import Target, float32_scales, requant_from_scale, requant_from_scales
 from prover.domain import NUMPY
-from prover.family import fill, with_hole
+from prover.family import with_hole
 from prover.inttypes import int_type
 from prover.lut import LOADED_TABLE, LutSpec, build_lut, reorder_table
 from prover.qlinear_binary import SpanMode
 from prover.terms import Term, Var, evaluate, op
 
+from .column_group import ColumnGroup, FilledGroup, FilledRun
 from .graph import Node
 from .semantics import (
     node_term,
@@ -59,97 +59,6 @@ def requant_params(n: Node) -> RequantParams:
         multiplier=a.get("multiplier"),
         shift=a.get("shift"),
     )
-
-
-@dataclass
-class ColumnGroup:
-    """Output columns sharing one epilogue: `before`/`post` over `Var('acc')`."""
-
-    columns: tuple[int, ...]
-    before: Term
-    post: PostProcess
-    acc_offset: int = 0  # a bias folded into the accumulator (added before `post`)
-
-    def after(self, acc: Term) -> Term:
-        """The fused form over the original accumulator `acc`."""
-        if self.acc_offset:
-            acc = op("add_const", acc, c=int(self.acc_offset))
-        return self.post_term(acc)
-
-    def post_term(self, acc: Term) -> Term:
-        """`epilogue_term(self.post, acc)`, kept on the group for its current `post` and the
-        last `acc` (the obligations and the fused node ask for the same one; a model's
-        columns outnumber `epilogue_term`'s cache)."""
-        memo = getattr(self, "_post_term", None)  # not `__dict__`: see `prover.terms._memo`
-        if (
-            memo is not None
-            and memo[0] is self.post
-            and (memo[1] is acc or (type(acc) is Var and memo[1] == acc))
-        ):
-            return memo[2]
-        t = epilogue_term(self.post, acc)
-        self._post_term = (self.post, acc, t)
-        return t
-
-
-class FilledGroup(ColumnGroup):
-    """A bias-free per-channel group whose `before` is `template` with its hole filled by
-    `scale` (`prover.family.fill`), built on first read: a family proves such groups from
-    the scale alone (`compiler.proving.families.site_family`), so most are never built.
-    Built as a `ColumnGroup` (a given `before`, as `dataclasses.replace` does), it is one."""
-
-    template: Term | None
-    scale: float
-    run: FilledRun | None = None  # the groups `build_columns` filled with this one
-
-    def __init__(
-        self,
-        columns: tuple[int, ...],
-        before: Term | None = None,
-        post: PostProcess | None = None,
-        acc_offset: int = 0,
-        *,
-        template: Term | None = None,
-        scale: float = 0.0,
-        run: FilledRun | None = None,
-    ) -> None:
-        assert post is not None and (before is None) != (template is None)
-        self.columns, self.post, self.acc_offset = columns, post, acc_offset
-        self.template, self.scale = template, scale
-        if before is not None:
-            self.before = before
-        if run is not None:
-            self.run = run
-
-    def __getattr__(self, name: str) -> Term:
-        # only reached while `before` is not in the instance: fill it on first read
-        if name != "before" or self.template is None:
-            raise AttributeError(name)
-        before = fill(self.template, self.scale)
-        self.before = before
-        return before
-
-
-@dataclass(eq=False)
-class FilledRun:
-    """The groups `build_columns` filled from one template, in order, as it made them, where
-    every post is `proto` but for its float32 requantizer's scale: each group's `scale`
-    (`fill_scales`), its post's requantization scale (`after_scales`) and its columns
-    (`compiler.proving.families.site_family` reads a run at once where its groups still
-    stand in a site's list as made)."""
-
-    template: Term
-    proto: PostProcess
-    fill_scales: list[float]
-    after_scales: list[float]
-    columns: list[tuple[int, ...]]
-    groups: list[FilledGroup] = field(default_factory=list)
-
-
-@lru_cache(maxsize=4096)
-def epilogue_term(post: PostProcess, acc: Term) -> Term:
-    """`post.epilogue_term(acc)`, built once per distinct postprocessing (sites share them)."""
-    return post.epilogue_term(acc)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -440,19 +349,28 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     filled: list[tuple[Term, float, PostProcess, list[int], int]] = []
     rq_ir: dict[str, Any] = c.attrs.get("requant") or {}
     scales = _column_scales(rq_ir, n_cols) if stage == -1 else [0.0] * n_cols
-    # per channel without a folded bias: each column's requantizer, converted at once
+    # per channel without a folded bias: each column's requantizer, converted at once (a
+    # float32 one's scale only: the bias-free columns after the first make no requantizer)
+    per_col = stage == -1 and (bias is None or two_rounding) and _per_column(rq_ir)
+    f32 = float32_scales(scales) if per_col and caps.requant_scheme == "float32" else None
     rqs = (
         requant_from_scales(scales, rq_ir["zp"], rq_ir["out"], caps.requant_scheme)
-        if stage == -1 and (bias is None or two_rounding) and _per_column(rq_ir)
+        if per_col and f32 is None
         else None
     )
     out_type, out_zp = act.attrs["out_type"], int(act.attrs["out_zp"])
     bulk = False
+    lazy: list[tuple[float, float, list[int], int]] = []  # (scale, float32 scale, cols, j)
     for j in range(n_cols):
-        if template is not None and rqs is not None and bias is None:
-            filled += _filled_rest(template, scales, rqs, built, j, groups)
-            bulk = True
-            break
+        if template is not None and bias is None:
+            if f32 is not None:
+                lazy = _lazy_rest(scales, f32, built, j)
+                bulk = True
+                break
+            if rqs is not None:
+                filled += _filled_rest(template, scales, rqs, built, j, groups)
+                bulk = True
+                break
         key = (
             scales[j] if stage == -1 else None,
             None if bias is None else bias.const_of(j),
@@ -467,6 +385,8 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         scale = scales[j]
         if rqs is not None:
             rq = rqs[j]
+        elif f32 is not None:  # `requant_from_scale`'s float32 requantizer
+            rq = RequantParams("float32", int(rq_ir["zp"]), rq_ir["out"], scale=f32[j])
         elif stage == -1:
             if bias is not None and not two_rounding:
                 offset, rq_scale = folded_bias(bias, scale, j)
@@ -497,7 +417,10 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         ColumnGroup(tuple(cols), before, post, offset)
         for (before, post, offset), cols in groups.items()
     ]
-    if filled:
+    if lazy:
+        assert template is not None
+        out += _lazy_run(site, template, next(iter(groups))[1], lazy)
+    elif filled:
         run = None
         cols_of = [tuple(cs) for _, _, _, cs, _ in filled]
         if bulk and template is not None and caps.requant_scheme == "float32":
@@ -519,6 +442,45 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
             run.groups = made
         out += made
     return out
+
+
+def _lazy_run(
+    site: Site, template: Term, proto: PostProcess, lazy: list[tuple[float, float, list[int], int]]
+) -> list[FilledGroup]:
+    """The groups of `_lazy_rest`'s columns: one `FilledRun` over `proto` (the first
+    group's post), each group's post made only when read (`FilledGroup`)."""
+    cols_of = [tuple(cs) for _, _, cs, _ in lazy]
+    fills = [sc for sc, _, _, _ in lazy]
+    afters = [a for _, a, _, _ in lazy]
+    run = FilledRun(template, proto, fills, afters, cols_of)
+    made = [
+        FilledGroup(cs, template=template, scale=sc, run=run, after_scale=a)
+        for cs, sc, a in zip(cols_of, fills, afters, strict=True)
+    ]
+    run.groups = made
+    last_j = lazy[-1][3]
+    acc = requant_term(Var("acc"), site.compute.attrs["requant"], last_j)
+    own = chain_term(site, acc, last_j, None)
+    if own != made[-1].before:
+        raise InternalError(f"{site.id}: column {last_j}'s epilogue is not its scale's fill")
+    return made
+
+
+def _lazy_rest(
+    scales: list[float], f32: list[float], built: dict[tuple, list[int]], start: int
+) -> list[tuple[float, float, list[int], int]]:
+    """`_filled_rest` for float32 requantizers, making no post: (the scale, its float32
+    value, its columns, its first column) for each scale first met at or after `start`."""
+    by_scale = {k[0]: cols for k, cols in built.items()}
+    firsts: list[int] = []
+    for j in range(start, len(scales)):
+        cols = by_scale.get(scales[j])
+        if cols is None:
+            by_scale[scales[j]] = [j]
+            firsts.append(j)
+        else:
+            cols.append(j)
+    return [(scales[j], f32[j], by_scale[scales[j]], j) for j in firsts]
 
 
 def _filled_rest(
@@ -565,3 +527,30 @@ def _stage_out(site: Site, stage: int) -> str:
     if stage == -1:
         return site.compute.attrs["requant"]["out"]
     return site.chain[stage].attrs["out"]
+
+
+def requant_column_posts(rq: dict, n_cols: int, scheme: str) -> ColumnPosts | None:
+    """A per-channel requantization's posts on a float32 requantizer, one scale per column
+    (`requant_from_scale`'s, converted at once); None for another scheme or where every
+    column's float32 scale is one (then one post)."""
+    if scheme != "float32":
+        return None
+    f32 = float32_scales([requant_scale(rq, j) for j in range(n_cols)])
+    if len(set(f32)) == 1:
+        return None
+    return ColumnPosts(
+        PostProcess(RequantParams("float32", int(rq["zp"]), rq["out"], scale=f32[0])), f32
+    )
+
+
+def requant_posts(
+    rq: dict, groups: list[tuple[int, ...]], n_cols: int, scheme: str
+) -> list[PostProcess | None]:
+    """Each column's post, one per group of columns sharing a scale (`KernelError` where the
+    requantizer cannot take one)."""
+    posts: list[PostProcess | None] = [None] * n_cols
+    for cols in groups:
+        p = PostProcess(requant_from_scale(requant_scale(rq, cols[0]), rq["zp"], rq["out"], scheme))
+        for j in cols:
+            posts[j] = p
+    return posts

@@ -7,20 +7,25 @@ of the fused node's int32 bias; a post-requantization add stage stays in its epi
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from operator import is_
+from typing import Any, cast
 
-from npu_backend.postprocess import PostProcess
+from npu_backend.postprocess import ColumnPosts, Post, PostProcess, alike_but_scale
 from prover.terms import Term, Var
 
-from .epilogue import epilogue_term
+from .column_group import epilogue_term
 from .graph import Graph, Node
 from .site import Site
 
 
-def post_of(groups: Sequence[Any], n_cols: int) -> PostProcess | tuple[PostProcess | None, ...]:
-    """A single PostProcess when every column shares it, else one per column."""
+def post_of(groups: Sequence[Any], n_cols: int) -> Post | tuple[PostProcess | None, ...]:
+    """A single PostProcess when every column shares it, else one per column: a
+    `ColumnPosts` where the columns are the first group's post but for their float32 scale."""
     if len(groups) == 1:
         return groups[0].post
+    alike = _column_posts(groups, n_cols)
+    if alike is not None:
+        return alike
     per: list[PostProcess | None] = [None] * n_cols
     for grp in groups:
         for j in grp.columns:
@@ -28,24 +33,61 @@ def post_of(groups: Sequence[Any], n_cols: int) -> PostProcess | tuple[PostProce
     return tuple(per)
 
 
+def _column_posts(groups: Sequence[Any], n_cols: int) -> ColumnPosts | None:
+    """`post_of`'s columns as a `ColumnPosts` where every group's post is the first one's but
+    for its float32 scale, read without making the posts `build_columns` left unmade: a
+    `FilledRun`'s groups, still as made, by the run's scales; any other group by
+    `alike_but_scale`. None where a group is otherwise or a column has no group."""
+    first = groups[0].post
+    if first.requant.scheme != "float32":
+        return None
+    scales: list[float | None] = [None] * n_cols
+    i = 0
+    while i < len(groups):
+        grp = groups[i]
+        run = getattr(grp, "run", None)
+        n = 0 if run is None else len(run.groups)
+        if (
+            run is not None
+            and n
+            and run.proto is first
+            and all(map(is_, groups[i : i + n], run.groups))
+        ):
+            for cols, s in zip(run.columns, run.after_scales, strict=True):
+                for j in cols:
+                    scales[j] = s
+            i += n
+            continue
+        p = grp.post
+        if p.requant.scale is None or not alike_but_scale((first, p)):
+            return None
+        for j in grp.columns:
+            scales[j] = p.requant.scale
+        i += 1
+    if None in scales:
+        return None
+    return ColumnPosts(first, cast(list[float], scales))
+
+
 class ColumnTerms(Sequence[tuple[tuple[int, ...], Term]]):
     """A fused node's `groups` attribute: per column group, (its columns, its epilogue over
     `Var('acc')`). Each term is built when the list is first read: only the IR's evaluator
     reads them, and a per-channel op has thousands of groups (efficientnet_b0: 28,536 terms,
-    0.5 s, built for nothing in a check). The groups' postprocessing is taken when made."""
+    0.5 s, built for nothing in a check). The groups' posts are read with the terms."""
 
-    __slots__ = ("_cols", "_posts", "_items")
+    __slots__ = ("_cols", "_groups", "_items")
 
     def __init__(self, groups: Sequence[Any]) -> None:
         self._cols = [tuple(grp.columns) for grp in groups]
-        self._posts = [grp.post for grp in groups]
+        self._groups = list(groups)  # their posts read when the terms are (some made then)
         self._items: list[tuple[tuple[int, ...], Term]] | None = None
 
     def _all(self) -> list[tuple[tuple[int, ...], Term]]:
         if self._items is None:
             acc = Var("acc")
             self._items = [
-                (c, epilogue_term(p, acc)) for c, p in zip(self._cols, self._posts, strict=True)
+                (c, epilogue_term(g.post, acc))
+                for c, g in zip(self._cols, self._groups, strict=True)
             ]
         return self._items
 

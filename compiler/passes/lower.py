@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import cast
 
 import numpy as np
 import onnx
@@ -25,14 +26,20 @@ from compiler.errors import CompilerError
 from compiler.ir import npu_step
 from compiler.ir.accumulator import acc_range
 from compiler.ir.context import Context
-from compiler.ir.epilogue import SCHEME_OF, lut_spec_of, npu_function, requant_params
+from compiler.ir.epilogue import (
+    SCHEME_OF,
+    lut_spec_of,
+    npu_function,
+    requant_column_posts,
+    requant_params,
+    requant_posts,
+)
 from compiler.ir.graph import Graph, Node, Value
 from compiler.ir.policy_scope import effective_policy
 from compiler.ir.semantics import (
     node_term,
     pair_saturates,
     requant_groups,
-    requant_scale,
     requant_term,
 )
 from compiler.ir.site import Diagnostic
@@ -57,7 +64,7 @@ from npu_backend.lowered import (
     TensorSpec,
     step_writes,
 )
-from npu_backend.postprocess import LutParams, PostProcess
+from npu_backend.postprocess import ColumnPosts, LutParams, Post, PostProcess
 from npu_backend.target import requant_from_scale
 from npu_backend.validate import validate_step, window_issues
 from prover.domain import KernelError
@@ -177,14 +184,15 @@ class Lowerer(EltwiseLowering, LayoutLowering):
             return
         N = a["w"].shape[1]
         r = acc_range(n)
-        posts: list[PostProcess | None] = [None] * N
         ok, code, msg = True, None, ""
         obligations: list[tuple[Term, Term, int, int]] = []
         groups = requant_groups(rq, N)
-        for cols in groups:
-            scale = requant_scale(rq, cols[0])
+        posts: ColumnPosts | list[PostProcess | None] | None = (
+            requant_column_posts(rq, N, caps.requant_scheme) if len(groups) > 1 else None
+        )
+        if posts is None:
             try:
-                p = PostProcess(requant_from_scale(scale, rq["zp"], rq["out"], caps.requant_scheme))
+                posts = requant_posts(rq, groups, N, caps.requant_scheme)
             except KernelError as e:
                 # The target's requantizer cannot represent this scale: the op is not
                 # NPU-runnable, so it stays on the host; the rest of the model goes on.
@@ -193,8 +201,6 @@ class Lowerer(EltwiseLowering, LayoutLowering):
                 )
                 self.place_matmul(n, None, "plain", False, ReasonCode.UNSUPPORTED_OP, why)
                 return
-            for j in cols:
-                posts[j] = p
         policy = effective_policy(self.g, n.output, self.ctx.config.policy)
         # the columns the target requantizes as the model does (per-tensor ones too: every
         # column one member), proven together without building their obligations
@@ -206,7 +212,7 @@ class Lowerer(EltwiseLowering, LayoutLowering):
         for cols in groups:
             if proven is not None and all(proven[j] for j in cols):
                 continue
-            post_j = posts[cols[0]]
+            post_j = posts.post(cols[0]) if isinstance(posts, ColumnPosts) else posts[cols[0]]
             assert post_j is not None
             before = requant_term(Var("acc"), rq, cols[0])
             after = post_j.epilogue_term(Var("acc"))
@@ -222,7 +228,11 @@ class Lowerer(EltwiseLowering, LayoutLowering):
                 ok, code, msg = self.decided(ob)
                 if not ok:
                     break
-        post = posts[0] if len(set(posts)) == 1 else tuple(posts)
+        post: Post | None
+        if isinstance(posts, ColumnPosts):
+            post = posts
+        else:
+            post = posts[0] if len(set(posts)) == 1 else tuple(cast(list[PostProcess], posts))
         self.place_matmul(n, post, "plain", ok, code, msg)
 
     def matmul_act(self, n: Node) -> None:

@@ -18,16 +18,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from compiler.errors import InternalError
+from compiler.ir.column_group import post_parts
 from compiler.ir.graph import Graph
 from compiler.ir.site import Site
 from npu_backend.buffers import infer_specs, nbytes
 from npu_backend.lowered import LoweredModel, NpuMatMul
-from npu_backend.postprocess import PostProcess, columns_of
+from npu_backend.postprocess import (
+    ColumnPosts,
+    PostProcess,
+    columns_of,
+    per_column,
+    same_but_scale,
+)
 from npu_backend.schedule import MatMulSchedule, ScheduleError, choose_schedule, resident_fits
 from npu_backend.target import Target
 
@@ -96,10 +103,46 @@ def proven_columns(site: Site, n_cols: int) -> list[PostProcess | None]:
     return per
 
 
+def proven_alike(site: Site, n_cols: int) -> tuple[PostProcess, list[float]] | None:
+    """(a post, each column's scale) where the gate proved every column's epilogue to be
+    that post but for its requantization scale, read from each group (`post_parts`: a post
+    `build_columns` left unmade stays so); None otherwise."""
+    groups = site.post or ()
+    if not groups:
+        return None
+    first = post_parts(groups[0])[0]
+    scales: list[float | None] = [None] * n_cols
+    alike: dict[int, bool] = {}  # by the id of a post the groups hold
+    for grp in groups:
+        p, s = post_parts(grp)
+        ok = alike.get(id(p))
+        if ok is None:
+            ok = alike[id(p)] = same_but_scale(p, first)
+        if not ok or s is None:
+            return None
+        for j in grp.columns:
+            scales[j] = s
+    if None in scales:
+        return None
+    return first, cast(list[float], scales)
+
+
+def _tile_alike(post: Any, alike: tuple[PostProcess, list[float]] | None, n0: int, n1: int) -> bool:
+    """Whether a tile's `ColumnPosts` is the proven epilogue of its columns [n0, n1)."""
+    return (
+        alike is not None
+        and isinstance(post, ColumnPosts)
+        and post.scales == tuple(alike[1][n0:n1])
+        and same_but_scale(post.first, alike[0])
+    )
+
+
 def violation(site: Site, n_cols: int, tiles: Sequence[ColumnTile]) -> str | None:
     """How `tiles` fail to partition the `n_cols` columns, each carrying the proven epilogue
-    (parameters and table) and the weight zero points of exactly its columns; None if not."""
-    proven = proven_columns(site, n_cols)
+    (parameters and table) and the weight zero points of exactly its columns; None if not.
+    Columns alike but for their scale are compared by their scales (`proven_alike`)."""
+    alike = proven_alike(site, n_cols)
+    proven: list[PostProcess | None] | None = None  # made where a tile is compared by column
     w_zp = site.compute.attrs["w_zp"]
     zp_scalar = np.ndim(w_zp) == 0  # once: np.ndim converts a per-column tuple each call
     pos = 0
@@ -108,12 +151,16 @@ def violation(site: Site, n_cols: int, tiles: Sequence[ColumnTile]) -> str | Non
         if n0 != pos or not n0 < n1 <= n_cols:
             return f"column tile [{n0}, {n1}) does not continue the partition at column {pos}"
         pos = n1
-        if isinstance(t.post, tuple) and len(t.post) != n1 - n0:
+        if per_column(t.post) and len(t.post) != n1 - n0:
             return f"column tile [{n0}, {n1}) carries {len(t.post)} column epilogues"
         tile_zps = np.asarray(t.w_zp, dtype=np.int64).reshape(-1)  # once per tile
+        by_column = not _tile_alike(t.post, alike, n0, n1)
+        if by_column and proven is None:
+            proven = proven_columns(site, n_cols)
         for j in range(n0, n1):
-            got = t.post[j - n0] if isinstance(t.post, tuple) else t.post
-            if got != proven[j]:
+            if by_column and (
+                (t.post[j - n0] if per_column(t.post) else t.post) != cast(list, proven)[j]
+            ):
                 return (
                     f"column tile [{n0}, {n1}) computes column {j} with an epilogue that is not "
                     "the one proven for it (parameters or table of other columns)"

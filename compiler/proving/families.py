@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import InternalError
-from compiler.ir.epilogue import ColumnGroup, FilledGroup, FilledRun
+from compiler.ir.column_group import ColumnGroup, FilledGroup, FilledRun
 from compiler.ir.graph import Node
 from compiler.ir.semantics import requant_term
 from compiler.ir.site import Site
-from npu_backend.postprocess import PostProcess, RequantParams
+from npu_backend.postprocess import ColumnPosts, PostProcess, RequantParams
 from prover.family import Family, family, fill, hole_path, matches, scale_in, with_hole
 from prover.matmul import AccRange
 from prover.policy import Policy
@@ -40,22 +40,28 @@ from prover.terms import Var
 def lowering_family(
     n: Node,
     rq: dict[str, Any],
-    posts: Sequence[PostProcess | None],
+    posts: Sequence[PostProcess | None] | ColumnPosts,
     r: AccRange,
     policy: Policy,
 ) -> Family | None:
     """The family of `n`'s per-column requantization lowerings, or None where the sides are
     not one template with a float scale (a fixed-point requantizer)."""
     acc = Var("acc")
-    if any(p is None for p in posts):
-        return None
-    ps = [p for p in posts if p is not None]
-    first, last = 0, len(ps) - 1
+    at: Callable[[int], PostProcess]
+    if isinstance(posts, ColumnPosts):  # its columns' scales, no column's post made
+        scales: list[float | None] = list(posts.scales)
+        at = posts.post
+    else:
+        if any(p is None for p in posts):
+            return None
+        ps = [p for p in posts if p is not None]
+        scales = [p.requant.scale for p in ps]
+        at = ps.__getitem__
+    first, last = 0, len(scales) - 1
     before = with_hole(requant_term(acc, rq, first))
-    after = with_hole(ps[first].epilogue_term(acc))
+    after = with_hole(at(first).epilogue_term(acc))
     if before is None or after is None:
         return None
-    scales = [p.requant.scale for p in ps]
     if any(s is None for s in scales):  # a fixed-point requantizer: no float scale
         return None
     fam = family(
@@ -63,17 +69,17 @@ def lowering_family(
         "acc",
         before[0],
         after[0],
-        np.broadcast_to(np.asarray(rq["scale"], dtype=np.float64), (len(ps),)),
+        np.broadcast_to(np.asarray(rq["scale"], dtype=np.float64), (len(scales),)),
         np.asarray(scales, dtype=np.float64),
         r.lo,
         r.hi,
-        np.arange(len(ps)),
+        np.arange(len(scales)),
         policy,
         note=f"lower {n.name}",
     )
     # Every column is built alike (only the scale differs): the first and the last say so.
     for j in (first, last):
-        if not matches(fam, j, requant_term(acc, rq, j), ps[j].epilogue_term(acc)):
+        if not matches(fam, j, requant_term(acc, rq, j), at(j).epilogue_term(acc)):
             raise InternalError(f"{n.name}: column {j}'s lowering is not its family's member")
     return fam
 

@@ -41,6 +41,7 @@ def onnx_view(run: Any) -> onnx.ModelProto:
         NpuMove,
         NpuRequant,
     )
+    from npu_backend.postprocess import posts_of
 
     lowered = run.result.lowered
     original: onnx.ModelProto = run.result.context.model
@@ -73,7 +74,7 @@ def onnx_view(run: Any) -> onnx.ModelProto:
                 "structure": st.structure,
                 "compute": st.compute,
             }
-            posts = st.post if isinstance(st.post, tuple) else (st.post,)
+            posts = posts_of(st.post)
             fn = next((p.function for p in posts if p is not None and p.function), None)
             if fn:
                 attrs["activation"] = fn
