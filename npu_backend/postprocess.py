@@ -493,8 +493,10 @@ class ColumnPosts(Sequence[PostProcess]):
         """How many distinct posts `items()` holds (one per distinct scale)."""
         if self._items is not None:
             return len({id(p) for p in self._items})
-        keys = {(s, math.copysign(1.0, s) < 0) for s in self.scales}
-        return len(keys)
+        values = set(self.scales)  # 0.0 == -0.0: told apart only where a zero is there
+        if 0.0 not in values:
+            return len(values)
+        return len({(s, math.copysign(1.0, s) < 0) for s in self.scales})
 
     def float32_scales(self) -> np.ndarray:
         """The columns' scales as float32 (the requantizer's own values)."""

@@ -67,6 +67,8 @@ def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> np.ndarray:
     # TwoSum: the exact rounding error of s = p + c.
     bv = s - p
     err = (p - (s - bv)) + (c64 - bv)
+    if not err.any():  # the float64 sum is exact: its one rounding to float32 is the FMA's
+        return s.astype(F32)
     even = (s.view(np.int64) & 1) == 0
     toward = np.nextafter(s, np.where(err > 0, np.inf, -np.inf))
     odd = np.where((err != 0) & even, toward, s)

@@ -150,6 +150,26 @@ def test_fma32_single_rounding(rng):
         assert got[i] == want, (a[i], b[i], c[i])
 
 
+def test_fma32_exact_float64_sums(rng):
+    """Where every a*b + c is exact in float64 (QLinearAdd's operands: 8-bit integers times a
+    float32 ratio plus a float32 of like size), the one rounding to float32 is the FMA's:
+    checked against exact rational arithmetic, ties included."""
+    from fractions import Fraction
+
+    a = rng.integers(0, 256, 2000).astype(np.float32)
+    b = np.float32(rng.uniform(1e-3, 1e-1))
+    c = (rng.uniform(-30, 30, 2000)).astype(np.float32)
+    a[:2], c[:2] = np.float32(1), [np.float32(2**24 + 1) - b, np.float32(1.5)]  # near ties
+    p = a.astype(np.float64) * float(b)
+    s = p + c.astype(np.float64)
+    bv = s - p  # TwoSum's error of every sum is 0: fma32 takes its short path
+    assert not ((p - (s - bv)) + (c.astype(np.float64) - bv)).any()
+    got = fma32(a, b, c)
+    for i in range(a.size):
+        exact = Fraction(float(a[i])) * Fraction(float(b)) + Fraction(float(c[i]))
+        assert got[i] == _round_f32(exact), (a[i], b, c[i])
+
+
 def _round_f32(q) -> np.float32:
     """Correct round-half-even of a rational to float32 (via neighbours, no double rounding)."""
     from fractions import Fraction
