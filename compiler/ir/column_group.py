@@ -88,6 +88,18 @@ class FilledGroup(ColumnGroup):
         if run is not None:
             self.run = run
 
+    @classmethod
+    def of_run(cls, run: FilledRun) -> list[FilledGroup]:
+        """`run`'s groups, without their posts, made at once (as `__init__` makes each, in
+        its order of fields: a per-channel op has thousands)."""
+        new, template, out = object.__new__, run.template, []
+        for cols, scale, after in zip(run.columns, run.fill_scales, run.after_scales, strict=True):
+            g = new(cls)
+            g.columns, g.acc_offset, g.template, g.scale = cols, 0, template, scale
+            g.after_scale, g.run = after, run
+            out.append(g)
+        return out
+
     def __getattr__(self, name: str) -> Any:
         # only reached while `before` or `post` is not in the instance: made on first read
         if name == "before" and self.template is not None:

@@ -360,7 +360,7 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     )
     out_type, out_zp = act.attrs["out_type"], int(act.attrs["out_zp"])
     bulk = False
-    lazy: list[tuple[float, float, list[int], int]] = []  # (scale, float32 scale, cols, j)
+    lazy: _Lazy | None = None
     for j in range(n_cols):
         if template is not None and bias is None:
             if f32 is not None:
@@ -417,7 +417,7 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
         ColumnGroup(tuple(cols), before, post, offset)
         for (before, post, offset), cols in groups.items()
     ]
-    if lazy:
+    if lazy is not None:
         assert template is not None
         out += _lazy_run(site, template, next(iter(groups))[1], lazy)
     elif filled:
@@ -444,21 +444,12 @@ def build_columns(site: Site, target: Target, kind: str = "MatMul") -> list[Colu
     return out
 
 
-def _lazy_run(
-    site: Site, template: Term, proto: PostProcess, lazy: list[tuple[float, float, list[int], int]]
-) -> list[FilledGroup]:
+def _lazy_run(site: Site, template: Term, proto: PostProcess, lazy: _Lazy) -> list[FilledGroup]:
     """The groups of `_lazy_rest`'s columns: one `FilledRun` over `proto` (the first
     group's post), each group's post made only when read (`FilledGroup`)."""
-    cols_of = [tuple(cs) for _, _, cs, _ in lazy]
-    fills = [sc for sc, _, _, _ in lazy]
-    afters = [a for _, a, _, _ in lazy]
-    run = FilledRun(template, proto, fills, afters, cols_of)
-    made = [
-        FilledGroup(cs, template=template, scale=sc, run=run, after_scale=a)
-        for cs, sc, a in zip(cols_of, fills, afters, strict=True)
-    ]
-    run.groups = made
-    last_j = lazy[-1][3]
+    fills, afters, cols, last_j = lazy
+    run = FilledRun(template, proto, fills, afters, [tuple(c) for c in cols])
+    made = run.groups = FilledGroup.of_run(run)
     acc = requant_term(Var("acc"), site.compute.attrs["requant"], last_j)
     own = chain_term(site, acc, last_j, None)
     if own != made[-1].before:
@@ -466,11 +457,16 @@ def _lazy_run(
     return made
 
 
+# `_lazy_rest`'s answer: per scale first met, in order, the scale, its float32 value and
+# its columns; and the last one's first column
+_Lazy = tuple[list[float], list[float], list[list[int]], int]
+
+
 def _lazy_rest(
     scales: list[float], f32: list[float], built: dict[tuple, list[int]], start: int
-) -> list[tuple[float, float, list[int], int]]:
-    """`_filled_rest` for float32 requantizers, making no post: (the scale, its float32
-    value, its columns, its first column) for each scale first met at or after `start`."""
+) -> _Lazy | None:
+    """`_filled_rest` for float32 requantizers, making no post (`_Lazy`); None where no
+    scale is first met at or after `start`."""
     by_scale = {k[0]: cols for k, cols in built.items()}
     firsts: list[int] = []
     for j in range(start, len(scales)):
@@ -480,7 +476,10 @@ def _lazy_rest(
             firsts.append(j)
         else:
             cols.append(j)
-    return [(scales[j], f32[j], by_scale[scales[j]], j) for j in firsts]
+    if not firsts:
+        return None
+    fills = [scales[j] for j in firsts]
+    return fills, [f32[j] for j in firsts], [by_scale[s] for s in fills], firsts[-1]
 
 
 def _filled_rest(

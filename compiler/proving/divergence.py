@@ -20,6 +20,7 @@ from compiler.errors import InternalError
 from compiler.ir.graph import Graph, Node
 from compiler.ir.semantics import is_u8s8
 from compiler.proving.cex import lift_spec
+from prover.by_identity import ByIdentity
 from prover.conv import any_pair_saturable
 from prover.domain import NUMPY
 from prover.pair_saturation import column_accs, divergent_row, reachable_columns, saturating_row
@@ -66,15 +67,23 @@ def saturating_reference(reference: Any) -> bool:
     return acc == Accumulation.PAIR_SATURATING_INT16
 
 
+# saturable_columns' answers by the weights' identity: the findings, the gate and lowering
+# ask about each u8s8 op (a fused node keeps its compute op's weights)
+_SATURABLE: ByIdentity[tuple[int, ...]] = ByIdentity(1024)
+
+
 def saturable_columns(node: Node) -> list[int]:
     """Columns of a u8s8 matmul where some uint8 input row saturates a pair."""
     if node.op not in ("matmul", "fused") or not is_u8s8(node):
         return []
-    if node.attrs.get("window") is not None:
+    w, window = node.attrs["w"], node.attrs.get("window") is not None
+    hit = _SATURABLE.get(w, window)
+    if hit is None:
         # a conv's pair order (ORT's im2col/depthwise kernels) is not modelled: any pair of
         # two of its products that can saturate counts, in whatever order
-        return [int(j) for j in np.nonzero(any_pair_saturable(node.attrs["w"]))[0]]
-    return [int(j) for j in np.nonzero(reachable_columns(node.attrs["w"]))[0]]
+        cols = any_pair_saturable(w) if window else reachable_columns(w)
+        hit = _SATURABLE.put(w, tuple(int(j) for j in np.nonzero(cols)[0]), window)
+    return list(hit)
 
 
 def act_saturable(node: Node) -> bool:
