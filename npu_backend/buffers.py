@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from prover.domain import KernelError
-from prover.inttypes import INT32, int_type
+from prover.inttypes import INT32, IntType, int_type
 from prover.matmul import accumulator_range, check_fits_int32
 
 from .lowered import (
@@ -40,6 +42,7 @@ class CodegenError(ValueError):
     """The lowered model cannot be turned into a program (shapes, memory exhausted, ...)."""
 
 
+@lru_cache(maxsize=64)
 def storage_dtype(type_name: str) -> str:
     """numpy dtype name of an integer type name ("int8" -> "int8", "int4" -> "int8")."""
     return int_type(type_name).numpy_dtype().name
@@ -306,13 +309,38 @@ def _check_operands(
     # a run-time zero point may be any value of the type: the range at each end of it
     # bounds every other (the accumulator is linear in the zero point)
     zps = (int(st.a_zp),) if st.a_zp_input is None else (at.min, at.max)
+    why = _range_issue(w, wzp, at, zps, bias)
+    if why is not None:
+        raise CodegenError(
+            f"{st.name} {why}; the NPU accumulates in int32 (split K or keep it on the host)"
+        )
+
+
+# _range_issue's answers by the weights and bias themselves (kept in the entry, so their
+# ids are not reused) and the scalars: lowering, each program generated and the ledger's
+# ask about every MatMul's operands again
+_RANGES: dict[tuple[Any, ...], tuple[Any, Any, str | None]] = {}
+
+
+def _range_issue(
+    w: np.ndarray, wzp: np.ndarray, at: IntType, zps: tuple[int, ...], bias: Any
+) -> str | None:
+    """Why the accumulator of `w` (zero points `wzp`, inputs of `at` with each of the zero
+    points `zps`, `bias`) may leave int32; None where it fits."""
+    key = (id(w), id(bias), wzp.tobytes(), wzp.shape, at.name, zps)
+    hit = _RANGES.get(key)
+    if hit is not None and hit[0] is w and hit[1] is bias:
+        return hit[2]
+    why = None
     try:
         for zp in zps:
-            check_fits_int32(accumulator_range(w, wzp, at, zp, bias), f"{st.name} accumulator")
+            check_fits_int32(accumulator_range(w, wzp, at, zp, bias), "accumulator")
     except KernelError as e:
-        raise CodegenError(
-            f"{e}; the NPU accumulates in int32 (split K or keep it on the host)"
-        ) from None
+        why = str(e)
+    if len(_RANGES) >= 1024:
+        _RANGES.clear()
+    _RANGES[key] = (w, bias, why)
+    return why
 
 
 # --- emission ---------------------------------------------------------------------------

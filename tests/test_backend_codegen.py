@@ -186,6 +186,24 @@ def test_operand_checks():
             generate(wide, FLOAT)
     fits = dataclasses.replace(big_k, constants={"w": np.full((140000, 1), 1, np.int16)})
     generate(fits, FLOAT)  # 140000 * 1 * 255 fits int32
+    # the same weights' answer is kept by the operands themselves: a bias that pushes the
+    # range out of int32, or another input zero point, is asked about anew
+    w1 = fits.constants["w"]
+    for bias, ok in ((np.array([2**31 - 1], np.int32), False), (np.array([0], np.int32), True)):
+        biased = dataclasses.replace(
+            fits,
+            constants={"w": w1, "b": bias},
+            steps=[dataclasses.replace(fits.steps[0], bias="b")],
+        )
+        if ok:
+            generate(biased, FLOAT)
+        else:
+            with pytest.raises(
+                CodegenError, match=r"mm accumulator range .* exceeds int32; the NPU"
+            ):
+                generate(biased, FLOAT)
+    low_zp = dataclasses.replace(fits, steps=[dataclasses.replace(fits.steps[0], a_zp=127)])
+    generate(low_zp, FLOAT)  # (x - 127) * 1 over 140000: in int32 as well
     outside = dataclasses.replace(fits, constants={"w": np.full((140000, 1), 128, np.int16)})
     with pytest.raises(CodegenError, match="weights outside int8"):
         generate(outside, FLOAT)
