@@ -523,10 +523,6 @@ class ColumnPosts(Sequence[PostProcess]):
         """These columns' scales over another `first` (its own scale is replaced)."""
         return ColumnPosts(first, self.scales)
 
-    def rest_is(self, other: ColumnPosts) -> bool:
-        """Whether `other`'s columns share this one's fields but the scale, by value."""
-        return same_but_scale(self.first, other.first)
-
     def __len__(self) -> int:
         return len(self.scales)
 
@@ -542,7 +538,7 @@ class ColumnPosts(Sequence[PostProcess]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ColumnPosts):
-            return self.scales == other.scales and self.rest_is(other)
+            return self.scales == other.scales and same_but_scale(self.first, other.first)
         if isinstance(other, tuple):  # by value, without making these posts
             return len(other) == len(self.scales) and alike_key(other) == self.key()
         return NotImplemented
@@ -564,13 +560,19 @@ Post = PostProcess | tuple[PostProcess, ...] | ColumnPosts
 or a `ColumnPosts`)."""
 
 
+def post_rest(p: PostProcess) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """All of `p` but its requantization's scale: its other fields, its requantizer's other
+    fields (what columns alike but for their scale share)."""
+    return _POST_REST(p), _REQUANT_REST(p.requant)
+
+
 def same_but_scale(a: PostProcess, b: PostProcess) -> bool:
     """Whether `a` and `b` are equal but for their requantization's scale."""
-    return _POST_REST(a) == _POST_REST(b) and _REQUANT_REST(a.requant) == _REQUANT_REST(b.requant)
+    return post_rest(a) == post_rest(b)
 
 
 def _alike_key(first: PostProcess, scales: tuple[Any, ...]) -> tuple[Any, ...]:
-    return ("columns", _POST_REST(first), _REQUANT_REST(first.requant), scales)
+    return ("columns", post_rest(first), scales)
 
 
 def alike_key(posts: Sequence[PostProcess]) -> tuple[Any, ...] | None:
@@ -582,9 +584,9 @@ def alike_key(posts: Sequence[PostProcess]) -> tuple[Any, ...] | None:
     if not posts or not all(isinstance(p, PostProcess) for p in posts):
         return None
     p0 = posts[0]
-    rest, rq_rest = _POST_REST(p0), _REQUANT_REST(p0.requant)
+    rest = post_rest(p0)
     for p in posts:
-        if p is not p0 and (_POST_REST(p) != rest or _REQUANT_REST(p.requant) != rq_rest):
+        if p is not p0 and post_rest(p) != rest:
             return None
     return _alike_key(p0, tuple(p.requant.scale for p in posts))
 

@@ -534,7 +534,7 @@ def requant_column_posts(rq: dict, n_cols: int, scheme: str) -> ColumnPosts | No
     column's float32 scale is one (then one post)."""
     if scheme != "float32":
         return None
-    f32 = float32_scales([requant_scale(rq, j) for j in range(n_cols)])
+    f32 = float32_scales(_column_scales(rq, n_cols))
     if len(set(f32)) == 1:
         return None
     return ColumnPosts(

@@ -106,7 +106,9 @@ def proven_columns(site: Site, n_cols: int) -> list[PostProcess | None]:
 def proven_alike(site: Site, n_cols: int) -> tuple[PostProcess, list[float]] | None:
     """(a post, each column's scale) where the gate proved every column's epilogue to be
     that post but for its requantization scale, read from each group (`post_parts`: a post
-    `build_columns` left unmade stays so); None otherwise."""
+    `build_columns` left unmade stays so); None otherwise. It reads each group itself, not the
+    run's lists the fused step's epilogue was read from (`compiler.ir.fuse.post_of`): the
+    check does not share the reading it checks."""
     groups = site.post or ()
     if not groups:
         return None

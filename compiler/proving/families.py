@@ -18,9 +18,8 @@ no pass and decides nothing.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from operator import attrgetter, is_
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from compiler.ir.column_group import ColumnGroup, FilledGroup, FilledRun
 from compiler.ir.graph import Node
 from compiler.ir.semantics import requant_term
 from compiler.ir.site import Site
-from npu_backend.postprocess import ColumnPosts, PostProcess, RequantParams
+from npu_backend.postprocess import ColumnPosts, PostProcess, post_rest
 from prover.family import Family, family, fill, hole_path, matches, scale_in, with_hole
 from prover.matmul import AccRange
 from prover.policy import Policy
@@ -84,22 +83,11 @@ def lowering_family(
     return fam
 
 
-# what `_alike_to` compares: all of a PostProcess but its requantization's scale
-_POST_REST = attrgetter(*(f.name for f in dataclasses.fields(PostProcess) if f.name != "requant"))
-_REQUANT_REST = attrgetter(
-    *(f.name for f in dataclasses.fields(RequantParams) if f.name != "scale")
-)
-
-
 def _alike_to(first: ColumnGroup) -> Callable[[ColumnGroup], bool]:
     """Whether a group's postprocessing is `first`'s but for its requantization scale (then
     its `after(acc)` is `first`'s with that scale: `PostProcess.epilogue_term`). `first`'s
     fields are read once: a per-channel site has thousands of groups."""
-    post_rest, rq_rest, offset = (
-        _POST_REST(first.post),
-        _REQUANT_REST(first.post.requant),
-        first.acc_offset,
-    )
+    rest, offset = post_rest(first.post), first.acc_offset
 
     def alike(grp: ColumnGroup) -> bool:
         p = grp.post
@@ -108,7 +96,7 @@ def _alike_to(first: ColumnGroup) -> Callable[[ColumnGroup], bool]:
             return False
         # the fields' tuples (a copy with the first one's scale, compared whole, cost most of
         # the family's building)
-        return _POST_REST(p) == post_rest and _REQUANT_REST(rq) == rq_rest
+        return post_rest(p) == rest
 
     return alike
 
