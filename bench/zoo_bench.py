@@ -8,7 +8,8 @@ One command:
 
 For each model (`*.onnx` in each directory, sorted), three fresh child processes, each
 measured on its own by `os.wait4` (CPU = user + sys of that child, peak RSS = its
-`ru_maxrss`), best of --repeat (smallest CPU; its RSS):
+`ru_maxrss`), best of --repeat (smallest CPU; its RSS), the three taken in turn in each
+round so that a burst of load on a shared host falls on each of them alike:
 
 - `ort`: `import onnxruntime`, one `InferenceSession` (CPU provider, default level), one
   inference on zeros (symbolic dims set to 1);
@@ -97,10 +98,16 @@ def measure(argv: list[str], env: dict[str, str], phases_file: Path | None = Non
     return run
 
 
-def best(argv: list[str], env: dict[str, str], repeat: int, phases_file: Path | None) -> Run:
-    """The run with the smallest CPU of `repeat`."""
-    runs = [measure(argv, env, phases_file) for _ in range(max(1, repeat))]
-    return min(runs, key=lambda r: r.cpu_s)
+def best_in_turn(
+    children: list[tuple[list[str], Path | None]], env: dict[str, str], repeat: int
+) -> list[Run]:
+    """Each child's run with the smallest CPU of `repeat`, the children run in turn in each
+    round (not one child `repeat` times, then the next)."""
+    runs: list[list[Run]] = [[] for _ in children]
+    for _ in range(max(1, repeat)):
+        for got, (argv, phases_file) in zip(runs, children, strict=True):
+            got.append(measure(argv, env, phases_file))
+    return [min(got, key=lambda r: r.cpu_s) for got in runs]
 
 
 def commit() -> str:
@@ -125,16 +132,18 @@ def models(dirs: list[Path], only: list[str]) -> list[Path]:
 
 
 def bench_model(m: Path, env: dict[str, str], tmp: Path, repeat: int, py: str) -> dict:
-    ort = best([py, "-c", ORT_RUN, str(m)], env, repeat, None)
-    check = best(
-        [py, "-m", "compiler.cli.prover", "check", str(m), "--proofs-mode", "off",
-         "--no-progress", "--format", "json", "-o", str(tmp / "report.json")],
-        env, repeat, tmp / "check.json",
-    )  # fmt: skip
-    comp = best(
-        [py, "-m", "compiler.cli.npuc", "compile", str(m), "-o", str(tmp / "program.json"),
-         "--proofs-mode", "off", "--no-progress"],
-        env, repeat, tmp / "compile.json",
+    ort, check, comp = best_in_turn(
+        [
+            ([py, "-c", ORT_RUN, str(m)], None),
+            ([py, "-m", "compiler.cli.prover", "check", str(m), "--proofs-mode", "off",
+              "--no-progress", "--format", "json", "-o", str(tmp / "report.json")],
+             tmp / "check.json"),
+            ([py, "-m", "compiler.cli.npuc", "compile", str(m), "-o", str(tmp / "program.json"),
+              "--proofs-mode", "off", "--no-progress"],
+             tmp / "compile.json"),
+        ],
+        env,
+        repeat,
     )  # fmt: skip
     row = {"model": m.name, "ort": ort.__dict__, "check": check.__dict__, "compile": comp.__dict__}
     row["ratios"] = {
