@@ -85,3 +85,12 @@ def wrap(d: Domain, x: Any, t: IntType) -> Any:
     if not t.signed:
         return low
     return d.where(low > t.max, low - t.size, low)
+
+
+def int_tuple(a: Any) -> tuple[int, ...]:
+    """`tuple(int(v) for v in a)` of a 1-D array: an integer array's values at once (its
+    Python ints), any other element by element (`int` of each, as that reads it)."""
+    arr = np.asarray(a)
+    if arr.dtype.kind in "iu" and arr.ndim == 1:
+        return tuple(arr.tolist())
+    return tuple(int(v) for v in arr)

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from compiler.ir.graph import Graph, Node
+from prover.inttypes import int_tuple
 
 if TYPE_CHECKING:  # a Site holds its FloatBias (site.py imports this module)
     from compiler.ir.site import Site
@@ -105,7 +106,7 @@ def recognize(g: Graph, site: Site, stage_out: str) -> FloatBias | None:
             return None
         if x[3] != y[3] or g.values[stage_out].dtype != x[3]:
             return None  # the add stage keeps the intermediate type
-        const = tuple(int(v) for v in np.broadcast_to(data.reshape(-1), (n_cols,)))
+        const = int_tuple(np.broadcast_to(data.reshape(-1), (n_cols,)))
         return FloatBias(
             start=i,
             const_node=c,

@@ -52,7 +52,7 @@ import onnx
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 
-from prover.inttypes import int_type
+from prover.inttypes import int_tuple, int_type
 from prover.verdict import ReasonCode
 
 from .errors import ort_errors
@@ -242,7 +242,7 @@ def _one_run(
 
 
 def _table_of(y: np.ndarray) -> CheckedTable:
-    return CheckedTable(tuple(int(v) for v in y), str(y.dtype))
+    return CheckedTable(int_tuple(y), str(y.dtype))
 
 
 def _run_once(blob: bytes, in_type: str, rank: int, level: str) -> CheckedTable:
@@ -529,7 +529,7 @@ def _check(sess, single, codes: np.ndarray, lo: int, rank: int) -> CheckedTable:
                     f"position {int(x[i]) - lo} of the {n}-code tensor but {int(y[i])} at "
                     f"position {i} ({where})",
                 )
-    return CheckedTable(tuple(int(v) for v in table), str(y0.dtype))
+    return CheckedTable(int_tuple(table), str(y0.dtype))
 
 
 def _check_many(

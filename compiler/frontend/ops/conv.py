@@ -21,6 +21,7 @@ import onnx
 from compiler.ir.graph import Value
 from prover.conv import Window
 from prover.domain import KernelError
+from prover.inttypes import int_tuple
 
 from ..context import BuildContext
 from ..elem_types import EIGHT_BIT
@@ -134,7 +135,7 @@ def qlinear_conv(ctx: BuildContext, n: onnx.NodeProto) -> None:
         ctx, n, N, ("x", "w"), "y_zero_point must be a scalar (per-tensor)"
     )
     bias_arr = ctx.const(n, 8, "B", optional=True)
-    bias = None if bias_arr is None else tuple(int(v) for v in bias_arr.reshape(-1))
+    bias = None if bias_arr is None else int_tuple(bias_arr.reshape(-1))
     if bias is not None and len(bias) != N:
         raise ctx.fail(n, f"bias must have {N} entries")
     out_t = out_type(ctx, n, y_zp_arr)

@@ -17,7 +17,7 @@ from compiler.errors import FrontendError
 from compiler.ir.graph import Value
 from compiler.ort.tables import QLINEAR_FUNCTIONS, TableSpec, reference_table
 from prover.domain import KernelError
-from prover.inttypes import int_type
+from prover.inttypes import int_tuple, int_type
 from prover.qlinear_binary import QLinearBinaryParams, span_mode
 
 from ..context import BuildContext
@@ -222,7 +222,7 @@ def _qlinear_binary(ctx: BuildContext, n: onnx.NodeProto) -> None:
         or (c.ndim and c.shape[-1] not in (1, N))
     ):
         raise ctx.fail(n, f"constant operand of shape {list(c.shape)} is not one value per column")
-    const = tuple(int(v) for v in np.broadcast_to(c.reshape(-1), (N,)))
+    const = int_tuple(np.broadcast_to(c.reshape(-1), (N,)))
     mode = span_mode(a_shape, b_shape)
     if x.shape and n.op_type == "QLinearAdd":
         modes = set()

@@ -13,6 +13,7 @@ import onnx
 
 from compiler.errors import FrontendError
 from prover.domain import KernelError
+from prover.inttypes import int_tuple
 from prover.qgemm import QGemmParams, output_scales
 
 from ..context import BuildContext
@@ -146,7 +147,7 @@ def _qgemm(ctx: BuildContext, n: onnx.NodeProto) -> None:
             raise ctx.fail(n, f"bias C has type {C.dtype.name}; QGemm's is int32")
         if any(d != 1 for d in C.shape[:-1]) or (C.ndim and C.shape[-1] not in (1, N)):
             raise ctx.fail(n, f"bias C of shape {list(C.shape)} varies by row")
-        bias = tuple(int(v) for v in np.broadcast_to(C.reshape(-1), (N,)))
+        bias = int_tuple(np.broadcast_to(C.reshape(-1), (N,)))
     w_zp = p.b_zp[0] if len(p.b_zp) == 1 else p.b_zp
     check_acc(ctx, n, w, w_zp, at, p.a_zp, None if bias is None else np.asarray(bias))
     scales = tuple(float(v) for v in np.broadcast_to(output_scales(p), (N,)))
