@@ -155,7 +155,7 @@ def npu_value(d: Domain, a: Any, b: Any, **p: Any) -> Any:
     )
     if e.binary == "mul":
         prod = (a64 - e.a_zp) * (b64 - e.b_zp)
-        v = (prod.astype(F32) * F32(e.ratio)).astype(F32) + F32(e.c_zp)
+        v = prod.astype(F32) * F32(e.ratio) + F32(e.c_zp)  # float32 throughout
         return pack_saturate(cvtps_epi32(v), t)
     pf, qf = (a64, b64) if e.p_is_a else (b64, a64)
     pf, qf = pf.astype(F32), qf.astype(F32)

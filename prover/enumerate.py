@@ -23,6 +23,19 @@ from .obligation import Obligation
 
 DEFAULT_LIMIT = 1 << 25
 CHUNK = 1 << 14
+GRID_MAX = 1 << 17  # up to this many points every variable's values are laid out at once
+
+
+def _grid(los: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    """Each variable's value at every point (the last variable fastest), by repeating and
+    tiling its range instead of dividing every point's index."""
+    out = []
+    for i, n in enumerate(sizes):
+        vals = np.arange(n, dtype=np.int64) + los[i]
+        after = int(np.prod(sizes[i + 1 :], dtype=np.int64))
+        before = int(np.prod(sizes[:i], dtype=np.int64))
+        out.append(np.tile(np.repeat(vals, after), before))
+    return out
 
 
 def _all_true(pre: list, n: int) -> np.ndarray:
@@ -102,6 +115,7 @@ def decide(ob: Obligation, limit: int = DEFAULT_LIMIT, deadline: float | None = 
     sizes = [ob.ranges[n][1] - ob.ranges[n][0] + 1 for n in names]
     strides = np.cumprod([1] + sizes[::-1][:-1])[::-1]  # last variable fastest
     any_valid, max_diff, best, best_key = False, 0, None, None
+    grid = _grid(los, sizes) if 1 < len(names) and size <= GRID_MAX else None
     for start in range(0, size, CHUNK):
         if deadline is not None and time.perf_counter() > deadline:
             return Decision(
@@ -110,6 +124,8 @@ def decide(ob: Obligation, limit: int = DEFAULT_LIMIT, deadline: float | None = 
         idx = np.arange(start, min(size, start + CHUNK), dtype=np.int64)
         if len(names) == 1:  # one variable: the block is the range itself
             cols = [idx + los[0]]
+        elif grid is not None:
+            cols = [g[start : start + idx.size] for g in grid]
         else:
             cols = [(idx // strides[i]) % sizes[i] + los[i] for i in range(len(names))]
         env = dict(zip(names, cols, strict=True))

@@ -49,6 +49,8 @@ from .requant import float_requant_thresholds, requant_float_concrete
 from .staircase import monotone_thresholds
 
 F32 = np.float32
+_F32_INT32_MIN = F32(INT32_MIN)  # -2^31, a float32
+_F32_2_31 = F32(2.0**31)  # INT32_MAX + 1, a float32 (INT32_MAX itself is not one)
 
 
 class BinaryOp(StrEnum):
@@ -124,16 +126,18 @@ def span_mode(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> SpanMode:
 
 def cvtps_epi32(x: Any) -> np.ndarray:
     """`_mm_cvtps_epi32`: round half to even; NaN and out-of-range give INT32_MIN."""
-    x64 = np.asarray(x, dtype=F32).astype(np.float64)
-    r = np.rint(x64)
-    ok = np.isfinite(r) & (r >= INT32_MIN) & (r <= INT32_MAX)
-    return np.where(ok, r, INT32_MIN).astype(np.int64)
+    # in float32: the nearest integer of a float32 is one (|x| >= 2^23 is integral), and
+    # -2^31 and 2^31 are float32 values, so the range test is exact (NaN fails it)
+    r = np.rint(np.asarray(x, dtype=F32))
+    ok = (r >= _F32_INT32_MIN) & (r < _F32_2_31)
+    return np.where(ok, r, _F32_INT32_MIN).astype(np.int64)
 
 
 def pack_saturate(r: np.ndarray, out: IntType) -> np.ndarray:
-    """`packs_epi32` (to int16) then the 8-bit pack (`packus`/`packs`): two saturations."""
-    r16 = np.clip(r, INT16.min, INT16.max)
-    return np.clip(r16, out.min, out.max).astype(np.int64)
+    """`packs_epi32` (to int16) then the 8-bit pack (`packus`/`packs`): two saturations,
+    one clip to the intersection of the two ranges."""
+    lo, hi = max(INT16.min, out.min), min(INT16.max, out.max)
+    return np.clip(np.asarray(r, dtype=np.int64), lo, hi)
 
 
 def _mul_add(x: Any, y: Any, z: Any, fused: bool) -> np.ndarray:
@@ -183,7 +187,7 @@ def qlmul_kernel(
     """MLAS's QLinearMul kernel (SSE2 on x86-64: separate float32 multiply and add)."""
     ratio = F32(F32(F32(a_scale) * F32(b_scale)) / F32(c_scale))
     prod = (np.asarray(a, np.int64) - int(a_zp)) * (np.asarray(b, np.int64) - int(b_zp))
-    v = (prod.astype(F32) * ratio).astype(F32) + F32(c_zp)
+    v = prod.astype(F32) * ratio + F32(c_zp)  # float32 throughout: each step one rounding
     return pack_saturate(cvtps_epi32(v), out)
 
 
