@@ -63,6 +63,15 @@ def test_it_is_the_tuple_of_its_columns():
     assert cp.distinct_count() == 4 and record_nbytes(cp) == record_nbytes(want)
 
 
+def test_it_pickles_as_its_first_post_and_scales():
+    import pickle
+
+    cp = ColumnPosts(first(), SCALES)
+    back = pickle.loads(pickle.dumps(cp))
+    assert isinstance(back, ColumnPosts) and back == cp and back._items is None
+    assert tuple(back) == by_column(first(), SCALES)
+
+
 def test_equality_with_a_tuple_makes_no_post():
     cp = ColumnPosts(first(), SCALES)
     assert cp == by_column(first(), SCALES) and cp._items is None
@@ -157,6 +166,13 @@ def test_a_per_channel_model_compiles_to_the_same_program_and_ledger(name, monke
     made = [g for g in filled if "post" in g.__dict__]
     assert bool(filled) == bool(fast.sites)
     assert len(made) <= len(fast.sites)  # one per site at most: the family's check
+    import pickle
+
+    unmade = [g for g in filled if "post" not in g.__dict__]
+    assert bool(unmade) == bool(filled)
+    if unmade:  # a group whose post is not made yet pickles, and makes it after
+        g = pickle.loads(pickle.dumps(unmade[0]))
+        assert "post" not in g.__dict__ and g.post == unmade[0].post and g.before is not None
     monkeypatch.setattr(fuse, "_column_posts", lambda groups, n_cols: None)
     monkeypatch.setattr(lower, "requant_column_posts", lambda rq, n, scheme: None)
     slow = compile_model(model, "bitwise", FLOAT)
