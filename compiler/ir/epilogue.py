@@ -457,6 +457,24 @@ def _lazy_run(site: Site, template: Term, proto: PostProcess, lazy: _Lazy) -> li
     return made
 
 
+def _by_scale(
+    scales: list[float], built: dict[tuple, list[int]], start: int
+) -> tuple[list[int], dict[float, list[int]]]:
+    """Columns `start`.. by their scale: each joins the columns of its scale (`built`'s,
+    keyed by it, appended to in place) or starts its own; (the columns that started one,
+    in order; the columns of every scale)."""
+    by_scale = {k[0]: cols for k, cols in built.items()}
+    firsts: list[int] = []
+    for j in range(start, len(scales)):
+        cols = by_scale.get(scales[j])
+        if cols is None:
+            by_scale[scales[j]] = [j]
+            firsts.append(j)
+        else:
+            cols.append(j)
+    return firsts, by_scale
+
+
 # `_lazy_rest`'s answer: per scale first met, in order, the scale, its float32 value and
 # its columns; and the last one's first column
 _Lazy = tuple[list[float], list[float], list[list[int]], int]
@@ -467,15 +485,7 @@ def _lazy_rest(
 ) -> _Lazy | None:
     """`_filled_rest` for float32 requantizers, making no post (`_Lazy`); None where no
     scale is first met at or after `start`."""
-    by_scale = {k[0]: cols for k, cols in built.items()}
-    firsts: list[int] = []
-    for j in range(start, len(scales)):
-        cols = by_scale.get(scales[j])
-        if cols is None:
-            by_scale[scales[j]] = [j]
-            firsts.append(j)
-        else:
-            cols.append(j)
+    firsts, by_scale = _by_scale(scales, built, start)
     if not firsts:
         return None
     fills = [scales[j] for j in firsts]
@@ -494,15 +504,7 @@ def _filled_rest(
     once the first column gave `template`: only the scale varies, so a column joins the
     columns of its scale (`built`, keyed by it) or is filled from the template, its post the
     first group's with its own requantizer (made at once, not per column)."""
-    by_scale = {k[0]: cols for k, cols in built.items()}
-    firsts: list[int] = []
-    for j in range(start, len(scales)):
-        cols = by_scale.get(scales[j])
-        if cols is None:
-            by_scale[scales[j]] = [j]
-            firsts.append(j)
-        else:
-            cols.append(j)
+    firsts, by_scale = _by_scale(scales, built, start)
     proto = next(iter(groups))[1]
     posts = proto.with_requants([rqs[j] for j in firsts])
     return [
