@@ -9,8 +9,10 @@ scales, and the fused node's epilogue is a `ColumnPosts` of the run's scales).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import is_
 from typing import Any
 
 from npu_backend.postprocess import PostProcess
@@ -136,6 +138,12 @@ class FilledRun:
     after_scales: list[float]
     columns: list[tuple[int, ...]]
     groups: list[FilledGroup] = field(default_factory=list)
+
+    def stands_at(self, groups: Sequence[Any], at: int) -> bool:
+        """Whether `groups[at:]` starts with this run's groups, the same objects in order
+        (none replaced since `build_columns` made them)."""
+        n = len(self.groups)
+        return n > 0 and all(map(is_, groups[at : at + n], self.groups))
 
 
 @lru_cache(maxsize=4096)

@@ -7,7 +7,6 @@ of the fused node's int32 bias; a post-requantization add stage stays in its epi
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from operator import is_
 from typing import Any, cast
 
 from npu_backend.postprocess import ColumnPosts, Post, PostProcess, alike_but_scale
@@ -46,17 +45,11 @@ def _column_posts(groups: Sequence[Any], n_cols: int) -> ColumnPosts | None:
     while i < len(groups):
         grp = groups[i]
         run = getattr(grp, "run", None)
-        n = 0 if run is None else len(run.groups)
-        if (
-            run is not None
-            and n
-            and run.proto is first
-            and all(map(is_, groups[i : i + n], run.groups))
-        ):
+        if run is not None and run.proto is first and run.stands_at(groups, i):
             for cols, s in zip(run.columns, run.after_scales, strict=True):
                 for j in cols:
                     scales[j] = s
-            i += n
+            i += len(run.groups)
             continue
         p = grp.post
         if p.requant.scale is None or not alike_but_scale((first, p)):

@@ -19,7 +19,6 @@ no pass and decides nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import is_
 from typing import Any
 
 import numpy as np
@@ -102,16 +101,14 @@ def _alike_to(first: ColumnGroup) -> Callable[[ColumnGroup], bool]:
 
 
 def _whole_run(run: FilledRun, groups: Sequence[ColumnGroup], at: int, first: ColumnGroup) -> bool:
-    """Whether `groups[at:]` starts with `run`'s groups (the same objects) and each one's
-    after term is `first`'s with its own requantization scale (`_alike_to`: the run's
+    """Whether `groups[at:]` starts with `run`'s groups (`FilledRun.stands_at`) and each
+    one's after term is `first`'s with its own requantization scale (`_alike_to`: the run's
     posts are `first`'s but for that scale, and its offsets, 0, are `first`'s)."""
-    n = len(run.groups)
     return (
         run.proto is first.post
         and first.acc_offset == 0
         and run.proto.requant.scale is not None
-        and n > 0
-        and all(map(is_, groups[at : at + n], run.groups))
+        and run.stands_at(groups, at)
     )
 
 
