@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from call_counter import count_calls
 from onnx import TensorProto as TP
 from onnx import helper as oh
 
@@ -30,16 +31,9 @@ def test_each_session_is_made_once_across_runs_of_many_steps(monkeypatch):
     """40 host steps run twice (the ledger's two runs): 40 sessions, not 80 (a cache of 32
     that was cleared when full made every one again), and every result is the step's."""
     monkeypatch.setattr(H, "_SESSIONS", H.OrderedDict())
-    made: list = []
     import onnxruntime as ort
 
-    real_session = ort.InferenceSession
-
-    def counting(*a, **kw):
-        made.append(1)
-        return real_session(*a, **kw)
-
-    monkeypatch.setattr(ort, "InferenceSession", counting)
+    made = count_calls(monkeypatch, ort, "InferenceSession")
     steps = [_step(k) for k in range(40)]
     x = np.array([1, 2], dtype=np.int32)
     for _ in range(2):

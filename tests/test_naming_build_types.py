@@ -9,6 +9,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from call_counter import count_calls
 
 import compiler.ort.host as host
 from compiler.frontend.batch import dynamic_inputs, with_batch
@@ -24,18 +25,6 @@ def _model(name: str) -> onnx.ModelProto:
     return with_batch(m, dyn, 1) if dyn else m
 
 
-def _counting(monkeypatch) -> list[int]:
-    calls: list[int] = []
-    real = host.infer_host_outputs
-
-    def counted(*a, **k):
-        calls.append(1)
-        return real(*a, **k)
-
-    monkeypatch.setattr(host, "infer_host_outputs", counted)
-    return calls
-
-
 def _types(g) -> dict[str, tuple[str, tuple[int, ...]]]:
     return {k: (v.dtype, tuple(v.shape)) for k, v in g.values.items()}
 
@@ -45,7 +34,7 @@ def _types(g) -> dict[str, tuple[str, tuple[int, ...]]]:
 )
 def test_the_naming_build_reads_the_whole_models_types_which_are_the_nodes_own(name, monkeypatch):
     m = _model(name)
-    calls = _counting(monkeypatch)
+    calls = count_calls(monkeypatch, host, "infer_host_outputs")
     named = _Builder(m, naming=True).run()
     skipped = len(calls)
     kept = _Builder(m).run()  # infers each host node itself

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from call_counter import count_calls
 from models import const, make, random_inputs, weights
 from onnx import TensorProto as TP
 from onnx import helper as oh
@@ -956,14 +957,7 @@ def test_a_modelled_region_is_read_back_and_run_by_one_session(monkeypatch):
 
     rt = _fresh_cache(monkeypatch)
     monkeypatch.setattr(pe, "_PER_ELEMENT", {})
-    made: list[int] = []
-    real = ort.InferenceSession
-
-    def counting(*a, **k):
-        made.append(1)
-        return real(*a, **k)
-
-    monkeypatch.setattr(ort, "InferenceSession", counting)
+    made = count_calls(monkeypatch, ort, "InferenceSession")
     blob = _qop_silu()
     table = rt.check_alone(blob, "int8", 2, "default")
     assert len(made) == 1 and len(set(table.table)) > 50
