@@ -33,7 +33,7 @@ import numpy as np
 from . import enumerate as _enum
 from . import segments as _seg
 from . import smtdecide as _smt
-from .bounds import fits
+from .bounds import fits_at
 from .counterexample import replay
 from .decision import HOLDS, UNKNOWN, VIOLATED, Decision
 from .digits import same_index_maps
@@ -212,7 +212,7 @@ def check(
         v = Verdict(
             Status.PROVEN, ob.policy, ob.hash, first.procedure, ms, first.max_diff, details=details
         )
-    elif not fits(replace(ob, ranges={**ob.ranges, **_point(first.violation())}), 1 << 63):
+    elif not fits_at(ob, first.violation()):
         why = (
             f"{first.procedure} found a violation at {_fmt(first.violation())}, but values there "
             "exceed 64 bits and the concrete replay cannot confirm it"
@@ -483,10 +483,6 @@ def _split_reachable(lift: LiftSpec, a: int, b: int, w: int) -> list[tuple[int, 
     below = w - 1 - ((w - 1 - lift.bias) % g)
     above = w + 1 + ((lift.bias - w - 1) % g)
     return [(a, below), (above, b)]
-
-
-def _point(w: Mapping[str, int]) -> dict[str, tuple[int, int]]:
-    return {k: (int(v), int(v)) for k, v in w.items()}
 
 
 def _fmt(a: Mapping[str, int]) -> str:

@@ -15,7 +15,9 @@ the output range count. A primitive without a transfer rule here gives no bound
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -130,7 +132,22 @@ def magnitude(ob: Obligation) -> int | None:
 
     Includes the ranges, constants, every primitive's inputs and outputs, and the
     output differences; None where some primitive has no rule (bound unknown).
+    Kept for the last few obligation objects (`_RECENT`): a decision and its replay ask
+    about the same one.
     """
+    for known, m in _RECENT:
+        if known is ob:
+            return m
+    m = _magnitude(ob)
+    _RECENT.appendleft((ob, m))  # holds `ob`, so an identity match is this very object
+    return m
+
+
+# (obligation, magnitude) of the last obligations asked about, newest first
+_RECENT: deque[tuple[Obligation, int | None]] = deque(maxlen=4)
+
+
+def _magnitude(ob: Obligation) -> int | None:
     go = _Intervals(ob)
     for tb, ta in zip(ob.outputs_before, ob.outputs_after, strict=True):
         b, a = go(tb), go(ta)
@@ -160,6 +177,19 @@ def fits(ob: Obligation, limit: int = 1 << 62) -> bool:
     """
     m = magnitude(ob)
     return m is not None and m < limit
+
+
+def fits_at(ob: Obligation, point: Mapping[str, int], limit: int = 1 << 63) -> bool:
+    """`fits` for the obligation at one assignment of its variables (a witness to replay).
+
+    A point inside the ranges forms a subset of the values `magnitude(ob)` bounds, so that
+    bound, when below `limit`, settles it; else the bound at the point itself decides.
+    """
+    inside = all(lo <= point[n] <= hi for n, (lo, hi) in ob.ranges.items() if n in point)
+    if inside and fits(ob, limit):
+        return True
+    at = {n: (int(v), int(v)) for n, v in point.items()}
+    return fits(replace(ob, ranges={**ob.ranges, **at}), limit)
 
 
 def bits_needed(ob: Obligation, default: int = 64) -> int:

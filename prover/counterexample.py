@@ -170,12 +170,11 @@ def replay(
         target = assignment[ob.lift.var]
         if row is None:
             try:
-                row = lift_row(ob.lift, target)
+                row = lift_row(ob.lift, target)  # it checks that `row_value` gives target
             except LiftError as e:
                 note = str(e)
         else:
             row = _checked_row(ob.lift, row)
-        if row is not None:
             got = row_value(ob.lift, row)
             if got != target:
                 # the sides at the row's own value, for the message (it is not the witness)
@@ -185,8 +184,8 @@ def replay(
                     f"lifted input row gives {ob.lift.var}={got} (wanted {target}), "
                     f"before={b2} after={a2}"
                 )
-            # the row reaches the witness's own value: the point replayed above is the
-            # row's (the sides are functions of the variables alone), so it violates too
+        # a row reaches the witness's own value: the point replayed above is the row's
+        # (the sides are functions of the variables alone), so it violates too
     else:
         row = None
     after = None if undefined else _unwrap(a)
