@@ -53,21 +53,24 @@ def _greedy(c_arr: np.ndarray, target: int, lo: int, hi: int) -> list[int] | Non
     """`u` with `sum(c_arr * u) == target`, each entry in [lo, hi] (None where the greedy
     finds none); `c_arr`: the int64 coefficients."""
     k = len(c_arr)
-    order = np.lexsort((np.arange(k), -np.abs(c_arr))).tolist()  # |c| descending, stable
-    c_sorted = c_arr[order]
-    lo_terms = np.minimum(c_sorted * lo, c_sorted * hi)
-    hi_terms = np.maximum(c_sorted * lo, c_sorted * hi)
+    neg_abs_arr = -np.abs(c_arr)
+    by_size = np.argsort(neg_abs_arr, kind="stable")  # |c| descending, ties by position
+    c_sorted = c_arr[by_size]
+    at_lo, at_hi = c_sorted * lo, c_sorted * hi
+    terms = np.zeros((2, k + 1), dtype=np.int64)  # each entry's least and largest term, then 0
+    np.minimum(at_lo, at_hi, out=terms[0, :k])
+    np.maximum(at_lo, at_hi, out=terms[1, :k])
     # reach_*[pos]: what positions pos.. can still contribute (suffix sums).
-    reach_lo = np.append(np.cumsum(lo_terms[::-1])[::-1], 0).tolist()
-    reach_hi = np.append(np.cumsum(hi_terms[::-1])[::-1], 0).tolist()
+    reach_lo, reach_hi = np.cumsum(terms[:, ::-1], axis=1)[:, ::-1].tolist()
     if not reach_lo[0] <= target <= reach_hi[0]:
         return None
     if not lo <= 0 <= hi:
         return None  # the zero point lies outside x_type: leave it to the solver
     u = [0] * k
+    order = by_size.tolist()
     coeffs = c_sorted.tolist()  # the loop reads a few of them, as Python ints
     rem = target
-    neg_abs = (-np.abs(c_sorted)).tolist()  # ascending, for bisect
+    neg_abs = neg_abs_arr[by_size].tolist()  # ascending, for bisect
     pos = 0
     while pos < k and rem != 0:  # once rem == 0 every later entry stays at the zero point
         # Entries with |c| >= 2|rem| would get u = round(rem/c) = 0 (half to even): jump

@@ -147,5 +147,5 @@ def chain_guess(chain: Sequence[Any], levels: np.ndarray) -> np.ndarray | None:
         inv = INVERSE.get(o.prim)
         if inv is None:
             return None
-        y = fast_clip(inv(y, o.kwargs), -CAP, CAP).astype(np.int64)
+        y = fast_clip(inv(y, o.kwargs), -CAP, CAP).astype(np.int64, copy=False)
     return y

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from prover.errors import LiftError
-from prover.lift import lift_row, row_value, row_value_dot
+from prover.lift import _greedy, lift_row, row_value, row_value_dot
 from prover.obligation import LiftSpec
 
 
@@ -68,3 +68,12 @@ def test_a_specs_weights_array_is_made_once_and_cannot_be_changed():
     assert spec == LiftSpec("acc", (3, -4, 127, -128), w_zp=1, x_zp=-2)
     assert "weights_array" not in spec.to_json()
     assert lift_row(spec, row_value(spec, (5, 6, 7, 8))) is not None
+
+
+def test_greedy_takes_the_largest_coefficient_first_and_the_earlier_of_equal_ones():
+    """The lifted row is reported and kept in regression tests, so the greedy's order is
+    part of its result: |c| descending, ties by position."""
+    c = np.array([1, -3, 3, 2], dtype=np.int64)
+    assert _greedy(c, 3, -128, 127) == [0, -1, 0, 0]  # -3 (position 1) before 3 (position 2)
+    assert _greedy(c, 5, -128, 127) == [-1, -2, 0, 0]  # -3 twice, then 1 (3 and 2 skipped)
+    assert _greedy(c[::-1].copy(), 3, -128, 127) == [0, 1, 0, 0]  # now 3 comes first
