@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from . import terms as T
-from .domain import NUMPY, NUMPY_POINT, NumpyDomain
+from .bounds import fits_at
+from .domain import INT_POINT, NUMPY, NumpyDomain
 from .errors import LiftError, ReplayMismatch
 from .inttypes import int_type
 from .lift import lift_row, row_value
@@ -44,9 +45,10 @@ def evaluate_point(ob: Obligation, assignment: Mapping[str, int]):
     """
     d: NumpyDomain
     env: dict[str, Any]
-    if _point_prims(ob):  # numpy scalars: the same int64 arithmetic, without arrays
-        d = NUMPY_POINT
-        env = {k: np.int64(int(v)) for k, v in assignment.items()}
+    if _point_prims(ob) and fits_at(ob, assignment):
+        # Python integers: every value is below 2^63, so they are the int64 values
+        d = INT_POINT
+        env = {k: int(v) for k, v in assignment.items()}
     else:
         d = NUMPY
         env = {k: np.array([int(v)], dtype=np.int64) for k, v in assignment.items()}
@@ -64,9 +66,9 @@ def evaluate_point(ob: Obligation, assignment: Mapping[str, int]):
     return b, a, ok_b, ok_a
 
 
-# Primitives whose numpy evaluation at one point may use numpy scalars (`NUMPY_POINT`):
-# written with the `Domain` operations and numpy's elementwise arithmetic only (the rest,
-# e.g. `dot` and the float32 elementwise kernels, get one-element arrays as before).
+# Primitives whose evaluation at one point may use Python integers (`INT_POINT`): written
+# with the `Domain` operations and elementwise arithmetic only (the rest, e.g. `dot` and
+# the float32 elementwise kernels, get one-element arrays).
 POINT_PRIMS = frozenset(
     {
         "add",

@@ -14,6 +14,7 @@ bit-vectors rather than wrap. Wrap-around is only ever explicit (`wrap`).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -133,41 +134,47 @@ class NumpyDomain(Domain):
         return np.logical_and(a, b)
 
 
-class NumpyPointDomain(NumpyDomain):
-    """The numpy interpretation at one point: numpy int64 scalars instead of one-element
-    arrays (a counterexample's replay). numpy's scalar operators compute exactly what its
-    array ufuncs compute element by element (int64 wrapping included, float32 products
-    rounded once), without the cost of an array per call, which is most of a one-point
-    evaluation. Only for primitives built from the `Domain` operations and numpy's
-    elementwise arithmetic (`counterexample.POINT_PRIMS`); values are numpy scalars (a
-    `requant_float` gives a 0-d array)."""
+class IntPointDomain(NumpyDomain):
+    """The concrete interpretation at one point, in Python integers (a counterexample's
+    replay). For a point where every value the evaluation forms is below 2^63 in magnitude
+    (`bounds.fits_at`) these are exactly the int64 values the array interpretation computes,
+    at a fraction of the cost of numpy scalars; the caller checks that bound. Only for
+    primitives built from the `Domain` operations and elementwise arithmetic
+    (`counterexample.POINT_PRIMS`; a `requant_float` gives a 0-d int64 array)."""
+
+    def const(self, v):
+        return int(v)
 
     def where(self, cond, a, b):
-        return np.int64(a if cond else b)
+        return a if cond else b
+
+    def clamp(self, x, lo, hi):
+        return min(max(x, lo), hi)
 
     def tdiv_pow2(self, a, e):
-        a = np.int64(a)
-        q = abs(a) >> np.int64(e)  # |a| // 2^e, as a shift
+        q = abs(a) >> e  # |a| // 2^e, as a shift
         return -q if a < 0 else q
 
     def shr(self, a, e):
-        return np.int64(a) >> np.int64(e)
+        return a >> e
 
     def band(self, a, mask):
-        return np.int64(a) & np.int64(mask)
+        return a & mask  # two's complement, as int64's low bits
 
     def floordiv(self, a, c):
-        return np.int64(a) // np.int64(c)
+        return a // c
 
     def lut(self, table, index):
-        t = table_array(table)
-        i = int(np.int64(index))
-        if not 0 <= i < len(t):
-            raise KernelError(f"LUT index out of range [0, {len(t) - 1}]: {i}..{i}")
-        return t[i]
+        i = int(index)
+        if not 0 <= i < len(table):
+            raise KernelError(f"LUT index out of range [0, {len(table) - 1}]: {i}..{i}")
+        return int(table[i])
+
+    def step_count(self, x, thresholds):
+        return bisect.bisect_right(thresholds, x)
 
     def land(self, a, b):
-        return np.bool_(bool(a) and bool(b))
+        return bool(a) and bool(b)
 
 
 # int64 arrays of lookup tables given as tuples, by identity: a term's table is converted
@@ -253,5 +260,5 @@ class Z3Domain(Domain):
 
 
 NUMPY = NumpyDomain()
-NUMPY_POINT = NumpyPointDomain()
+INT_POINT = IntPointDomain()
 Z3 = Z3Domain()

@@ -172,7 +172,7 @@ def test_steps_guessed_in_one_evaluation_equal_the_ends_first_computation(monkey
 
 
 def _random_point_term(rng: np.random.Generator, depth: int = 0) -> T.Term:
-    """A random term over `acc` and `b` from the primitives `NUMPY_POINT` may evaluate."""
+    """A random term over `acc` and `b` from the primitives `INT_POINT` may evaluate."""
     if depth > 3 or rng.random() < 0.15:
         return Var("acc") if rng.random() < 0.7 else Var("b")
     x = _random_point_term(rng, depth + 1)
@@ -207,8 +207,16 @@ def _random_chain_over(rng: np.random.Generator, x: T.Term) -> T.Term:
     return t
 
 
-def test_point_replay_in_numpy_scalars_equals_one_element_arrays(monkeypatch):
+def _replay_view(got: tuple) -> tuple:
+    """What a replay reads of `evaluate_point`: both sides' definedness, and a side's
+    values only where it is defined (elsewhere they mean nothing: `primitives`)."""
+    b, a, ok_b, ok_a = got
+    return (b if ok_b else None, a if ok_a else None, ok_b, ok_a)
+
+
+def test_point_replay_in_python_ints_equals_one_element_arrays(monkeypatch):
     from prover import counterexample as cx
+    from prover.bounds import fits_at
 
     rng = np.random.default_rng(8)
     cases = []
@@ -219,21 +227,47 @@ def test_point_replay_in_numpy_scalars_equals_one_element_arrays(monkeypatch):
         for _ in range(4):
             mag = 1 << int(rng.integers(0, 63))
             pt = {"acc": int(rng.integers(-mag, mag)), "b": int(rng.integers(-mag, mag))}
+            fit = fits_at(ob, pt)
             try:
                 got = cx.evaluate_point(ob, pt)
             except Exception as e:
-                cases.append((ob, pt, type(e)))
+                cases.append((ob, pt, fit, type(e)))
             else:
                 assert all(type(v) is int for v in got[0] + got[1])
-                cases.append((ob, pt, got))
+                cases.append((ob, pt, fit, _replay_view(got)))
     monkeypatch.setattr(cx, "_point_prims", lambda ob: False)
-    for ob, pt, want in cases:
+    for ob, pt, _, want in cases:
         if isinstance(want, type):
             with pytest.raises(want):
                 cx.evaluate_point(ob, pt)
         else:
-            assert cx.evaluate_point(ob, pt) == want, (ob, pt)
-    assert sum(not isinstance(w, type) and not (w[2] and w[3]) for _, _, w in cases) > 50
+            assert _replay_view(cx.evaluate_point(ob, pt)) == want, (ob, pt)
+    done = [w for _, _, fit, w in cases if fit and not isinstance(w, type)]
+    assert len(done) > 300  # most points took the Python-integer path
+    assert sum(not (w[2] and w[3]) for w in done) > 50  # undefined sides among them
+    assert sum(w[2] and w[3] for w in done) > 50
+
+
+def test_a_point_beyond_the_int64_bound_replays_in_arrays(monkeypatch):
+    """Where the bound fails, int64 wrap-around is what the arrays compute: the replay
+    does not switch to exact integers there (check() reports such a witness unknown)."""
+    from prover import counterexample as cx
+    from prover.domain import INT_POINT
+
+    t = op("mul_const", Var("acc"), c=1 << 40)
+    ob = Obligation("other", t, t, {"acc": (-(2**30), 2**30)})
+    seen = []
+    real = T.evaluate
+    monkeypatch.setattr(
+        cx.T, "evaluate", lambda u, d, *a, **k: seen.append(d) or real(u, d, *a, **k)
+    )
+    with np.errstate(all="ignore"):
+        big = cx.evaluate_point(ob, {"acc": 1 << 30})
+    assert INT_POINT not in seen
+    assert big[0] == (int(np.int64(1 << 30) * np.int64(1 << 40)),)  # wrapped, as arrays do
+    seen.clear()
+    assert cx.evaluate_point(ob, {"acc": 3}) == ((3 << 40,), (3 << 40,), True, True)
+    assert seen == [INT_POINT, INT_POINT]
 
 
 def test_obligations_with_other_primitives_replay_in_arrays():
@@ -246,34 +280,35 @@ def test_obligations_with_other_primitives_replay_in_arrays():
 
 
 def test_point_domain_operations_equal_the_array_ones():
-    from prover.domain import NUMPY_POINT
+    """On every int64 value below 2^63 in magnitude (what `fits_at` lets through), the
+    Python-integer operations give the array ones' int64 results."""
+    from prover.domain import INT_POINT
 
     rng = np.random.default_rng(9)
-    edge = [np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 0, 1, -(2**31), 2**31 - 1]
-    xs = edge + [int(v) for v in rng.integers(-(2**63), 2**63 - 1, size=300, dtype=np.int64)]
+    top = 2**63 - 1
+    edge = [-top, top, -1, 0, 1, -(2**31), 2**31 - 1, -(2**62), 2**62]
+    xs = edge + [int(v) for v in rng.integers(-top, top, size=300, dtype=np.int64)]
     xs += [int(v) >> int(rng.integers(0, 63)) for v in xs[:200]]
-    with np.errstate(all="ignore"):
-        for x in xs:
-            a1, s = np.array([x], dtype=np.int64), np.int64(x)
-            for e in (0, 1, 5, 31, 62, 63):
-                assert NUMPY_POINT.tdiv_pow2(s, e) == NUMPY.tdiv_pow2(a1, e)[0]
-                assert NUMPY_POINT.shr(s, e) == NUMPY.shr(a1, e)[0]
-            for m in (0, 1, 255, 2**31 - 1):
-                assert NUMPY_POINT.band(s, m) == NUMPY.band(a1, m)[0]
-            for c in (1, 3, 2**31 + 7):
-                assert NUMPY_POINT.floordiv(s, c) == NUMPY.floordiv(a1, c)[0]
-            for c in (True, False):
-                assert NUMPY_POINT.where(np.bool_(c), s, np.int64(7)) == NUMPY.where(
-                    np.array([c]), a1, np.int64(7)
-                )
-                assert NUMPY_POINT.land(s > 0, np.bool_(c)) == NUMPY.land(a1 > 0, c)[0]
-            assert NUMPY_POINT.clamp(s, -128, 127) == NUMPY.clamp(a1, -128, 127)[0]
+    for x in xs:
+        a1 = np.array([x], dtype=np.int64)
+        for e in (0, 1, 5, 31, 62, 63):
+            assert INT_POINT.tdiv_pow2(x, e) == NUMPY.tdiv_pow2(a1, e)[0]
+            assert INT_POINT.shr(x, e) == NUMPY.shr(a1, e)[0]
+        for m in (0, 1, 255, 2**31 - 1, 2**62 - 1):
+            assert INT_POINT.band(x, m) == NUMPY.band(a1, m)[0]
+        for c in (1, 3, 2**31 + 7):
+            assert INT_POINT.floordiv(x, c) == NUMPY.floordiv(a1, c)[0]
+        for c in (True, False):
+            assert INT_POINT.where(c, x, 7) == NUMPY.where(np.array([c]), a1, np.int64(7))
+            assert INT_POINT.land(x > 0, c) == NUMPY.land(a1 > 0, c)[0]
+        assert INT_POINT.clamp(x, -128, 127) == NUMPY.clamp(a1, -128, 127)[0]
+        assert INT_POINT.step_count(x, (-5, 0, 0, 9)) == NUMPY.step_count(a1, (-5, 0, 0, 9))[0]
     table = tuple(range(100, 356))
     for i in (0, 17, 255):
-        assert NUMPY_POINT.lut(table, np.int64(i)) == NUMPY.lut(table, np.array([i]))[0]
+        assert INT_POINT.lut(table, i) == NUMPY.lut(table, np.array([i]))[0]
     for i in (-1, 256):
         with pytest.raises(KernelError):
-            NUMPY_POINT.lut(table, np.int64(i))
+            INT_POINT.lut(table, i)
         with pytest.raises(KernelError):
             NUMPY.lut(table, np.array([i]))
 
