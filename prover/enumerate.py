@@ -55,12 +55,13 @@ def _conjunction(pre: list, n: int) -> np.ndarray | None:
     return ok
 
 
-def _block(ob: Obligation, env: dict[str, np.ndarray], n: int):
+def _block(ob: Obligation, env: dict[str, np.ndarray], n: int, known: dict | None = None):
     """`evaluate_block` with None for a mask that is all true (the common case, kept cheap)."""
     nb = len(ob.outputs_before)
     with np.errstate(all="ignore"):
         # One evaluation of both sides: the subterms they share are computed once.
-        vals, pres = T.evaluate_shared((*ob.outputs_before, *ob.outputs_after), NUMPY, env)
+        sides = (*ob.outputs_before, *ob.outputs_after)
+        vals, pres = T.evaluate_shared(sides, NUMPY, env, known)
         diff = None
         for b, a in zip(vals[:nb], vals[nb:], strict=True):
             d = np.abs(np.asarray(b, dtype=np.int64) - np.asarray(a, dtype=np.int64))
@@ -71,16 +72,18 @@ def _block(ob: Obligation, env: dict[str, np.ndarray], n: int):
     return _conjunction(pre_b, n), _conjunction(pre_a, n), diff
 
 
-def evaluate_block(ob: Obligation, env: dict[str, np.ndarray], n: int):
+def evaluate_block(ob: Obligation, env: dict[str, np.ndarray], n: int, known: dict | None = None):
     """(assumed, defined, diff) on a block of n assignments.
 
     `assumed`: the reference side's preconditions hold (elsewhere the reference is
     undefined and the point is outside the obligation); `defined`: the
     implementation side's preconditions hold (elsewhere the point violates the
     obligation whatever the values); `diff`: the largest |before-after|, meaningful
-    only where both hold. See `primitives` for why the sides differ.
+    only where both hold. See `primitives` for why the sides differ. `known`: subterms
+    whose values and preconditions at these assignments are known already
+    (`terms.evaluate_shared`).
     """
-    assumed, defined, diff = _block(ob, env, n)
+    assumed, defined, diff = _block(ob, env, n, known)
     ones = np.ones(n, dtype=bool)
     return (
         ones if assumed is None else assumed,

@@ -28,7 +28,10 @@ such chains ("cuts"); everything above them sees the variable only through
 the cuts. Between consecutive thresholds of all cuts of both sides, every cut
 is constant, hence so are `before` and `after`: evaluating both once per
 segment gives the exact verdict, the exact largest difference and the
-violating point nearest to zero.
+violating point nearest to zero. A cut whose staircase over int32 is known is
+not evaluated again there: on its valid interval its value is its value at the
+interval's start plus the number of its steps at or below the point, each step
+having been checked as the least point reaching its level (`_cut_values`).
 
 Preconditions: those of primitives above the cuts are functions of the cuts,
 so constant per segment and evaluated per segment. Those inside a chain
@@ -220,7 +223,7 @@ def _thresholds(cut: T.Term, var: str, lo: int, hi: int, closed_form: bool = Tru
     if closed_form and not isinstance(cut, T.Var) and INT32_MIN <= lo <= hi <= INT32_MAX:
         shared = _PREFETCHED.get((cut, var)) or _shared_steps(cut, var)
         if shared is not None:
-            va_g, vb_g, steps = shared
+            va_g, vb_g, steps, _ = shared
             va, vb = max(lo, va_g), min(hi, vb_g)
             if va > vb:
                 return np.array([], dtype=np.int64)
@@ -232,9 +235,14 @@ def _thresholds(cut: T.Term, var: str, lo: int, hi: int, closed_form: bool = Tru
 SHARED_LEVELS = 4096  # a chain with at most this many values on int32 caches its steps
 
 
+# (va, vb, steps, value at va): a chain on its valid interval [va, vb] over int32
+Staircase = tuple[int, int, np.ndarray, int | None]
+
+
 @lru_cache(maxsize=512)
-def _shared_steps(cut: T.Term, var: str) -> tuple[int, int, np.ndarray] | None:
-    """A chain's valid interval and steps over the whole int32 range, computed once per chain.
+def _shared_steps(cut: T.Term, var: str) -> Staircase | None:
+    """A chain's valid interval, steps and value at the interval's start over the whole
+    int32 range, computed once per chain.
 
     Columns that share a requantizer but differ in accumulator range (or table) share
     this: on a sub-range [lo, hi] the steps are exactly those in (lo, hi] (monotonicity),
@@ -242,17 +250,17 @@ def _shared_steps(cut: T.Term, var: str) -> tuple[int, int, np.ndarray] | None:
     values on int32 (then each range is computed on its own).
     """
     try:
-        th = _local_thresholds(cut, var, INT32_MIN, INT32_MAX, True, SHARED_LEVELS)
+        th, base = _local_staircase(cut, var, INT32_MIN, INT32_MAX, True, SHARED_LEVELS)
     except NotApplicable:
         return None
     if th.size == 0:
-        return (1, 0, th)  # empty valid interval: every sub-range is empty too
+        return (1, 0, th, None)  # empty valid interval: every sub-range is empty too
     th.setflags(write=False)
-    return int(th[0]), int(th[1]) - 1, th[2:]
+    return int(th[0]), int(th[1]) - 1, th[2:], base
 
 
 # Steps of float-scale requantizers computed for many columns at once (`prefetch`).
-_PREFETCHED: dict[tuple[T.Term, str], tuple[int, int, np.ndarray]] = {}
+_PREFETCHED: dict[tuple[T.Term, str], Staircase] = {}
 PREFETCH_LIMIT = 1 << 16  # chains kept; the dict is emptied when it would grow beyond
 
 
@@ -312,7 +320,7 @@ def prefetch(obligations: Sequence[Obligation]) -> int:
         lo_l, hi_l = min(max(r_min, lo_c), hi_c), min(max(r_max, lo_c), hi_c)
         mine = ts[(levels > lo_l) & (levels <= hi_l)].copy()
         mine.setflags(write=False)
-        _PREFETCHED[(c, var)] = (INT32_MIN, INT32_MAX, mine)
+        _PREFETCHED[(c, var)] = (INT32_MIN, INT32_MAX, mine, lo_l)
         done += 1
     return done
 
@@ -386,16 +394,31 @@ def _local_thresholds(
     closed_form: bool = True,
     limit: int = LEVEL_LIMIT,
 ) -> np.ndarray:
+    """A chain's segment bounds on [lo, hi]: [va, vb + 1, steps...] for its valid
+    interval [va, vb] (empty where there is none)."""
+    return _local_staircase(cut, var, lo, hi, closed_form, limit)[0]
+
+
+def _local_staircase(
+    cut: T.Term,
+    var: str,
+    lo: int,
+    hi: int,
+    closed_form: bool = True,
+    limit: int = LEVEL_LIMIT,
+) -> tuple[np.ndarray, int | None]:
+    """`_local_thresholds`, and the chain's value at va (None where the interval is empty):
+    on [va, vb] the chain is that value plus the number of steps at or below the point."""
     iv = valid_interval(cut, var, lo, hi, closed_form)
     if iv is None:
-        return np.array([], dtype=np.int64)
+        return np.array([], dtype=np.int64), None
     va, vb = iv
     edges = np.array([va, vb + 1], dtype=np.int64)
     bound = _chain_interval(cut, (va, vb))
     if closed_form and not isinstance(cut, T.Var):
         guessed = _guessed_steps(cut, var, va, vb, bound)
         if guessed is not None:
-            return np.concatenate([edges, guessed])
+            return np.concatenate([edges, guessed[1]]), guessed[0]
     pre: list = []
     ends = np.asarray(
         T.evaluate(cut, NUMPY, {var: np.array([va, vb], dtype=np.int64)}, pre), dtype=np.int64
@@ -418,11 +441,14 @@ def _local_thresholds(
         steps = first_at_least(f, levels, va, vb, chain_guess(_chain_ops(cut), levels))
     else:
         steps = bracketed_thresholds(f, vmin, vmax, va, vb)
-    return np.concatenate([edges, np.asarray(steps, dtype=np.int64)])
+    return np.concatenate([edges, np.asarray(steps, dtype=np.int64)]), vmin
 
 
-def _guessed_steps(cut: T.Term, var: str, va: int, vb: int, bound: Interval) -> np.ndarray | None:
-    """The steps `_local_thresholds` computes (closed form), in one evaluation of the chain:
+def _guessed_steps(
+    cut: T.Term, var: str, va: int, vb: int, bound: Interval
+) -> tuple[int, np.ndarray] | None:
+    """(the chain's value at va, the steps `_local_thresholds` computes (closed form)), in
+    one evaluation of the chain:
     its ends and every closed-form guess at once, the guesses made for every level of the
     chain's output bound (`_chain_interval`) before the ends tell which levels it takes.
 
@@ -454,7 +480,7 @@ def _guessed_steps(cut: T.Term, var: str, va: int, vb: int, bound: Interval) -> 
     above = (t == vb + 1) | (v[2 + n :][keep] >= q)  # f(t) >= q
     if not (below & above).all():
         return None
-    return t
+    return vmin, t
 
 
 GRID = 4096
@@ -491,8 +517,8 @@ def _nearest_zero(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return np.where(s > 0, s, np.where(e < 0, e, 0))
 
 
-def _segments(ob: Obligation, closed_form: bool = True) -> tuple[str, np.ndarray, np.ndarray, int]:
-    """(variable, starts, ends, number of cuts): the constant pieces of both sides."""
+def _segments(ob: Obligation, closed_form: bool = True) -> tuple[str, np.ndarray, np.ndarray, set]:
+    """(variable, starts, ends, the cuts): the constant pieces of both sides."""
     if len(ob.variables) != 1:
         raise NotApplicable("segments handle exactly one free variable")
     var = ob.variables[0]
@@ -510,7 +536,35 @@ def _segments(ob: Obligation, closed_form: bool = True) -> tuple[str, np.ndarray
         bounds.append(th[(th >= lo) & (th <= hi)])
     starts = unique(np.concatenate(bounds))
     ends = np.append(starts[1:] - 1, hi)
-    return var, starts, ends, len(cs)
+    return var, starts, ends, cs
+
+
+def _cut_values(cs: set, var: str, lo: int, hi: int, starts: np.ndarray) -> dict:
+    """Per cut whose staircase over int32 is known (`_shared_steps`, `prefetch`): its values
+    and its chain's preconditions at the segment starts, read from that staircase.
+
+    Exact by monotonicity: on its valid interval [va, vb] a chain is its value at va plus
+    the number of its steps at or below the point (each step checked as the least point
+    reaching its level), and every precondition of the chain holds exactly there. Outside
+    it the value is the staircase's at the nearest end, which means nothing (a failing
+    precondition decides those points), as an evaluation's would.
+    """
+    known: dict = {}
+    if not INT32_MIN <= lo <= hi <= INT32_MAX:
+        return known
+    for c in cs:
+        if isinstance(c, T.Var):
+            continue
+        st = _PREFETCHED.get((c, var)) or _shared_steps(c, var)
+        if st is None:
+            continue
+        va, vb, steps, base = st
+        if base is None:
+            continue
+        inside = fast_clip(starts, va, vb)
+        ok = inside == starts
+        known[c] = (base + np.searchsorted(steps, inside, side="right"), ok)
+    return known
 
 
 @dataclass(frozen=True)
@@ -566,8 +620,9 @@ def decide(ob: Obligation, deadline: float | None = None, *, closed_form: bool =
         if made is not None:
             return made
     t0 = time.perf_counter()
-    var, starts, ends, ncuts = _segments(ob, closed_form)
-    assumed, defined, diff = evaluate_block(ob, {var: starts}, starts.size)
+    var, starts, ends, cs = _segments(ob, closed_form)
+    known = _cut_values(cs, var, *ob.ranges[var], starts) if closed_form else {}
+    assumed, defined, diff = evaluate_block(ob, {var: starts}, starts.size, known)
     if not assumed.any():
         raise VacuousObligation("no value in the range satisfies the reference's preconditions")
     md = largest_diff(assumed, defined, diff)
@@ -575,7 +630,7 @@ def decide(ob: Obligation, deadline: float | None = None, *, closed_form: bool =
     bad = np.nonzero(violations(ob, assumed, defined, diff))[0]
     ms = (time.perf_counter() - t0) * 1000
     ver = f"numpy {np.__version__}"
-    stats = {"segments": int(starts.size), "cuts": ncuts}
+    stats = {"segments": int(starts.size), "cuts": len(cs)}
     if bad.size == 0:
         return Decision(HOLDS, "segments", ver, max_diff=max_diff, time_ms=ms, stats=stats)
     near = _nearest_zero(starts[bad], ends[bad])

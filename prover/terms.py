@@ -385,16 +385,27 @@ class _Evaluation:
         return val
 
 
-def evaluate_shared(ts: Sequence[Term], d: Domain, env: Mapping[str, Any]) -> tuple[list, list]:
+def evaluate_shared(
+    ts: Sequence[Term],
+    d: Domain,
+    env: Mapping[str, Any],
+    known: Mapping[Term, tuple[Any, Any]] | None = None,
+) -> tuple[list, list]:
     """Evaluate several terms (e.g. both sides of an obligation) sharing equal subterms.
 
     Equal subterms are computed once across all of `ts` (the before and after sides of
     a rewrite usually share the requantizer). Returns the values and, per term, the
     preconditions of every primitive in that term (as `evaluate` collects them), so a
-    shared subterm's precondition counts for each side that contains it.
+    shared subterm's precondition counts for each side that contains it. `known` maps a
+    subterm to its value and the conjunction of its primitives' preconditions, computed
+    by the caller (`segments` reads a monotone chain's from its steps): it is not
+    evaluated, and that conjunction stands for its preconditions.
     """
     ev = _Evaluation(d, env, [], False)
     ev.memo = _StructuralMemo()
+    for u, (val, ok) in (known or {}).items():
+        ev.memo[u] = val
+        ev.pre[u] = ok
     values = [ev.go(t) for t in ts]
     pre = ev.pre
     return values, [[pre[n] for n in _nodes_with_pre(t, pre)] for t in ts]

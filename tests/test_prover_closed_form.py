@@ -221,9 +221,10 @@ def test_prefetched_steps_equal_the_steps_computed_alone():
     }
     segments.clear_shared_steps()
     assert segments.prefetch(obs) == len(alone)
-    for k, (va, vb, steps) in segments._PREFETCHED.items():
+    for k, (va, vb, steps, base) in segments._PREFETCHED.items():
         a = alone[k]
-        assert a is not None and (va, vb) == a[:2] and np.array_equal(steps, a[2])
+        assert a is not None and (va, vb, base) == (a[0], a[1], a[3])
+        assert np.array_equal(steps, a[2])
     got = [segments.decide(o) for o in obs]
     assert [(d.status, d.max_diff, d.witness) for d in got] == [
         (d.status, d.max_diff, d.witness) for d in want
@@ -270,3 +271,47 @@ def test_prefetch_caches_no_chain_whose_guessed_threshold_is_wrong(monkeypatch):
     segments.clear_shared_steps()
     assert segments.prefetch(obs) == len(segments._PREFETCHED) > 0
     segments.clear_shared_steps()
+
+
+def test_cut_values_read_from_the_steps_equal_the_evaluated_ones():
+    """The decision reads each chain's values and preconditions at the segment starts from
+    its staircase (`segments._cut_values`) instead of evaluating the chain: on random chains
+    (inner add_const and clips included) and random ranges, they equal the evaluation's
+    wherever the chain's preconditions hold, the preconditions equal its own everywhere,
+    and so do the block's (assumed, defined, diff)."""
+    from prover.enumerate import evaluate_block
+    from prover.errors import NotApplicable
+
+    rng = np.random.default_rng(17)
+    seeded = outside = 0
+    for i in range(150):
+        b, a = _random_chain(rng), _random_chain(rng)
+        lo, hi = _random_range(rng)
+        if i % 4 == 0:  # a range inside int32 reaching past a chain's valid interval
+            lo, hi = INT32_MIN, int(rng.integers(0, INT32_MAX))
+        ib = {"table": _table("int8", i), "in_type": "int8", "index_order": "offset"}
+        before = op("lut", op("saturate", b, type="int8"), **ib)
+        after = op("lut", op("saturate", a, type="int8"), **ib)
+        ob = Obligation("other", before, after, {"acc": (lo, hi)}, "bounded:1")
+        segments.clear_shared_steps()
+        try:
+            var, starts, _, cs = segments._segments(ob)
+        except (NotApplicable, KernelError):
+            continue
+        known = segments._cut_values(cs, var, lo, hi, starts)
+        seeded += len(known)
+        pts = np.concatenate([starts, rng.integers(lo, hi, size=64, endpoint=True)])
+        for c, (vals, ok) in segments._cut_values(cs, var, lo, hi, pts).items():
+            pre: list = []
+            with np.errstate(all="ignore"):
+                want = np.broadcast_to(T.evaluate(c, NUMPY, {var: pts}, pre), pts.shape)
+            want_ok = np.logical_and.reduce([np.broadcast_to(p, pts.shape) for p in pre])
+            assert np.array_equal(ok, want_ok), c
+            assert np.array_equal(vals[ok], want[ok]), c
+            outside += int((~ok).sum())
+        got = evaluate_block(ob, {var: starts}, starts.size, known)
+        want_b = evaluate_block(ob, {var: starts}, starts.size)
+        assert np.array_equal(got[0], want_b[0]) and np.array_equal(got[1], want_b[1])
+        both = got[0] & got[1]
+        assert np.array_equal(got[2][both], want_b[2][both])
+    assert seeded > 150 and outside > 0
