@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _str_text
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -266,6 +267,8 @@ def int_seq_text(v: Sequence[int]) -> str:
     weights hold (half the C encoder's time, which converts each), else the encoder's."""
     small = _SMALL_INTS or _small_ints()
     try:
+        if len(v) > 1:  # one C call for all the look-ups (itemgetter of one key gives no tuple)
+            return "[" + ",".join(itemgetter(*v)(small)) + "]"
         return "[" + ",".join(map(small.__getitem__, v)) + "]"
     except KeyError:  # an entry outside the small ints
         return _ENCODE(v)

@@ -215,7 +215,7 @@ def test_lift_weights_are_python_ints_whatever_their_form():
 
 def test_int_seq_text_is_the_encoders_text():
     rng = np.random.default_rng(5)
-    cases = [[], [0], [-1024, 1023], [-1025], [1024], [2**70, -(2**70)]]
+    cases = [[], [0], [-12], [999], [-1024, 1023], [-1025], [1024], [2**70, -(2**70)]]
     for _ in range(200):
         hi = int(10 ** rng.uniform(0, 7))
         cases.append(rng.integers(-hi, hi, size=int(rng.integers(0, 300))).tolist())
