@@ -229,7 +229,7 @@ def _thresholds(cut: T.Term, var: str, lo: int, hi: int, closed_form: bool = Tru
                 return np.array([], dtype=np.int64)
             inside = steps[(steps > va) & (steps <= vb)]
             return np.concatenate([np.array([va, vb + 1], dtype=np.int64), inside])
-    return _local_thresholds(cut, var, lo, hi, closed_form)
+    return _local_staircase(cut, var, lo, hi, closed_form)[0]
 
 
 SHARED_LEVELS = 4096  # a chain with at most this many values on int32 caches its steps
@@ -386,19 +386,6 @@ def _float_steps(out_name: str, ops: list[T.Op]) -> dict:
     return res
 
 
-def _local_thresholds(
-    cut: T.Term,
-    var: str,
-    lo: int,
-    hi: int,
-    closed_form: bool = True,
-    limit: int = LEVEL_LIMIT,
-) -> np.ndarray:
-    """A chain's segment bounds on [lo, hi]: [va, vb + 1, steps...] for its valid
-    interval [va, vb] (empty where there is none)."""
-    return _local_staircase(cut, var, lo, hi, closed_form, limit)[0]
-
-
 def _local_staircase(
     cut: T.Term,
     var: str,
@@ -407,8 +394,9 @@ def _local_staircase(
     closed_form: bool = True,
     limit: int = LEVEL_LIMIT,
 ) -> tuple[np.ndarray, int | None]:
-    """`_local_thresholds`, and the chain's value at va (None where the interval is empty):
-    on [va, vb] the chain is that value plus the number of steps at or below the point."""
+    """A chain's segment bounds on [lo, hi], [va, vb + 1, steps...] for its valid interval
+    [va, vb] (empty where there is none), and its value at va (None there): on [va, vb] the
+    chain is that value plus the number of steps at or below the point."""
     iv = valid_interval(cut, var, lo, hi, closed_form)
     if iv is None:
         return np.array([], dtype=np.int64), None
@@ -447,7 +435,7 @@ def _local_staircase(
 def _guessed_steps(
     cut: T.Term, var: str, va: int, vb: int, bound: Interval
 ) -> tuple[int, np.ndarray] | None:
-    """(the chain's value at va, the steps `_local_thresholds` computes (closed form)), in
+    """(the chain's value at va, the steps `_local_staircase` computes (closed form)), in
     one evaluation of the chain:
     its ends and every closed-form guess at once, the guesses made for every level of the
     chain's output bound (`_chain_interval`) before the ends tell which levels it takes.

@@ -160,7 +160,7 @@ def test_shared_steps_equal_the_steps_of_each_range():
     for _ in range(30):
         lo = int(rng.integers(-(10**6), 10**6))
         hi = lo + int(rng.integers(0, 10**6))
-        local = segments._local_thresholds(c, "acc", lo, hi)
+        local = segments._local_staircase(c, "acc", lo, hi)[0]
         shared = segments._thresholds(c, "acc", lo, hi)
         assert np.array_equal(np.sort(local), np.sort(shared))
     assert segments._shared_steps.cache_info().hits >= 29

@@ -149,11 +149,11 @@ def test_steps_guessed_in_one_evaluation_equal_the_ends_first_computation(monkey
         lo, hi = (INT32_MIN, INT32_MAX) if i % 2 else _random_range(rng)
         limit = segments.SHARED_LEVELS if i % 3 else segments.LEVEL_LIMIT
         try:
-            got = segments._local_thresholds(c, "acc", lo, hi, True, limit)
+            got = segments._local_staircase(c, "acc", lo, hi, True, limit)[0]
         except Exception as e:  # the ends-first computation fails the same way
             results.append((c, lo, hi, limit, type(e)))
             continue
-        assert np.array_equal(got, segments._local_thresholds(c, "acc", lo, hi, False, limit))
+        assert np.array_equal(got, segments._local_staircase(c, "acc", lo, hi, False, limit)[0])
         results.append((c, lo, hi, limit, got))
     used = [
         segments._guessed_steps(c, "acc", *segments.valid_interval(c, "acc", lo, hi), b)
@@ -166,9 +166,9 @@ def test_steps_guessed_in_one_evaluation_equal_the_ends_first_computation(monkey
     for c, lo, hi, limit, want in results:
         if isinstance(want, type):
             with pytest.raises(want):
-                segments._local_thresholds(c, "acc", lo, hi, True, limit)
+                segments._local_staircase(c, "acc", lo, hi, True, limit)[0]
         else:
-            assert np.array_equal(segments._local_thresholds(c, "acc", lo, hi, True, limit), want)
+            assert np.array_equal(segments._local_staircase(c, "acc", lo, hi, True, limit)[0], want)
 
 
 def _random_point_term(rng: np.random.Generator, depth: int = 0) -> T.Term:
