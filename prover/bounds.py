@@ -15,13 +15,13 @@ the output range count. A primitive without a transfer rule here gives no bound
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
 from . import terms as T
+from .by_identity import ByIdentity
 from .domain import KernelError
 from .inttypes import int_type
 from .obligation import Obligation
@@ -132,19 +132,17 @@ def magnitude(ob: Obligation) -> int | None:
 
     Includes the ranges, constants, every primitive's inputs and outputs, and the
     output differences; None where some primitive has no rule (bound unknown).
-    Kept for the last few obligation objects (`_RECENT`): a decision and its replay ask
-    about the same one.
+    Kept by the obligation's identity (`_KNOWN`): a decision and its replay ask about the
+    same one.
     """
-    for known, m in _RECENT:
-        if known is ob:
-            return m
-    m = _magnitude(ob)
-    _RECENT.appendleft((ob, m))  # holds `ob`, so an identity match is this very object
-    return m
+    hit = _KNOWN.get(ob)
+    if hit is None:
+        hit = _KNOWN.put(ob, (_magnitude(ob),))
+    return hit[0]
 
 
-# (obligation, magnitude) of the last obligations asked about, newest first
-_RECENT: deque[tuple[Obligation, int | None]] = deque(maxlen=4)
+# magnitude's answers, in a 1-tuple (None is an answer), for the last obligation objects
+_KNOWN: ByIdentity[tuple[int | None]] = ByIdentity(8)
 
 
 def _magnitude(ob: Obligation) -> int | None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .domain import Domain, KernelError, NumpyDomain
+from .domain import NUMPY, Domain, KernelError, NumpyDomain
 from .inttypes import INT32_MAX, INT32_MIN, IntType, saturate
 from .staircase import monotone_thresholds
 
@@ -94,9 +94,7 @@ def _mbqm_int64(x: np.ndarray, multiplier: int, left: int, right: int) -> np.nda
     """
     a = x << _I64(left) if left else x  # x * 2^left, wrapping alike
     ab = a * _I64(multiplier)
-    s = ab + np.where(ab >= 0, _I64(1 << 30), _I64(1 - (1 << 30)))
-    q = np.abs(s) >> _I64(31)
-    res = np.where(s < 0, -q, q)
+    res = NUMPY.tdiv_pow2(ab + np.where(ab >= 0, _I64(1 << 30), _I64(1 - (1 << 30))), 31)
     if not right:
         return res
     mask = (1 << right) - 1

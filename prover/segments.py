@@ -551,7 +551,7 @@ def _cut_values(cs: set, var: str, lo: int, hi: int, starts: np.ndarray) -> dict
             continue
         inside = fast_clip(starts, va, vb)
         ok = inside == starts
-        known[c] = (base + np.searchsorted(steps, inside, side="right"), ok)
+        known[c] = (base + NUMPY.step_count(inside, steps), ok)
     return known
 
 

@@ -28,7 +28,7 @@ def test_a_primitive_without_a_rule_neither_fits_nor_gets_a_guessed_width(monkey
     ob = made()
     assert bounds.fits(ob) and bounds.bits_needed(ob) == 64
     monkeypatch.delitem(bounds.RULES, "add_const")
-    assert bounds.magnitude(ob) == 22  # kept for this object (bounds._RECENT): 11 + 11
+    assert bounds.magnitude(ob) == 22  # kept for this object (bounds._KNOWN): 11 + 11
     ob = made()  # a new object is bounded anew, without the rule
     assert bounds.magnitude(ob) is None
     assert not bounds.fits(ob)
